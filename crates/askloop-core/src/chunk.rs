@@ -1,0 +1,76 @@
+//! [`Chunk`]: what an agent's stream yields, in askloop's own terms.
+//!
+//! The JSON form that goes to clients (CLI `--json`, SSE) is produced in one place,
+//! [`crate::wire`]; this enum is not serialized directly.
+
+use crate::ids::AgentId;
+use crate::message::{FinishReason, ToolCall, ToolResult, Usage};
+use crate::tool::Suspension;
+
+/// One event of a run's stream.
+///
+/// A new run yields `Start`, then per step `StepStart`, `TextDelta`s, `ToolCall`s, `ToolResult`s
+/// and `StepFinish`, and ends with `Finish` — or, when tools suspend, with one
+/// `ToolCallSuspended` per waiting call and no `Finish`. A resumed run starts with the answered
+/// call's `ToolResult`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Chunk {
+    /// A new run started.
+    Start {
+        /// The agent running it.
+        agent_id: AgentId,
+    },
+    /// A model step starts.
+    StepStart {
+        /// 1-based number of the step within the run.
+        step: u32,
+    },
+    /// A piece of the model's visible text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A piece of the model's reasoning.
+    ReasoningDelta {
+        /// The text.
+        text: String,
+    },
+    /// The model called a tool (arguments complete).
+    ToolCall {
+        /// The call.
+        call: ToolCall,
+    },
+    /// A tool call has its result.
+    ToolResult {
+        /// The call it answers.
+        call: ToolCall,
+        /// The result.
+        result: ToolResult,
+    },
+    /// A tool call suspended; the run state is already committed. The stream ends after the
+    /// last of these.
+    ToolCallSuspended {
+        /// The suspended call.
+        call: ToolCall,
+        /// What it asks, and which answers it accepts.
+        suspension: Suspension,
+    },
+    /// A model step finished.
+    StepFinish {
+        /// Why it finished.
+        reason: FinishReason,
+        /// Tokens used by the step's model call (zero for a step closed by a resume).
+        usage: Usage,
+        /// Whether the loop goes on with another step.
+        is_continued: bool,
+    },
+    /// The run finished.
+    Finish {
+        /// Why it finished.
+        reason: FinishReason,
+        /// Tokens used by the whole run.
+        usage: Usage,
+        /// The text of the final step.
+        text: String,
+    },
+}

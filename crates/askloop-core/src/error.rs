@@ -1,0 +1,149 @@
+//! The agent's errors: [`AgentError`] ends a stream, [`ResumeError`] refuses a resume before
+//! anything changes.
+
+use crate::ids::{RunId, ToolCallId};
+use crate::model::ModelError;
+use crate::run::RunStatus;
+use crate::store::StoreError;
+use crate::tool::ResumeRejection;
+
+/// An error that ends a run's stream. What was committed before it stays committed; the run is
+/// recorded as failed when the store can still be reached.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The model call failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl AgentError {
+    /// A stable code for clients: `"model_error"`, `"auth_error"`, `"store_error"`,
+    /// `"conflict"`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Model(ModelError::Authentication { .. }) => "auth_error",
+            Self::Model(ModelError::Cancelled) => "cancelled",
+            Self::Model(_) => "model_error",
+            Self::Store(StoreError::Conflict { .. }) => "conflict",
+            Self::Store(_) => "store_error",
+        }
+    }
+}
+
+/// Why a resume (or continue) was refused. In every case nothing changed: no tool ran, no model
+/// was called, the stored run is as it was.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// No run has this id.
+    #[error("run {run_id} not found")]
+    RunNotFound {
+        /// The id given.
+        run_id: RunId,
+    },
+    /// The run is not waiting for an answer.
+    #[error("run {run_id} is {status}, not suspended")]
+    NotSuspended {
+        /// The run.
+        run_id: RunId,
+        /// Its status.
+        status: RunStatus,
+    },
+    /// The run has no suspended call with this id.
+    #[error(
+        "run {run_id} has no pending tool call {tool_call_id}; pending: {}",
+        join_ids(pending)
+    )]
+    UnknownToolCall {
+        /// The run.
+        run_id: RunId,
+        /// The id given.
+        tool_call_id: ToolCallId,
+        /// The calls that are pending.
+        pending: Vec<ToolCallId>,
+    },
+    /// That call already has its answer.
+    #[error("tool call {tool_call_id} of run {run_id} was already answered")]
+    AlreadyAnswered {
+        /// The run.
+        run_id: RunId,
+        /// The call.
+        tool_call_id: ToolCallId,
+    },
+    /// No tool call id was given and several calls are pending.
+    #[error("run {run_id} has {} pending tool calls; say which one to answer: {}", pending.len(), join_ids(pending))]
+    Ambiguous {
+        /// The run.
+        run_id: RunId,
+        /// The pending calls.
+        pending: Vec<ToolCallId>,
+    },
+    /// The answer does not fit the question.
+    #[error("invalid answer for {tool_name} call {tool_call_id}: {rejection}")]
+    InvalidAnswer {
+        /// The run.
+        run_id: RunId,
+        /// The call.
+        tool_call_id: ToolCallId,
+        /// The tool.
+        tool_name: String,
+        /// What was expected and what was wrong.
+        rejection: ResumeRejection,
+    },
+    /// Another resume of this run was accepted first (exactly-once: this one changed nothing).
+    #[error("run {run_id} was resumed concurrently; this resume was not applied")]
+    Conflict {
+        /// The run.
+        run_id: RunId,
+    },
+    /// The agent has no tool of that name (the run was started by an agent with other tools).
+    #[error("the agent has no tool {tool_name}, which run {run_id} is waiting on")]
+    ToolUnavailable {
+        /// The run.
+        run_id: RunId,
+        /// The missing tool.
+        tool_name: String,
+    },
+    /// The run belongs to another agent.
+    #[error("run {run_id} belongs to agent {expected}, not {actual}")]
+    WrongAgent {
+        /// The run.
+        run_id: RunId,
+        /// The run's agent.
+        expected: String,
+        /// The agent asked to resume it.
+        actual: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl ResumeError {
+    /// A stable code for clients (`"run_not_found"`, `"invalid_answer"`, `"conflict"`, …).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::RunNotFound { .. } => "run_not_found",
+            Self::NotSuspended { .. } => "not_suspended",
+            Self::UnknownToolCall { .. } => "unknown_tool_call",
+            Self::AlreadyAnswered { .. } => "already_answered",
+            Self::Ambiguous { .. } => "ambiguous_tool_call",
+            Self::InvalidAnswer { .. } => "invalid_answer",
+            Self::Conflict { .. } => "conflict",
+            Self::ToolUnavailable { .. } => "tool_unavailable",
+            Self::WrongAgent { .. } => "wrong_agent",
+            Self::Store(_) => "store_error",
+        }
+    }
+}
+
+fn join_ids(ids: &[ToolCallId]) -> String {
+    ids.iter()
+        .map(ToolCallId::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,92 @@
+//! askloop's core: the agent loop and its tool suspension, with no I/O of its own.
+//!
+//! An [`Agent`] calls a [`LanguageModel`] in a loop; the model calls tools ([`Tool`],
+//! [`DynTool`]). A tool may suspend ([`ToolContext::suspend`]): the run's whole state
+//! ([`RunState`]) is committed to a [`RunStore`], the stream yields a
+//! [`Chunk::ToolCallSuspended`] and ends. [`Agent::resume_stream`] later answers that exact call,
+//! in this process or another, and the loop goes on. The built-in [`AskUser`] tool asks people
+//! questions this way.
+//!
+//! This crate sits at the bottom of the workspace: `askloop-store` (SQLite) implements
+//! [`RunStore`], `askloop-cli` picks concrete types, and the `askloop` facade re-exports this
+//! crate. It depends on no database, HTTP or model library.
+//!
+//! Main types: [`Agent`] and [`AgentBuilder`]; [`AgentStream`] and [`Chunk`]; [`Tool`],
+//! [`ToolContext`], [`Execution`]; [`AskUser`]; [`LanguageModel`], [`ModelRequest`],
+//! [`ModelEvent`]; [`RunStore`], [`MemoryStore`], [`RunState`]; [`ScriptedModel`] for tests;
+//! [`wire`] for the JSON form of chunks.
+//!
+//! # Example
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use askloop_core::{Agent, AskUser, Chunk, ScriptedModel};
+//! use futures::StreamExt;
+//!
+//! let model = ScriptedModel::from_json(r#"{"steps":[
+//!   {"toolCalls":[{"id":"c1","name":"ask_user",
+//!     "args":{"question":"Which repo?","options":[{"label":"main"},{"label":"docs"}]}}]},
+//!   {"text":"Summary of main."}]}"#)?;
+//! let agent = Agent::builder("assistant").model(model).tool(AskUser).build()?;
+//!
+//! let mut stream = agent.stream("Summarize my project");
+//! let run_id = stream.run_id().clone();
+//! while let Some(chunk) = stream.next().await {
+//!     if let Chunk::ToolCallSuspended { suspension, .. } = chunk? {
+//!         assert_eq!(suspension.payload["selectionMode"], "single_select");
+//!     }
+//! }
+//! let answer = agent.resume_stream(serde_json::json!("main"), &run_id, None).await?;
+//! assert_eq!(answer.collect_output().await?.text, "Summary of main.");
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//! | feature | what it adds |
+//! |---|---|
+//! | `test-support` | [`conformance`]: the store conformance suite other crates run on their stores |
+
+mod agent;
+mod ask_user;
+mod chunk;
+mod error;
+mod ids;
+mod memory;
+mod message;
+mod model;
+mod run;
+mod run_loop;
+mod schema;
+mod scripted;
+mod store;
+mod stream;
+mod tool;
+pub mod wire;
+
+#[cfg(any(test, feature = "test-support"))]
+pub mod conformance;
+
+pub use agent::{Agent, AgentBuildError, AgentBuilder, DEFAULT_MAX_STEPS, RunOptions};
+pub use ask_user::{
+    AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, SelectionMode,
+};
+pub use chunk::Chunk;
+pub use error::{AgentError, ResumeError};
+pub use ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};
+pub use memory::MemoryStore;
+pub use message::{AssistantPart, FinishReason, Message, ToolArgs, ToolCall, ToolResult, Usage};
+pub use model::{
+    LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest, ModelSettings,
+    ToolChoice, ToolDefinition,
+};
+pub use run::{
+    CallSlot, CallState, PendingStep, PendingToolCall, RUN_FORMAT_VERSION, RunFailure, RunState,
+    RunStatus, now_ms,
+};
+pub use schema::{SchemaError, SchemaValidator};
+pub use scripted::{ScriptError, ScriptStep, ScriptToolCall, ScriptedModel};
+pub use store::{RunFilter, RunStore, StoreError, StoredRun};
+pub use stream::{AgentStream, RunOutcome, RunOutput};
+pub use tool::{
+    DynTool, Execution, RegisteredTool, ResumeRejection, Suspension, Tool, ToolContext, ToolError,
+};

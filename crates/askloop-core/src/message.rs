@@ -1,0 +1,249 @@
+//! Conversation messages as askloop stores them and hands them to models.
+//!
+//! These are askloop's own provider-neutral types. Provider adapters translate them to and from
+//! their wire formats at the edge; they are never a provider's types. They are part of the stored
+//! run format (see [`crate::run::RUN_FORMAT_VERSION`]): change them only with a format bump.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::ToolCallId;
+
+/// One message of a conversation.
+///
+/// A conversation alternates `User` → `Assistant` → (`Tool` → `Assistant`)* for every step that
+/// called tools. Every [`ToolCall`] of an `Assistant` message is answered by exactly one
+/// [`ToolResult`] with the same id in the `Tool` message that follows it, in the order of the calls.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    /// Text from the person (or the program) that started the run.
+    User {
+        /// The text.
+        text: String,
+    },
+    /// One model response: text, reasoning and tool calls, in the order the model produced them.
+    Assistant {
+        /// The response's parts.
+        parts: Vec<AssistantPart>,
+    },
+    /// The results of every tool call of the preceding assistant message, in call order.
+    Tool {
+        /// One result per tool call.
+        results: Vec<ToolResult>,
+    },
+}
+
+impl Message {
+    /// A user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::User { text: text.into() }
+    }
+
+    /// Whether this is an assistant message.
+    pub fn is_assistant(&self) -> bool {
+        matches!(self, Self::Assistant { .. })
+    }
+}
+
+/// One part of an assistant message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum AssistantPart {
+    /// Visible text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Reasoning ("thinking") the provider returned. Providers that require it back (Anthropic
+    /// thinking blocks) need the opaque `signature` echoed unchanged, so it is persisted as-is.
+    Reasoning {
+        /// The reasoning text (may be empty for redacted reasoning).
+        text: String,
+        /// Opaque provider signature, echoed back verbatim.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// A call of one tool.
+    ToolCall(ToolCall),
+}
+
+/// A model's request to run one tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    /// The id the model gave this call; its result must carry the same id.
+    pub id: ToolCallId,
+    /// The tool's name (its id in the agent's tool set).
+    pub name: String,
+    /// The arguments as the model produced them.
+    pub args: ToolArgs,
+}
+
+/// Tool-call arguments: parsed JSON, or the raw text when the model produced text that is not JSON.
+///
+/// Malformed arguments are kept verbatim so the history sent back to the provider is exactly what
+/// it produced, and so the error result can quote them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolArgs {
+    /// Arguments that parsed as JSON (not necessarily valid for the tool's schema).
+    Json(Value),
+    /// Raw text that did not parse as JSON.
+    Malformed(String),
+}
+
+impl ToolArgs {
+    /// Parses raw argument text: JSON if it parses (empty text counts as `{}`), otherwise
+    /// [`ToolArgs::Malformed`].
+    pub fn parse(raw: &str) -> Self {
+        if raw.trim().is_empty() {
+            return Self::Json(Value::Object(Default::default()));
+        }
+        match serde_json::from_str(raw) {
+            Ok(value) => Self::Json(value),
+            Err(_) => Self::Malformed(raw.to_owned()),
+        }
+    }
+
+    /// The arguments as a JSON value: the parsed value, or the raw text as a JSON string.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Self::Json(value) => value.clone(),
+            Self::Malformed(raw) => Value::String(raw.clone()),
+        }
+    }
+
+    /// The arguments as JSON text, as OpenAI-style providers expect them back.
+    pub fn to_json_text(&self) -> String {
+        match self {
+            Self::Json(value) => value.to_string(),
+            Self::Malformed(raw) => raw.clone(),
+        }
+    }
+}
+
+/// The outcome of one tool call, as the model will see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResult {
+    /// The id of the call this answers.
+    pub tool_call_id: ToolCallId,
+    /// The tool's name.
+    pub tool_name: String,
+    /// The tool's output (or an error object), sent to the model as JSON.
+    pub result: Value,
+    /// Whether the call failed (bad arguments, unknown tool, the tool's own error).
+    pub is_error: bool,
+}
+
+impl ToolResult {
+    /// An error result in the reference framework's shape: `{"content": message, "isError": true}`.
+    pub fn error(call: &ToolCall, message: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            result: serde_json::json!({ "content": message.into(), "isError": true }),
+            is_error: true,
+        }
+    }
+
+    /// The result as the text a provider puts in its tool-result message: a JSON string result
+    /// as its bare text, anything else as compact JSON.
+    pub fn content_text(&self) -> String {
+        match &self.result {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Token counts of one model call or of a whole run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    /// Adds another usage to this one.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// Why a model step, or a whole run, ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FinishReason {
+    /// The model finished its answer.
+    Stop,
+    /// The model called tools; the loop continues.
+    ToolCalls,
+    /// The output token limit was reached.
+    Length,
+    /// The provider filtered the output.
+    ContentFilter,
+    /// The agent's step limit was reached while the model still called tools.
+    MaxSteps,
+    /// Anything else the provider reported.
+    Other,
+}
+
+impl FinishReason {
+    /// The reason's wire name (`"stop"`, `"tool-calls"`, …), as in the reference framework.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::ToolCalls => "tool-calls",
+            Self::Length => "length",
+            Self::ContentFilter => "content-filter",
+            Self::MaxSteps => "max-steps",
+            Self::Other => "other",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_arguments_are_kept_verbatim() {
+        assert_eq!(
+            ToolArgs::parse("{\"a\":"),
+            ToolArgs::Malformed("{\"a\":".into())
+        );
+        assert_eq!(ToolArgs::parse(""), ToolArgs::Json(serde_json::json!({})));
+        assert_eq!(ToolArgs::parse("{\"a\":1}").to_json_text(), "{\"a\":1}");
+    }
+
+    #[test]
+    fn messages_round_trip_through_json() {
+        let message = Message::Assistant {
+            parts: vec![
+                AssistantPart::Reasoning {
+                    text: "hm".into(),
+                    signature: Some("sig".into()),
+                },
+                AssistantPart::ToolCall(ToolCall {
+                    id: "c1".into(),
+                    name: "ask_user".into(),
+                    args: ToolArgs::Json(serde_json::json!({"question": "Which?"})),
+                }),
+            ],
+        };
+        let text = serde_json::to_string(&message).unwrap();
+        let back: Message = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, message);
+    }
+}

@@ -1,0 +1,226 @@
+//! [`ScriptedModel`]: a [`LanguageModel`] that replays a JSON script, for tests of agents.
+//!
+//! Script format:
+//!
+//! ```json
+//! {"steps": [
+//!   {"toolCalls": [{"id": "c1", "name": "ask_user", "args": {"question": "Which repo?"}}]},
+//!   {"text": "Done."}
+//! ]}
+//! ```
+//!
+//! A step may have `text`, `toolCalls`, or both. `args` may be a JSON object, or a string, which
+//! is taken as the raw argument text (so malformed JSON can be tested). A step may instead have
+//! `"error": "message"`, which makes that model call fail. The step replayed is the number of
+//! assistant messages already in the request, so a run resumed in another process continues
+//! the script where it stopped.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::message::{FinishReason, Message, ToolArgs, ToolCall, Usage};
+use crate::model::{LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest};
+
+/// A scripted model: replays steps from a JSON script.
+#[derive(Clone, Debug)]
+pub struct ScriptedModel {
+    source: String,
+    steps: Vec<ScriptStep>,
+}
+
+/// One scripted model response.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScriptStep {
+    /// Visible text.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Tool calls, after the text.
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptToolCall>,
+    /// Makes this call fail with this message instead.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// One scripted tool call.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptToolCall {
+    /// The call id.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// The arguments: JSON, or a string holding raw argument text.
+    #[serde(default)]
+    pub args: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Script {
+    steps: Vec<ScriptStep>,
+}
+
+/// Why a script could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("cannot read script {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not a valid script.
+    #[error("invalid script {source_name}: {source}")]
+    Parse {
+        /// Where it came from.
+        source_name: String,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl ScriptedModel {
+    /// Loads a script file.
+    ///
+    /// # Errors
+    /// [`ScriptError::Read`], [`ScriptError::Parse`].
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ScriptError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, path.display().to_string())
+    }
+
+    /// Parses a script from JSON text.
+    ///
+    /// # Errors
+    /// [`ScriptError::Parse`].
+    pub fn from_json(text: &str) -> Result<Self, ScriptError> {
+        Self::parse(text, "(inline)".to_owned())
+    }
+
+    /// A script from steps.
+    pub fn from_steps(steps: Vec<ScriptStep>) -> Self {
+        Self {
+            source: "(steps)".to_owned(),
+            steps,
+        }
+    }
+
+    fn parse(text: &str, source_name: String) -> Result<Self, ScriptError> {
+        let script: Script = serde_json::from_str(text).map_err(|source| ScriptError::Parse {
+            source_name: source_name.clone(),
+            source,
+        })?;
+        Ok(Self {
+            source: source_name,
+            steps: script.steps,
+        })
+    }
+
+    /// The script's steps.
+    pub fn steps(&self) -> &[ScriptStep] {
+        &self.steps
+    }
+}
+
+fn word_count(message: &Message) -> u64 {
+    let words = |text: &str| text.split_whitespace().count() as u64;
+    match message {
+        Message::User { text } => words(text),
+        Message::Assistant { parts } => parts
+            .iter()
+            .map(|part| match part {
+                crate::message::AssistantPart::Text { text }
+                | crate::message::AssistantPart::Reasoning { text, .. } => words(text),
+                crate::message::AssistantPart::ToolCall(call) => words(&call.args.to_json_text()),
+            })
+            .sum(),
+        Message::Tool { results } => results
+            .iter()
+            .map(|result| words(&result.content_text()))
+            .sum(),
+    }
+}
+
+#[async_trait]
+impl LanguageModel for ScriptedModel {
+    fn provider(&self) -> &str {
+        "scripted"
+    }
+
+    fn model_id(&self) -> &str {
+        "scripted"
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<ModelEventStream, ModelError> {
+        let index = request
+            .messages
+            .iter()
+            .filter(|message| message.is_assistant())
+            .count();
+        let Some(step) = self.steps.get(index) else {
+            return Err(ModelError::ScriptExhausted {
+                script: self.source.clone(),
+                steps: self.steps.len(),
+                requested: index + 1,
+            });
+        };
+        if let Some(message) = &step.error {
+            return Err(ModelError::Request {
+                model: "scripted".into(),
+                message: message.clone(),
+                source: None,
+            });
+        }
+        let mut events = Vec::new();
+        let mut output_tokens = 0;
+        if let Some(text) = step.text.as_deref().filter(|text| !text.is_empty()) {
+            output_tokens += text.split_whitespace().count() as u64;
+            events.push(Ok(ModelEvent::TextDelta(text.to_owned())));
+        }
+        for call in &step.tool_calls {
+            let args = match &call.args {
+                Value::String(raw) => ToolArgs::parse(raw),
+                Value::Null => ToolArgs::Json(Value::Object(Default::default())),
+                other => ToolArgs::Json(other.clone()),
+            };
+            output_tokens += 1;
+            events.push(Ok(ModelEvent::ToolCall(ToolCall {
+                id: call.id.as_str().into(),
+                name: call.name.clone(),
+                args,
+            })));
+        }
+        let reason = if step.tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        };
+        let input_tokens = request.messages.iter().map(word_count).sum::<u64>()
+            + request
+                .system
+                .as_deref()
+                .map_or(0, |system| system.split_whitespace().count() as u64);
+        events.push(Ok(ModelEvent::Finish {
+            reason,
+            usage: Usage {
+                input_tokens,
+                output_tokens,
+            },
+        }));
+        Ok(Box::pin(futures::stream::iter(events)))
+    }
+}

@@ -1,0 +1,98 @@
+//! The JSON wire format of chunks: one object per chunk, as printed by `askloop --json` and
+//! sent over SSE.
+//!
+//! The shape follows the reference framework's agent stream (Mastra's `fullStream` chunks as its
+//! server sends them, captured in `shared/reference/`): `{"type", "runId", "from": "AGENT",
+//! "payload"}`, with the payload fields its client (`@mastra/client-js`) reads. The full format
+//! is documented in `docs/wire-format.md`; snapshot tests pin it against the captures.
+
+use serde_json::{Value, json};
+
+use crate::chunk::Chunk;
+use crate::ids::RunId;
+use crate::message::{FinishReason, ToolCall, Usage};
+
+fn envelope(kind: &str, run_id: &RunId, payload: Value) -> Value {
+    json!({"type": kind, "runId": run_id.as_str(), "from": "AGENT", "payload": payload})
+}
+
+fn usage_json(usage: Usage) -> Value {
+    json!({
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "totalTokens": usage.total_tokens()
+    })
+}
+
+fn call_fields(call: &ToolCall) -> serde_json::Map<String, Value> {
+    let mut fields = serde_json::Map::new();
+    fields.insert("toolCallId".into(), Value::String(call.id.to_string()));
+    fields.insert("toolName".into(), Value::String(call.name.clone()));
+    fields.insert("args".into(), call.args.to_value());
+    fields
+}
+
+fn step_result(reason: FinishReason, is_continued: bool) -> Value {
+    json!({"reason": reason.as_str(), "isContinued": is_continued})
+}
+
+/// The chunk's wire JSON.
+pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
+    match chunk {
+        Chunk::Start { agent_id } => envelope("start", run_id, json!({"id": agent_id.as_str()})),
+        Chunk::StepStart { step } => envelope(
+            "step-start",
+            run_id,
+            json!({"stepNumber": step, "warnings": [], "request": {}}),
+        ),
+        Chunk::TextDelta { text } => envelope("text-delta", run_id, json!({"text": text})),
+        Chunk::ReasoningDelta { text } => {
+            envelope("reasoning-delta", run_id, json!({"text": text}))
+        }
+        Chunk::ToolCall { call } => envelope("tool-call", run_id, Value::Object(call_fields(call))),
+        Chunk::ToolResult { call, result } => {
+            let mut fields = call_fields(call);
+            fields.insert("result".into(), result.result.clone());
+            fields.insert("isError".into(), Value::Bool(result.is_error));
+            envelope("tool-result", run_id, Value::Object(fields))
+        }
+        Chunk::ToolCallSuspended { call, suspension } => {
+            let mut fields = call_fields(call);
+            fields.insert("suspendPayload".into(), suspension.payload.clone());
+            // The reference sends the resume schema as a JSON string, not an object.
+            let schema = suspension
+                .resume_schema
+                .as_ref()
+                .map_or(Value::Null, |schema| Value::String(schema.to_string()));
+            fields.insert("resumeSchema".into(), schema);
+            envelope("tool-call-suspended", run_id, Value::Object(fields))
+        }
+        Chunk::StepFinish {
+            reason,
+            usage,
+            is_continued,
+        } => envelope(
+            "step-finish",
+            run_id,
+            json!({"stepResult": step_result(*reason, *is_continued), "output": {"usage": usage_json(*usage)}}),
+        ),
+        Chunk::Finish {
+            reason,
+            usage,
+            text,
+        } => envelope(
+            "finish",
+            run_id,
+            json!({"stepResult": step_result(*reason, false), "output": {"text": text, "usage": usage_json(*usage)}}),
+        ),
+    }
+}
+
+/// An `error` chunk: `{"type":"error", …, "payload":{"error":{"message","code"}}}`.
+pub fn error_to_json(run_id: &RunId, code: &str, message: &str) -> Value {
+    envelope(
+        "error",
+        run_id,
+        json!({"error": {"message": message, "code": code}}),
+    )
+}
