@@ -54,6 +54,7 @@ mod ids;
 mod memory;
 mod message;
 mod model;
+mod paths;
 mod run;
 mod run_loop;
 mod schema;
@@ -79,6 +80,7 @@ pub use model::{
     LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest, ModelSettings,
     ToolChoice, ToolDefinition,
 };
+pub use paths::{DATA_DIR_ENV, data_dir};
 pub use run::{
     CallSlot, CallState, PendingStep, PendingToolCall, RUN_FORMAT_VERSION, RunFailure, RunState,
     RunStatus, now_ms,

@@ -1,0 +1,28 @@
+//! Durable [`RunStore`]s for askloop.
+//!
+//! [`SqliteStore`] keeps runs in one SQLite file (WAL journal) and is askloop's embedded
+//! default: a run suspended by one process is resumed by another that opens the same file. It
+//! implements the contract of `askloop_core::RunStore` — commit before emit, compare-and-swap
+//! on a run version — and passes the core conformance suite.
+//!
+//! This crate depends on `askloop-core` only; the CLI picks a store with [`StoreUrl`] and
+//! [`open_store`].
+//!
+//! # Example
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use askloop_store::{OpenOptions, StoreUrl, open_store};
+//!
+//! let url: StoreUrl = "sqlite:///tmp/askloop.db".parse()?;
+//! let store = open_store(&url, &OpenOptions::default()).await?;
+//! # let _ = store; Ok(()) }
+//! ```
+
+mod error;
+mod sqlite;
+mod url;
+
+pub use askloop_core::RunStore;
+pub use error::OpenError;
+pub use sqlite::{SqliteStore, Synchronous};
+pub use url::{DEFAULT_DB_FILE, OpenOptions, StoreUrl, default_store_url, open_store};
