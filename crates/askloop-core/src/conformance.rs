@@ -54,6 +54,7 @@ macro_rules! store_conformance_tests {
             invalid_tool_arguments_name_each_field,
             later_runs_of_a_thread_see_its_history,
             failed_model_call_after_resume_keeps_the_answer,
+            cancelled_model_call_fails_the_run_and_can_continue,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -1089,4 +1090,82 @@ pub async fn failed_model_call_after_resume_keeps_the_answer(store: Arc<dyn RunS
         store.load_run(&run_id).await.unwrap().state.status,
         RunStatus::Completed
     );
+}
+
+/// A model whose first call streams one delta and then hangs; later calls answer "Recovered.".
+struct HangingModel {
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl LanguageModel for HangingModel {
+    fn provider(&self) -> &str {
+        "test"
+    }
+    fn model_id(&self) -> &str {
+        "hanging"
+    }
+    async fn stream(&self, _: ModelRequest) -> Result<ModelEventStream, ModelError> {
+        use crate::{FinishReason, ModelEvent, Usage};
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            let first = futures::stream::iter([Ok(ModelEvent::TextDelta("Thinking".into()))]);
+            return Ok(Box::pin(first.chain(futures::stream::pending())));
+        }
+        Ok(Box::pin(futures::stream::iter([
+            Ok(ModelEvent::TextDelta("Recovered.".into())),
+            Ok(ModelEvent::Finish {
+                reason: FinishReason::Stop,
+                usage: Usage::default(),
+            }),
+        ])))
+    }
+}
+
+pub async fn cancelled_model_call_fails_the_run_and_can_continue(store: Arc<dyn RunStore>) {
+    let agent = Agent::builder("tester")
+        .model(HangingModel {
+            calls: AtomicUsize::new(0),
+        })
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let mut stream = agent.stream("hello");
+    let run_id = stream.run_id().clone();
+    let cancel = stream.cancel_handle();
+    let mut saw_text = false;
+    let mut error = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(Chunk::TextDelta { .. }) => {
+                saw_text = true;
+                cancel.cancel();
+            }
+            Ok(_) => {}
+            Err(failure) => error = Some(failure),
+        }
+    }
+    assert!(saw_text);
+    assert!(
+        matches!(error, Some(AgentError::Model(ModelError::Cancelled))),
+        "{error:?}"
+    );
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Failed);
+    assert_eq!(
+        stored.error.as_ref().map(|failure| failure.code.as_str()),
+        Some("cancelled")
+    );
+    assert_eq!(
+        stored.messages.len(),
+        1,
+        "the cancelled step left no partial message"
+    );
+    let output = agent
+        .continue_stream(&run_id)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "Recovered.");
 }

@@ -48,6 +48,7 @@
 
 mod agent;
 mod ask_user;
+mod cancel;
 mod chunk;
 mod error;
 mod ids;
@@ -71,6 +72,7 @@ pub use agent::{Agent, AgentBuildError, AgentBuilder, DEFAULT_MAX_STEPS, RunOpti
 pub use ask_user::{
     AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, SelectionMode,
 };
+pub use cancel::CancelHandle;
 pub use chunk::Chunk;
 pub use error::{AgentError, ResumeError};
 pub use ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};

@@ -11,6 +11,7 @@ use futures::future::join_all;
 use serde_json::Value;
 
 use crate::agent::{AgentInner, RunOptions};
+use crate::cancel::CancelHandle;
 use crate::chunk::Chunk;
 use crate::error::{AgentError, ResumeError};
 use crate::ids::{RunId, ThreadId, ToolCallId};
@@ -31,6 +32,7 @@ struct ActiveRun {
     agent: Arc<AgentInner>,
     state: RunState,
     version: u64,
+    cancel: CancelHandle,
 }
 
 impl ActiveRun {
@@ -62,6 +64,8 @@ impl ActiveRun {
 pub(crate) fn start(agent: Arc<AgentInner>, input: String, options: RunOptions) -> AgentStream {
     let run_id = RunId::generate();
     let stream_run_id = run_id.clone();
+    let cancel = CancelHandle::new();
+    let run_cancel = cancel.clone();
     let stream = async_stream::stream! {
         let (thread_id, mut messages) = match options.thread_id {
             Some(thread_id) => match agent.store.thread_messages(&thread_id).await {
@@ -92,23 +96,25 @@ pub(crate) fn start(agent: Arc<AgentInner>, input: String, options: RunOptions) 
             }
         };
         yield Ok(Chunk::Start { agent_id: agent.id.clone() });
-        let mut steps = std::pin::pin!(drive(ActiveRun { agent, state, version }, true));
+        let mut steps = std::pin::pin!(drive(ActiveRun { agent, state, version, cancel: run_cancel }, true));
         while let Some(item) = steps.next().await {
             yield item;
         }
     };
-    AgentStream::new(stream_run_id, Box::pin(stream))
+    AgentStream::new(stream_run_id, cancel, Box::pin(stream))
 }
 
 /// Streams a run that a resume or continue has claimed.
 pub(crate) fn resume(agent: Arc<AgentInner>, claim: Claim) -> AgentStream {
     let run_id = claim.state.run_id.clone();
+    let cancel = CancelHandle::new();
     let run = ActiveRun {
         agent,
         state: claim.state,
         version: claim.version,
+        cancel: cancel.clone(),
     };
-    AgentStream::new(run_id, Box::pin(drive(run, false)))
+    AgentStream::new(run_id, cancel, Box::pin(drive(run, false)))
 }
 
 /// The loop proper. `fresh` is true for a new run (already inserted, nothing else to commit).
@@ -183,10 +189,15 @@ fn drive(
                 }
             }
             needs_commit = true;
+            if run.cancel.is_cancelled() {
+                yield Err(run.fail(AgentError::Model(ModelError::Cancelled)).await);
+                return;
+            }
             yield Ok(Chunk::StepStart { step: run.state.steps + 1 });
 
             let request = build_request(&run.agent, &run.state);
-            let mut events = match run.agent.model.stream(request).await {
+            let started = until_cancelled(&run.cancel, run.agent.model.stream(request)).await;
+            let mut events = match started.unwrap_or(Err(ModelError::Cancelled)) {
                 Ok(events) => events,
                 Err(error) => {
                     yield Err(run.fail(AgentError::Model(error)).await);
@@ -196,7 +207,7 @@ fn drive(
             let mut parts: Vec<AssistantPart> = Vec::new();
             let mut finish: Option<(FinishReason, Usage)> = None;
             let mut failure: Option<ModelError> = None;
-            while let Some(event) = events.next().await {
+            while let Some(event) = until_cancelled(&run.cancel, events.next()).await.unwrap_or(Some(Err(ModelError::Cancelled))) {
                 match event {
                     Ok(ModelEvent::TextDelta(text)) => {
                         if text.is_empty() {
@@ -314,6 +325,19 @@ fn drive(
             run.state.messages.push(Message::Tool { results });
             yield Ok(Chunk::StepFinish { reason: FinishReason::ToolCalls, usage, is_continued: true });
         }
+    }
+}
+
+/// Runs `future` unless `cancel` fires first (`None` then).
+async fn until_cancelled<F: std::future::Future>(
+    cancel: &CancelHandle,
+    future: F,
+) -> Option<F::Output> {
+    let future = std::pin::pin!(future);
+    let cancelled = std::pin::pin!(cancel.cancelled());
+    match futures::future::select(future, cancelled).await {
+        futures::future::Either::Left((output, _)) => Some(output),
+        futures::future::Either::Right(_) => None,
     }
 }
 

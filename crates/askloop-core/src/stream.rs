@@ -5,6 +5,7 @@ use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
 
+use crate::cancel::CancelHandle;
 use crate::chunk::Chunk;
 use crate::error::AgentError;
 use crate::ids::RunId;
@@ -17,6 +18,7 @@ type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, AgentError>> + Send>>
 /// `ToolCallSuspended`, or after an error.
 pub struct AgentStream {
     run_id: RunId,
+    cancel: CancelHandle,
     inner: ChunkStream,
 }
 
@@ -30,8 +32,18 @@ impl std::fmt::Debug for AgentStream {
 }
 
 impl AgentStream {
-    pub(crate) fn new(run_id: RunId, inner: ChunkStream) -> Self {
-        Self { run_id, inner }
+    pub(crate) fn new(run_id: RunId, cancel: CancelHandle, inner: ChunkStream) -> Self {
+        Self {
+            run_id,
+            cancel,
+            inner,
+        }
+    }
+
+    /// A handle that cancels this stream's model calls from elsewhere (e.g. a Ctrl-C handler).
+    /// See [`CancelHandle`] for what cancelling does to the run.
+    pub fn cancel_handle(&self) -> CancelHandle {
+        self.cancel.clone()
     }
 
     /// The run this stream belongs to; pass it to `resume_stream` after a suspension.
