@@ -1,0 +1,96 @@
+//! [`ProviderError`] (building a model failed) and [`WireError`] (why a call to a provider failed,
+//! the source of [`askloop_core::ModelError::Request`]).
+
+use askloop_core::ScriptError;
+
+/// Why [`crate::build_model`] could not build a model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// The provider's API key variable is not set.
+    #[error("{variable} is not set; {provider} models need an API key (export {variable}=...)")]
+    MissingApiKey {
+        /// The provider (`"openai"`, `"anthropic"`).
+        provider: &'static str,
+        /// The environment variable to set (`"OPENAI_API_KEY"`, …).
+        variable: &'static str,
+    },
+    /// A base URL variable holds something that is not an `http(s)://` URL.
+    #[error(
+        "{variable}={value:?} is not a valid base URL; expected http:// or https:// followed by a host"
+    )]
+    InvalidBaseUrl {
+        /// The variable (`"OPENAI_BASE_URL"`, …).
+        variable: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The script of a `scripted:PATH` model could not be loaded.
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// The SPEC needs a cargo feature this build does not have.
+    #[error("model SPEC {spec} needs askloop built with the {feature:?} feature")]
+    FeatureDisabled {
+        /// The SPEC.
+        spec: String,
+        /// The missing feature (`"local"`).
+        feature: &'static str,
+    },
+    /// The embedded local model could not be loaded.
+    #[error("cannot load the local model: {0}")]
+    Local(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client for {provider}: {source}")]
+    HttpClient {
+        /// The provider.
+        provider: &'static str,
+        /// The client library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// What went wrong on the wire in a failed model call. Carried as the `source` of
+/// [`askloop_core::ModelError::Request`], describing the last attempt.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The server answered with an HTTP error status.
+    #[error("HTTP {status}: {message}")]
+    Status {
+        /// The status code.
+        status: u16,
+        /// The provider's error message (from its JSON error body), or the body itself.
+        message: String,
+    },
+    /// The provider sent an error event inside the stream.
+    #[error("the provider sent an error event: {message}")]
+    ErrorEvent {
+        /// The provider's error type, e.g. `"overloaded_error"`, when it gave one.
+        kind: Option<String>,
+        /// The provider's message, or the event's JSON.
+        message: String,
+    },
+    /// The connection failed, or the server took too long (connect, headers, or a silent stream).
+    #[error("{message}")]
+    Transport {
+        /// What happened.
+        message: String,
+        /// The HTTP library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The response ended before it was complete.
+    #[error("the response stream ended before it was complete, after {events} event(s)")]
+    StreamCut {
+        /// How many events of the response had arrived.
+        events: usize,
+    },
+    /// The request could not be prepared.
+    #[error("the request could not be prepared: {source}")]
+    Request {
+        /// The wire library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}

@@ -1,0 +1,235 @@
+//! [`ModelSpec`]: the `PROVIDER:MODEL` text of `--model`, `ASKLOOP_MODEL` and `askloop.toml`.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// Which model to use, parsed from a model SPEC string.
+///
+/// The provider is always named explicitly by the text before the first `:`; the model name is
+/// never used to guess it. The SPEC forms are:
+///
+/// | SPEC | variant |
+/// |---|---|
+/// | `openai:MODEL` | [`ModelSpec::OpenAi`]: any OpenAI-compatible server (see `OPENAI_BASE_URL`) |
+/// | `anthropic:MODEL` | [`ModelSpec::Anthropic`] |
+/// | `ollama:MODEL` | [`ModelSpec::Ollama`]: Ollama's native `/api/chat` |
+/// | `scripted:PATH` | [`ModelSpec::Scripted`]: an [`askloop_core::ScriptedModel`] script file |
+/// | `local` or `local:PATH` | [`ModelSpec::Local`]: the embedded model (feature `local`) |
+///
+/// [`fmt::Display`] writes the SPEC back in this form, so it can be recorded with a run and
+/// parsed again by another process.
+///
+/// # Example
+/// ```
+/// use askloop_providers::ModelSpec;
+///
+/// let spec: ModelSpec = "openai:gpt-4o-mini".parse()?;
+/// assert_eq!(spec, ModelSpec::OpenAi { model: "gpt-4o-mini".into() });
+/// assert_eq!(spec.to_string(), "openai:gpt-4o-mini");
+/// // Model names may contain `:` (Ollama tags); only the first one separates the provider.
+/// assert_eq!(
+///     ModelSpec::parse("ollama:llama3.2:3b")?,
+///     ModelSpec::Ollama { model: "llama3.2:3b".into() }
+/// );
+/// # Ok::<(), askloop_providers::SpecError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ModelSpec {
+    /// An OpenAI Chat Completions model (`openai:MODEL`).
+    OpenAi {
+        /// The model id as the server names it (e.g. `gpt-4o-mini`).
+        model: String,
+    },
+    /// An Anthropic Messages model (`anthropic:MODEL`).
+    Anthropic {
+        /// The model id (e.g. `claude-sonnet-4-5`).
+        model: String,
+    },
+    /// A model served by Ollama (`ollama:MODEL`).
+    Ollama {
+        /// The model name with its tag, if any (e.g. `llama3.2` or `qwen3:8b`).
+        model: String,
+    },
+    /// A scripted model replaying a JSON script file (`scripted:PATH`).
+    Scripted(PathBuf),
+    /// The embedded local model (`local`, or `local:PATH` for a model directory or file).
+    Local(Option<PathBuf>),
+}
+
+/// The providers a SPEC may name, in the order error messages list them.
+pub const PROVIDERS: [&str; 5] = ["openai", "anthropic", "ollama", "scripted", "local"];
+
+/// Why a model SPEC could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    /// The SPEC is empty.
+    #[error("the model SPEC is empty; expected PROVIDER:MODEL with PROVIDER one of {}", PROVIDERS.join(", "))]
+    Empty,
+    /// The SPEC has no `PROVIDER:` prefix (and is not `local`).
+    #[error(
+        "model SPEC {spec:?} names no provider; expected PROVIDER:MODEL with PROVIDER one of {}, e.g. openai:{spec}",
+        PROVIDERS.join(", ")
+    )]
+    MissingProvider {
+        /// The SPEC as given.
+        spec: String,
+    },
+    /// The provider before the `:` is not one askloop knows.
+    #[error(
+        "model SPEC {spec:?} names unknown provider {provider:?}; expected one of {}",
+        PROVIDERS.join(", ")
+    )]
+    UnknownProvider {
+        /// The SPEC as given.
+        spec: String,
+        /// The text before the first `:`.
+        provider: String,
+    },
+    /// Nothing follows `PROVIDER:` where a model name or path is required.
+    #[error("model SPEC {spec:?} has no {expected} after {provider}:")]
+    MissingModel {
+        /// The SPEC as given.
+        spec: String,
+        /// The provider.
+        provider: &'static str,
+        /// What was expected (`"model name"` or `"path"`).
+        expected: &'static str,
+    },
+}
+
+impl ModelSpec {
+    /// Parses a SPEC (the same as [`str::parse`]). Surrounding whitespace is ignored; the
+    /// provider name is case-insensitive; the model name is kept exactly.
+    ///
+    /// # Errors
+    /// [`SpecError::Empty`], [`SpecError::MissingProvider`], [`SpecError::UnknownProvider`],
+    /// [`SpecError::MissingModel`].
+    pub fn parse(spec: &str) -> Result<Self, SpecError> {
+        let spec = spec.trim();
+        if spec.is_empty() {
+            return Err(SpecError::Empty);
+        }
+        let Some((provider, rest)) = spec.split_once(':') else {
+            if spec.eq_ignore_ascii_case("local") {
+                return Ok(Self::Local(None));
+            }
+            return Err(SpecError::MissingProvider {
+                spec: spec.to_owned(),
+            });
+        };
+        let missing = |provider: &'static str, expected: &'static str| SpecError::MissingModel {
+            spec: spec.to_owned(),
+            provider,
+            expected,
+        };
+        match provider.to_ascii_lowercase().as_str() {
+            "openai" if rest.is_empty() => Err(missing("openai", "model name")),
+            "openai" => Ok(Self::OpenAi {
+                model: rest.to_owned(),
+            }),
+            "anthropic" if rest.is_empty() => Err(missing("anthropic", "model name")),
+            "anthropic" => Ok(Self::Anthropic {
+                model: rest.to_owned(),
+            }),
+            "ollama" if rest.is_empty() => Err(missing("ollama", "model name")),
+            "ollama" => Ok(Self::Ollama {
+                model: rest.to_owned(),
+            }),
+            "scripted" if rest.is_empty() => Err(missing("scripted", "path")),
+            "scripted" => Ok(Self::Scripted(PathBuf::from(rest))),
+            "local" if rest.is_empty() => Err(missing("local", "path")),
+            "local" => Ok(Self::Local(Some(PathBuf::from(rest)))),
+            _ => Err(SpecError::UnknownProvider {
+                spec: spec.to_owned(),
+                provider: provider.to_owned(),
+            }),
+        }
+    }
+
+    /// The provider's name as written in the SPEC (`"openai"`, `"anthropic"`, `"ollama"`,
+    /// `"scripted"`, `"local"`).
+    pub fn provider(&self) -> &'static str {
+        match self {
+            Self::OpenAi { .. } => "openai",
+            Self::Anthropic { .. } => "anthropic",
+            Self::Ollama { .. } => "ollama",
+            Self::Scripted(_) => "scripted",
+            Self::Local(_) => "local",
+        }
+    }
+}
+
+impl FromStr for ModelSpec {
+    type Err = SpecError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        Self::parse(spec)
+    }
+}
+
+impl fmt::Display for ModelSpec {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OpenAi { model } => write!(formatter, "openai:{model}"),
+            Self::Anthropic { model } => write!(formatter, "anthropic:{model}"),
+            Self::Ollama { model } => write!(formatter, "ollama:{model}"),
+            Self::Scripted(path) => write!(formatter, "scripted:{}", path.display()),
+            Self::Local(None) => formatter.write_str("local"),
+            Self::Local(Some(path)) => write!(formatter, "local:{}", path.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_parses_and_prints_back() {
+        for text in [
+            "openai:gpt-4o-mini",
+            "anthropic:claude-sonnet-4-5",
+            "ollama:qwen3:8b",
+            "scripted:/tmp/script.json",
+            "local",
+            "local:/models/tiny",
+        ] {
+            let spec = ModelSpec::parse(text).unwrap();
+            assert_eq!(spec.to_string(), text);
+        }
+        assert_eq!(
+            ModelSpec::parse(" OpenAI:gpt-4o ").unwrap(),
+            ModelSpec::OpenAi {
+                model: "gpt-4o".into()
+            }
+        );
+    }
+
+    #[test]
+    fn bad_specs_say_what_was_expected() {
+        assert_eq!(ModelSpec::parse("  "), Err(SpecError::Empty));
+        assert!(matches!(
+            ModelSpec::parse("gpt-4o"),
+            Err(SpecError::MissingProvider { .. })
+        ));
+        let unknown = ModelSpec::parse("gemini:pro").unwrap_err();
+        assert!(unknown.to_string().contains("openai, anthropic, ollama"));
+        assert!(matches!(
+            ModelSpec::parse("openai:"),
+            Err(SpecError::MissingModel {
+                provider: "openai",
+                ..
+            })
+        ));
+        assert!(matches!(
+            ModelSpec::parse("scripted:"),
+            Err(SpecError::MissingModel {
+                expected: "path",
+                ..
+            })
+        ));
+    }
+}

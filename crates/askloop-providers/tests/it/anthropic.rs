@@ -1,0 +1,49 @@
+//! Anthropic Messages: the conformance scenarios, and thinking blocks with their signatures.
+
+use askloop_core::{ModelEvent, ModelSettings};
+
+use crate::support::{ANTHROPIC, calls_of, collect, request};
+
+crate::conformance::conformance!(ANTHROPIC);
+
+/// Thinking streams as reasoning deltas, then the whole block with its signature, before the
+/// tool call.
+#[tokio::test]
+async fn thinking_block_keeps_its_signature() {
+    let wire = &ANTHROPIC;
+    let server = wire
+        .server(vec![
+            wire.ok(include_str!("fixtures/anthropic/thinking_tool_call.sse")),
+        ])
+        .await;
+    let model = wire.model(&server).await;
+    let (events, error) = collect(model.as_ref(), request(ModelSettings::default())).await;
+    assert!(error.is_none(), "{error:?}");
+    let thinking = "The user wants a trip planned. I should ask which city first.";
+    assert_eq!(
+        events[..3],
+        [
+            ModelEvent::ReasoningDelta("The user wants a trip planned. ".into()),
+            ModelEvent::ReasoningDelta("I should ask which city first.".into()),
+            ModelEvent::Reasoning {
+                text: thinking.into(),
+                signature: Some("EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds".into()),
+            },
+        ]
+    );
+    assert_eq!(calls_of(&events)[0].id.as_str(), "toolu_think");
+}
+
+/// Requests carry the key and API version headers Anthropic requires.
+#[tokio::test]
+async fn requests_carry_key_and_version_headers() {
+    let wire = &ANTHROPIC;
+    let server = wire.server(vec![wire.ok(wire.fixtures.text)]).await;
+    let model = wire.model(&server).await;
+    let (_, error) = collect(model.as_ref(), request(ModelSettings::default())).await;
+    assert!(error.is_none(), "{error:?}");
+    let requests = server.received_requests().await.unwrap();
+    let headers = &requests[0].headers;
+    assert_eq!(headers.get("x-api-key").unwrap(), "test-key");
+    assert_eq!(headers.get("anthropic-version").unwrap(), "2023-06-01");
+}

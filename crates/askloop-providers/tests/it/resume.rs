@@ -1,0 +1,276 @@
+//! Suspend and resume across "processes" (fresh agents and models over one store that keeps runs
+//! only as JSON): the exact message lists each provider receives after one and after more
+//! resumes, and a failed model call after a resume that `continue` retries without asking again.
+
+use std::sync::Arc;
+
+use askloop_core::{Agent, AskUser, RunId, RunOutcome, RunOutput, ToolCallId};
+use askloop_providers::build_model;
+use serde_json::{Value, json};
+use wiremock::MockServer;
+
+use crate::support::{ANTHROPIC, JsonStore, OLLAMA, OPENAI, Wire, bodies};
+
+/// A fresh agent with a fresh model over `store`: what another process would build.
+async fn agent(wire: &Wire, server: &MockServer, store: &Arc<JsonStore>) -> Agent {
+    let model = build_model(&wire.spec(), &wire.options(server))
+        .await
+        .unwrap();
+    Agent::builder("planner")
+        .instructions("You plan trips.")
+        .shared_model(model)
+        .model_spec(wire.spec().to_string())
+        .tool(AskUser)
+        .shared_store(store.clone())
+        .build()
+        .unwrap()
+}
+
+fn pending(output: &RunOutput) -> Vec<ToolCallId> {
+    match &output.status {
+        RunOutcome::Suspended { pending } => pending
+            .iter()
+            .map(|call| call.tool_call_id.clone())
+            .collect(),
+        other => panic!("expected a suspension, got {other:?}"),
+    }
+}
+
+/// Start → one question → answer ("Paris") → two parallel questions → answer the first in one
+/// process ("May"), the second in another ("Window") → final text. Returns the three request
+/// bodies and the ids of the parallel calls.
+async fn ask_answer_ask_twice(wire: &Wire, first: &'static str) -> (Vec<Value>, Vec<ToolCallId>) {
+    let server = wire
+        .server(vec![
+            wire.ok(first),
+            wire.ok(wire.fixtures.parallel_tool_calls),
+            wire.ok(wire.fixtures.final_text),
+        ])
+        .await;
+    let store = Arc::new(JsonStore::default());
+
+    let started = agent(wire, &server, &store)
+        .await
+        .generate("Plan my trip")
+        .await
+        .unwrap();
+    let run_id: RunId = started.run_id.clone();
+    assert_eq!(pending(&started).len(), 1);
+
+    let answered = agent(wire, &server, &store)
+        .await
+        .resume_stream(json!("Paris"), &run_id, None)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    let parallel = pending(&answered);
+    assert_eq!(parallel.len(), 2);
+    assert_eq!(bodies(&server).await.len(), 2);
+
+    let half = agent(wire, &server, &store)
+        .await
+        .resume_stream(json!("May"), &run_id, Some(&parallel[0]))
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert!(matches!(half.status, RunOutcome::Suspended { .. }));
+    assert_eq!(
+        bodies(&server).await.len(),
+        2,
+        "no model call while a call is unanswered"
+    );
+
+    let done = agent(wire, &server, &store)
+        .await
+        .resume_stream(json!("Window"), &run_id, Some(&parallel[1]))
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert!(matches!(done.status, RunOutcome::Finished { .. }));
+    assert_eq!(done.text, "Booked a window seat to Paris in May.");
+    (bodies(&server).await, parallel)
+}
+
+fn answer(text: &str) -> String {
+    json!({"content": format!("User answered: {text}"), "isError": false}).to_string()
+}
+
+#[tokio::test]
+async fn openai_messages_after_each_resume() {
+    let (bodies, _) = ask_answer_ask_twice(&OPENAI, OPENAI.fixtures.tool_call).await;
+    assert_eq!(bodies.len(), 3);
+    let system = json!({"role": "system", "content": "You plan trips."});
+    let user = json!({"role": "user", "content": "Plan my trip"});
+    assert_eq!(bodies[0]["messages"], json!([system, user]));
+    let first_call = json!({"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "id": "call_DdmO9pD3xa9XTPNJ32zg2hcA",
+         "function": {"name": "ask_user", "arguments": "{\"question\":\"Which city?\"}"}}]});
+    let first_result = json!({"role": "tool", "content": answer("Paris"),
+        "tool_call_id": "call_DdmO9pD3xa9XTPNJ32zg2hcA"});
+    assert_eq!(
+        bodies[1]["messages"],
+        json!([system, user, first_call, first_result])
+    );
+    let parallel_calls = json!({"role": "assistant", "content": "Two questions first.", "tool_calls": [
+        {"type": "function", "id": "call_first",
+         "function": {"name": "ask_user", "arguments": "{\"question\":\"Which month?\"}"}},
+        {"type": "function", "id": "call_second",
+         "function": {"name": "ask_user", "arguments":
+            "{\"question\":\"Window or aisle?\",\"options\":[{\"label\":\"Window\"},{\"label\":\"Aisle\"}]}"}}]});
+    assert_eq!(
+        bodies[2]["messages"],
+        json!([
+            system,
+            user,
+            first_call,
+            first_result,
+            parallel_calls,
+            {"role": "tool", "content": answer("May"), "tool_call_id": "call_first"},
+            {"role": "tool", "content": answer("Window"), "tool_call_id": "call_second"},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn anthropic_messages_after_each_resume_keep_the_signed_thinking() {
+    let (bodies, _) = ask_answer_ask_twice(
+        &ANTHROPIC,
+        include_str!("fixtures/anthropic/thinking_tool_call.sse"),
+    )
+    .await;
+    assert_eq!(bodies.len(), 3);
+    for body in &bodies {
+        assert_eq!(body["system"], "You plan trips.");
+    }
+    let user = json!({"role": "user", "content": "Plan my trip"});
+    assert_eq!(bodies[0]["messages"], json!([user]));
+    let first_call = json!({"role": "assistant", "content": [
+        {"type": "thinking",
+         "thinking": "The user wants a trip planned. I should ask which city first.",
+         "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"},
+        {"type": "tool_use", "id": "toolu_think", "name": "ask_user",
+         "input": {"question": "Which city?"}}]});
+    let first_result = json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_think", "content": answer("Paris")}]});
+    assert_eq!(
+        bodies[1]["messages"],
+        json!([user, first_call, first_result])
+    );
+    let parallel_calls = json!({"role": "assistant", "content": [
+        {"type": "text", "text": "Two questions first."},
+        {"type": "tool_use", "id": "toolu_first", "name": "ask_user",
+         "input": {"question": "Which month?"}},
+        {"type": "tool_use", "id": "toolu_second", "name": "ask_user",
+         "input": {"question": "Window or aisle?",
+                   "options": [{"label": "Window"}, {"label": "Aisle"}]}}]});
+    assert_eq!(
+        bodies[2]["messages"],
+        json!([
+            user,
+            first_call,
+            first_result,
+            parallel_calls,
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_first", "content": answer("May")},
+                {"type": "tool_result", "tool_use_id": "toolu_second", "content": answer("Window")}]},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn ollama_messages_after_each_resume() {
+    let (bodies, _) = ask_answer_ask_twice(&OLLAMA, OLLAMA.fixtures.tool_call).await;
+    assert_eq!(bodies.len(), 3);
+    let system = json!({"role": "system", "content": "You plan trips."});
+    let user = json!({"role": "user", "content": "Plan my trip"});
+    let first_call = json!({"role": "assistant", "tool_calls": [
+        {"function": {"name": "ask_user", "arguments": {"question": "Which city?"}}}]});
+    let first_result = json!({"role": "tool", "content": answer("Paris")});
+    assert_eq!(
+        bodies[1]["messages"],
+        json!([system, user, first_call, first_result])
+    );
+    let parallel_calls = json!({"role": "assistant", "content": "Two questions first.", "tool_calls": [
+        {"function": {"name": "ask_user", "arguments": {"question": "Which month?"}}},
+        {"function": {"name": "ask_user", "arguments":
+            {"question": "Window or aisle?", "options": [{"label": "Window"}, {"label": "Aisle"}]}}}]});
+    assert_eq!(
+        bodies[2]["messages"],
+        json!([
+            system,
+            user,
+            first_call,
+            first_result,
+            parallel_calls,
+            {"role": "tool", "content": answer("May")},
+            {"role": "tool", "content": answer("Window")},
+        ])
+    );
+}
+
+/// The model call after a resume fails (every retry); the answer stays recorded, and
+/// `continue_stream` retries the step, sending the answer once, without asking again.
+async fn failed_call_after_resume_keeps_the_answer(wire: &Wire) {
+    let (status, error_body) = wire.fixtures.error_retryable;
+    let server = wire
+        .server(vec![
+            wire.ok(wire.fixtures.tool_call),
+            wire.error(status, error_body),
+            wire.error(status, error_body),
+            wire.error(status, error_body),
+            wire.ok(wire.fixtures.final_text),
+        ])
+        .await;
+    let store = Arc::new(JsonStore::default());
+    let started = agent(wire, &server, &store)
+        .await
+        .generate("Plan my trip")
+        .await
+        .unwrap();
+    let run_id = started.run_id.clone();
+
+    let failed = agent(wire, &server, &store)
+        .await
+        .resume_stream(json!("Paris"), &run_id, None)
+        .await
+        .unwrap()
+        .collect_output()
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(
+        bodies(&server).await.len(),
+        4,
+        "one call and three attempts"
+    );
+
+    let continued = agent(wire, &server, &store)
+        .await
+        .continue_stream(&run_id)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(continued.text, "Booked a window seat to Paris in May.");
+    let bodies = bodies(&server).await;
+    assert_eq!(bodies.len(), 5);
+    assert_eq!(bodies[4]["messages"], bodies[1]["messages"]);
+    let sent = bodies[4]["messages"].to_string();
+    assert_eq!(sent.matches("User answered: Paris").count(), 1, "{sent}");
+}
+
+#[tokio::test]
+async fn openai_failed_call_after_resume_keeps_the_answer() {
+    failed_call_after_resume_keeps_the_answer(&OPENAI).await;
+}
+
+#[tokio::test]
+async fn anthropic_failed_call_after_resume_keeps_the_answer() {
+    failed_call_after_resume_keeps_the_answer(&ANTHROPIC).await;
+}
