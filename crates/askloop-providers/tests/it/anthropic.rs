@@ -47,3 +47,25 @@ async fn requests_carry_key_and_version_headers() {
     assert_eq!(headers.get("x-api-key").unwrap(), "test-key");
     assert_eq!(headers.get("anthropic-version").unwrap(), "2023-06-01");
 }
+
+/// The model name is sent exactly as given, even where genai would read a reasoning effort from
+/// its ending, and no thinking configuration is added.
+#[tokio::test]
+async fn model_name_is_sent_as_given() {
+    use askloop_providers::{ModelSpec, build_model};
+
+    use crate::support::bodies;
+
+    let wire = &ANTHROPIC;
+    let server = wire.server(vec![wire.ok(wire.fixtures.text)]).await;
+    let spec = ModelSpec::Anthropic {
+        model: "claude-sonnet-4-5-high".into(),
+    };
+    let model = build_model(&spec, &wire.options(&server)).await.unwrap();
+    let (_, error) = collect(model.as_ref(), request(ModelSettings::default())).await;
+    assert!(error.is_none(), "{error:?}");
+    let body = &bodies(&server).await[0];
+    assert_eq!(body["model"], "claude-sonnet-4-5-high");
+    assert_eq!(body.get("thinking"), None, "{body}");
+    assert_eq!(body.get("output_config"), None, "{body}");
+}
