@@ -58,20 +58,23 @@ pub enum ModelSpec {
     Local(Option<PathBuf>),
 }
 
-/// The providers a SPEC may name, in the order error messages list them.
+/// The providers a SPEC may name.
 pub const PROVIDERS: [&str; 5] = ["openai", "anthropic", "ollama", "scripted", "local"];
+
+/// The SPEC forms, as error messages list them.
+const SPEC_FORMS: &str =
+    "openai:MODEL, anthropic:MODEL, ollama:MODEL, scripted:PATH, local or local:PATH";
 
 /// Why a model SPEC could not be parsed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpecError {
     /// The SPEC is empty.
-    #[error("the model SPEC is empty; expected PROVIDER:MODEL with PROVIDER one of {}", PROVIDERS.join(", "))]
+    #[error("the model SPEC is empty; expected one of {SPEC_FORMS}")]
     Empty,
     /// The SPEC has no `PROVIDER:` prefix (and is not `local`).
     #[error(
-        "model SPEC {spec:?} names no provider; expected PROVIDER:MODEL with PROVIDER one of {}, e.g. openai:{spec}",
-        PROVIDERS.join(", ")
+        "model SPEC {spec:?} names no provider; expected one of {SPEC_FORMS}, e.g. openai:{spec}"
     )]
     MissingProvider {
         /// The SPEC as given.
@@ -79,8 +82,7 @@ pub enum SpecError {
     },
     /// The provider before the `:` is not one askloop knows.
     #[error(
-        "model SPEC {spec:?} names unknown provider {provider:?}; expected one of {}",
-        PROVIDERS.join(", ")
+        "model SPEC {spec:?} names unknown provider {provider:?}; expected one of {SPEC_FORMS}"
     )]
     UnknownProvider {
         /// The SPEC as given.
@@ -216,7 +218,9 @@ mod tests {
             Err(SpecError::MissingProvider { .. })
         ));
         let unknown = ModelSpec::parse("gemini:pro").unwrap_err();
-        assert!(unknown.to_string().contains("openai, anthropic, ollama"));
+        assert!(unknown.to_string().ends_with(
+            "expected one of openai:MODEL, anthropic:MODEL, ollama:MODEL, scripted:PATH, local or local:PATH"
+        ));
         assert!(matches!(
             ModelSpec::parse("openai:"),
             Err(SpecError::MissingModel {
