@@ -308,6 +308,10 @@ impl Tool for AskUser {
         }))
     }
 
+    fn idempotent_resume(&self) -> bool {
+        true
+    }
+
     fn validate_resume(
         &self,
         suspension: &Suspension,

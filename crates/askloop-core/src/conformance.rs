@@ -55,6 +55,7 @@ macro_rules! store_conformance_tests {
             later_runs_of_a_thread_see_its_history,
             failed_model_call_after_resume_keeps_the_answer,
             cancelled_model_call_fails_the_run_and_can_continue,
+            crash_after_resume_never_reruns_a_side_effecting_resume,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -1168,4 +1169,60 @@ pub async fn cancelled_model_call_fails_the_run_and_can_continue(store: Arc<dyn 
         .await
         .unwrap();
     assert_eq!(output.text, "Recovered.");
+}
+
+pub async fn crash_after_resume_never_reruns_a_side_effecting_resume(store: Arc<dyn RunStore>) {
+    let steps = script(vec![
+        json!({"toolCalls": [{"id": "g1", "name": "gate", "args": {"action": "pay"}}, ask("q1", json!({"question": "Note?"}))]}),
+        json!({"text": "Paid."}),
+    ]);
+    let gate = Gate::default();
+    let agent = Agent::builder("tester")
+        .model(ScriptedModel::from_json(&steps).unwrap())
+        .tool(AskUser)
+        .tool(gate.clone())
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let run_id = agent.generate("pay").await.unwrap().run_id;
+    chunks_of(
+        agent
+            .resume_stream(json!("thanks"), &run_id, Some(&"q1".into()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    // The second answer completes the step; the process "dies" as the next model step starts:
+    // the stream is dropped, with no chance to record anything more.
+    let mut stream = agent
+        .resume_stream(json!({"approved": true}), &run_id, Some(&"g1".into()))
+        .await
+        .unwrap();
+    while let Some(chunk) = stream.next().await {
+        if matches!(chunk.unwrap(), Chunk::StepStart { .. }) {
+            break;
+        }
+    }
+    drop(stream);
+    assert_eq!(gate.resumes.load(Ordering::SeqCst), 1);
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Running);
+    assert!(
+        stored.pending_step.is_none(),
+        "the side-effecting result was committed before the model call"
+    );
+
+    let output = agent
+        .continue_stream(&run_id)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "Paid.");
+    assert_eq!(
+        gate.resumes.load(Ordering::SeqCst),
+        1,
+        "not run again after the crash"
+    );
 }

@@ -96,7 +96,7 @@ pub(crate) fn start(agent: Arc<AgentInner>, input: String, options: RunOptions) 
             }
         };
         yield Ok(Chunk::Start { agent_id: agent.id.clone() });
-        let mut steps = std::pin::pin!(drive(ActiveRun { agent, state, version, cancel: run_cancel }, true));
+        let mut steps = std::pin::pin!(drive(ActiveRun { agent, state, version, cancel: run_cancel }));
         while let Some(item) = steps.next().await {
             yield item;
         }
@@ -114,16 +114,15 @@ pub(crate) fn resume(agent: Arc<AgentInner>, claim: Claim) -> AgentStream {
         version: claim.version,
         cancel: cancel.clone(),
     };
-    AgentStream::new(run_id, cancel, Box::pin(drive(run, false)))
+    AgentStream::new(run_id, cancel, Box::pin(drive(run)))
 }
 
-/// The loop proper. `fresh` is true for a new run (already inserted, nothing else to commit).
-fn drive(
-    mut run: ActiveRun,
-    fresh: bool,
-) -> impl futures::Stream<Item = Result<Chunk, AgentError>> + Send {
+/// The loop proper, on a run whose state in memory equals the stored one.
+fn drive(mut run: ActiveRun) -> impl futures::Stream<Item = Result<Chunk, AgentError>> + Send {
     async_stream::stream! {
-        // 1. Settle a pending step: run the resume paths of claimed calls.
+        // 1. Settle a pending step: run the resume paths of claimed calls. Their results must be
+        //    committed before the next model call unless every resume path is idempotent.
+        let mut needs_commit = false;
         if let Some(mut step) = run.state.pending_step.take() {
             let run_id = run.state.run_id.clone();
             let resuming: Vec<usize> = step
@@ -133,6 +132,9 @@ fn drive(
                 .filter(|(_, slot)| matches!(slot.state, CallState::Resuming { .. }))
                 .map(|(index, _)| index)
                 .collect();
+            needs_commit = resuming.iter().any(|&index| {
+                run.agent.tool(&step.calls[index].call.name).is_none_or(|tool| !tool.tool().idempotent_resume())
+            });
             let outcomes = join_all(resuming.iter().map(|&index| {
                 let slot = &step.calls[index];
                 let resume_data = match &slot.state {
@@ -168,8 +170,7 @@ fn drive(
             yield Ok(Chunk::StepFinish { reason: FinishReason::ToolCalls, usage: Usage::default(), is_continued: true });
         }
 
-        // 2. Model steps.
-        let mut needs_commit = !fresh;
+        // 2. Model steps. A new run was just inserted; a claimed one was just committed.
         loop {
             if run.state.steps >= run.agent.max_steps {
                 run.state.status = RunStatus::Completed;

@@ -156,6 +156,16 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// Whether the resume path may run again with the same answer without harm: it has no side
+    /// effects and gives the same result (true for `ask_user`, which only records the answer).
+    ///
+    /// The loop commits a claimed call's result before the next model call, so that a crash
+    /// never makes a side-effecting resume path run twice. For idempotent resume paths it skips
+    /// that commit; after a crash, `continue_stream` simply runs them again. Default `false`.
+    fn idempotent_resume(&self) -> bool {
+        false
+    }
+
     /// Checks an answer against a suspension before anything changes. The default checks it
     /// against the suspension's schema, or [`Tool::resume_schema`].
     ///
@@ -259,6 +269,8 @@ pub trait DynTool: Send + Sync {
     fn suspend_schema(&self) -> Option<Value>;
     /// JSON Schema of answers common to every suspension, if any.
     fn resume_schema(&self) -> Option<Value>;
+    /// See [`Tool::idempotent_resume`].
+    fn idempotent_resume(&self) -> bool;
     /// See [`Tool::validate_resume`].
     ///
     /// # Errors
@@ -301,6 +313,10 @@ impl<T: Tool> DynTool for T {
 
     fn resume_schema(&self) -> Option<Value> {
         Tool::resume_schema(self)
+    }
+
+    fn idempotent_resume(&self) -> bool {
+        Tool::idempotent_resume(self)
     }
 
     fn validate_resume(

@@ -90,8 +90,12 @@ impl SqliteStore {
                 Synchronous::Full => SqliteSynchronous::Full,
             })
             .busy_timeout(BUSY_TIMEOUT);
+        // One connection per process: SQLite runs one writer at a time anyway, and a single
+        // connection keeps its page cache warm (a pool hands connections out in turn, and each
+        // would re-read pages the others wrote). Other processes coordinate through the file's
+        // locks, waiting up to BUSY_TIMEOUT.
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(1)
             .connect_with(options)
             .await
             .map_err(|source| OpenError::Connect {
@@ -136,58 +140,46 @@ fn millis(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Appends the run's own messages to its thread, once per run.
+/// Records the run's own messages as its thread's next entry; a second call for the same run
+/// does nothing.
 async fn append_thread(
     connection: &mut SqliteConnection,
     state: &RunState,
 ) -> Result<(), StoreError> {
-    let map = |error| map_sqlx_error(&state.run_id, error);
-    let already: Option<i64> =
-        sqlx::query_scalar("SELECT 1 FROM thread_messages WHERE run_id = ?1 LIMIT 1")
-            .bind(state.run_id.as_str())
-            .fetch_optional(&mut *connection)
-            .await
-            .map_err(map)?;
-    if already.is_some() {
-        return Ok(());
-    }
-    let last: i64 = sqlx::query_scalar(
-        "SELECT COALESCE(MAX(seq), 0) FROM thread_messages WHERE thread_id = ?1",
-    )
-    .bind(state.thread_id.as_str())
-    .fetch_one(&mut *connection)
-    .await
-    .map_err(map)?;
-    for (offset, message) in state.run_messages().iter().enumerate() {
-        let text = serde_json::to_string(message).map_err(|source| StoreError::Corrupt {
+    let messages =
+        serde_json::to_string(state.run_messages()).map_err(|source| StoreError::Corrupt {
             run_id: state.run_id.clone(),
             source,
         })?;
-        let seq = last + 1 + i64::try_from(offset).unwrap_or(i64::MAX - last - 1);
-        sqlx::query(
-            "INSERT INTO thread_messages (thread_id, seq, run_id, message) VALUES (?1, ?2, ?3, ?4)",
-        )
-        .bind(state.thread_id.as_str())
-        .bind(seq)
-        .bind(state.run_id.as_str())
-        .bind(text)
-        .execute(&mut *connection)
-        .await
-        .map_err(map)?;
-    }
+    sqlx::query(
+        "INSERT INTO thread_runs (run_id, thread_id, seq, messages) \
+         VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM thread_runs WHERE thread_id = ?2), ?3) \
+         ON CONFLICT (run_id) DO NOTHING",
+    )
+    .bind(state.run_id.as_str())
+    .bind(state.thread_id.as_str())
+    .bind(messages)
+    .execute(&mut *connection)
+    .await
+    .map_err(|error| map_sqlx_error(&state.run_id, error))?;
     Ok(())
 }
 
-#[async_trait]
-impl RunStore for SqliteStore {
-    async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
-        let map = |error| map_sqlx_error(&state.run_id, error);
-        let text = encode(state)?;
-        let mut transaction = self.pool.begin().await.map_err(backend)?;
-        sqlx::query(
-            "INSERT INTO runs (id, thread_id, resource_id, agent_id, status, version, created_at_ms, updated_at_ms, state) \
-             VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8)",
-        )
+const INSERT_RUN: &str = "INSERT INTO runs \
+    (id, thread_id, resource_id, agent_id, status, version, created_at_ms, updated_at_ms, state) \
+    VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8)";
+
+// The thread, resource and agent of a run never change, so only the columns that do are set:
+// SQLite rewrites the entries of every index whose columns an UPDATE names.
+const UPDATE_RUN: &str = "UPDATE runs SET status = ?1, version = version + 1, updated_at_ms = ?2, \
+    state = ?3 WHERE id = ?4 AND version = ?5";
+
+/// Binds a run's columns to [`INSERT_RUN`].
+fn insert_query<'q>(
+    state: &'q RunState,
+    text: String,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    sqlx::query(INSERT_RUN)
         .bind(state.run_id.as_str())
         .bind(state.thread_id.as_str())
         .bind(state.resource_id.as_ref().map(|id| id.as_str()))
@@ -196,12 +188,41 @@ impl RunStore for SqliteStore {
         .bind(millis(state.created_at_ms))
         .bind(millis(state.updated_at_ms))
         .bind(text)
-        .execute(&mut *transaction)
-        .await
-        .map_err(map)?;
-        if state.status == RunStatus::Completed {
-            append_thread(&mut transaction, state).await?;
+}
+
+/// Binds a run's columns to [`UPDATE_RUN`].
+fn update_query<'q>(
+    state: &'q RunState,
+    text: String,
+    expected_version: i64,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    sqlx::query(UPDATE_RUN)
+        .bind(state.status.as_str())
+        .bind(millis(state.updated_at_ms))
+        .bind(text)
+        .bind(state.run_id.as_str())
+        .bind(expected_version)
+}
+
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
+        let map = |error| map_sqlx_error(&state.run_id, error);
+        let text = encode(state)?;
+        if state.status != RunStatus::Completed {
+            // One statement: SQLite commits it atomically on its own.
+            insert_query(state, text)
+                .execute(&self.pool)
+                .await
+                .map_err(map)?;
+            return Ok(1);
         }
+        let mut transaction = self.pool.begin().await.map_err(backend)?;
+        insert_query(state, text)
+            .execute(&mut *transaction)
+            .await
+            .map_err(map)?;
+        append_thread(&mut transaction, state).await?;
         transaction.commit().await.map_err(map)?;
         Ok(1)
     }
@@ -210,43 +231,43 @@ impl RunStore for SqliteStore {
         let map = |error| map_sqlx_error(&state.run_id, error);
         let text = encode(state)?;
         let expected = i64::try_from(expected_version).unwrap_or(i64::MAX);
-        let mut transaction = self.pool.begin().await.map_err(backend)?;
-        let updated = sqlx::query(
-            "UPDATE runs SET thread_id = ?1, resource_id = ?2, status = ?3, version = version + 1, \
-             updated_at_ms = ?4, state = ?5 WHERE id = ?6 AND version = ?7",
-        )
-        .bind(state.thread_id.as_str())
-        .bind(state.resource_id.as_ref().map(|id| id.as_str()))
-        .bind(state.status.as_str())
-        .bind(millis(state.updated_at_ms))
-        .bind(text)
-        .bind(state.run_id.as_str())
-        .bind(expected)
-        .execute(&mut *transaction)
-        .await
-        .map_err(map)?
-        .rows_affected();
-        if updated == 0 {
-            let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = ?1")
-                .bind(state.run_id.as_str())
-                .fetch_optional(&mut *transaction)
+        let updated = if state.status == RunStatus::Completed {
+            let mut transaction = self.pool.begin().await.map_err(backend)?;
+            let updated = update_query(state, text, expected)
+                .execute(&mut *transaction)
                 .await
-                .map_err(map)?;
-            return Err(match exists {
-                Some(_) => StoreError::Conflict {
-                    run_id: state.run_id.clone(),
-                    expected_version,
-                },
-                None => StoreError::NotFound {
-                    run_id: state.run_id.clone(),
-                },
-            });
+                .map_err(map)?
+                .rows_affected();
+            if updated == 1 {
+                append_thread(&mut transaction, state).await?;
+                transaction.commit().await.map_err(map)?;
+            }
+            updated
+        } else {
+            // One statement: the compare-and-swap is the `version = ?7` condition.
+            update_query(state, text, expected)
+                .execute(&self.pool)
+                .await
+                .map_err(map)?
+                .rows_affected()
+        };
+        if updated == 1 {
+            return Ok(expected_version + 1);
         }
-        if state.status == RunStatus::Completed {
-            append_thread(&mut transaction, state).await?;
-        }
-        transaction.commit().await.map_err(map)?;
-        Ok(expected_version + 1)
+        let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = ?1")
+            .bind(state.run_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?;
+        Err(match exists {
+            Some(_) => StoreError::Conflict {
+                run_id: state.run_id.clone(),
+                expected_version,
+            },
+            None => StoreError::NotFound {
+                run_id: state.run_id.clone(),
+            },
+        })
     }
 
     async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
@@ -297,21 +318,23 @@ impl RunStore for SqliteStore {
 
     async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
         let rows = sqlx::query(
-            "SELECT run_id, message FROM thread_messages WHERE thread_id = ?1 ORDER BY seq",
+            "SELECT run_id, messages FROM thread_runs WHERE thread_id = ?1 ORDER BY seq",
         )
         .bind(thread_id.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        rows.iter()
-            .map(|row| {
-                let run_id: String = row.try_get("run_id").map_err(backend)?;
-                let text: String = row.try_get("message").map_err(backend)?;
+        let mut messages = Vec::new();
+        for row in &rows {
+            let run_id: String = row.try_get("run_id").map_err(backend)?;
+            let text: String = row.try_get("messages").map_err(backend)?;
+            let run_messages: Vec<Message> =
                 serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
                     run_id: RunId::new(run_id),
                     source,
-                })
-            })
-            .collect()
+                })?;
+            messages.extend(run_messages);
+        }
+        Ok(messages)
     }
 }

@@ -14,15 +14,14 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_by_status ON runs (status, created_at_ms);
 CREATE INDEX runs_by_thread ON runs (thread_id, created_at_ms);
-CREATE INDEX runs_by_created ON runs (created_at_ms);
 
--- The messages of each thread's completed runs, in order. Appended once per run, in the
--- transaction that completes it.
-CREATE TABLE thread_messages (
+-- The messages each completed run added to its thread (a JSON array of askloop_core::Message),
+-- one row per run, numbered in completion order. Written once, in the statement group that
+-- completes the run.
+CREATE TABLE thread_runs (
+    run_id    TEXT PRIMARY KEY NOT NULL,
     thread_id TEXT NOT NULL,
     seq       INTEGER NOT NULL,
-    run_id    TEXT NOT NULL,
-    message   TEXT NOT NULL,
-    PRIMARY KEY (thread_id, seq)
+    messages  TEXT NOT NULL
 );
-CREATE INDEX thread_messages_by_run ON thread_messages (run_id);
+CREATE UNIQUE INDEX thread_runs_by_thread ON thread_runs (thread_id, seq);

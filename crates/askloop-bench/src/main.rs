@@ -1,0 +1,127 @@
+//! `askloop-bench`: measures askloop's durable ask-and-resume cycle.
+//!
+//! `askloop-bench cycles --n 2000 --store sqlite://PATH --sync normal` runs N full cycles one
+//! after another — stream → `ask_user` suspends → commit → resume with an answer → final text →
+//! finish — with the scripted model, and prints one JSON line:
+//! `{"store":"sqlite","sync":"normal","cycles":2000,"seconds":…,"cycles_per_s":…,"rss_mb":…,"peak_rss_mb":…}`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use askloop_core::{Agent, AskUser, Chunk, RunStore, ScriptedModel};
+use askloop_store::{OpenOptions, StoreUrl, Synchronous, open_store};
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "askloop-bench", about = "Benchmarks of askloop")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Full ask-and-resume cycles with the scripted model, one after another.
+    Cycles {
+        /// Number of cycles.
+        #[arg(long, default_value_t = 2000)]
+        n: usize,
+        /// Store URL: `memory` or `sqlite://PATH` (the file is created if needed).
+        #[arg(long, default_value = "memory")]
+        store: String,
+        /// SQLite `synchronous` setting: `normal` or `full`.
+        #[arg(long, default_value = "normal")]
+        sync: Synchronous,
+    },
+}
+
+const SCRIPT: &str = r#"{"steps":[
+  {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?","options":[{"label":"main"},{"label":"docs"}]}}]},
+  {"text":"Summary of main."}]}"#;
+
+/// Resident and peak resident memory of this process, in MB, from `/proc/self/status`.
+fn memory_mb() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+async fn one_cycle(agent: &Agent) -> anyhow::Result<()> {
+    let mut stream = agent.stream("Summarize my project");
+    let run_id = stream.run_id().clone();
+    let mut suspended = false;
+    while let Some(chunk) = stream.next().await {
+        suspended |= matches!(chunk?, Chunk::ToolCallSuspended { .. });
+    }
+    if !suspended {
+        bail!("run {run_id} did not suspend");
+    }
+    let mut resumed = agent.resume_stream(json!("main"), &run_id, None).await?;
+    let mut finished = false;
+    while let Some(chunk) = resumed.next().await {
+        finished |= matches!(chunk?, Chunk::Finish { .. });
+    }
+    if !finished {
+        bail!("run {run_id} did not finish after its resume");
+    }
+    Ok(())
+}
+
+async fn cycles(n: usize, store_url: &str, sync: Synchronous) -> anyhow::Result<()> {
+    let url: StoreUrl = store_url.parse()?;
+    let store: Arc<dyn RunStore> = open_store(&url, &OpenOptions { synchronous: sync }).await?;
+    let agent = Agent::builder("assistant")
+        .model(ScriptedModel::from_json(SCRIPT)?)
+        .tool(AskUser)
+        .shared_store(store)
+        .build()?;
+    let started = Instant::now();
+    for index in 0..n {
+        one_cycle(&agent)
+            .await
+            .with_context(|| format!("cycle {index}"))?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let (rss_mb, peak_rss_mb) = memory_mb();
+    let store_kind = match url {
+        StoreUrl::Memory => "memory",
+        StoreUrl::Sqlite(_) => "sqlite",
+    };
+    let line = json!({
+        "store": store_kind,
+        "sync": sync.as_str(),
+        "cycles": n,
+        "seconds": (seconds * 1000.0).round() / 1000.0,
+        "cycles_per_s": (n as f64 / seconds).round(),
+        "rss_mb": (rss_mb * 10.0).round() / 10.0,
+        "peak_rss_mb": (peak_rss_mb * 10.0).round() / 10.0,
+    });
+    println!("{line}");
+    Ok(())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Cycles { n, store, sync } => cycles(n, &store, sync).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
