@@ -235,3 +235,124 @@ fn tokens(count: Option<i32>) -> u64 {
         .and_then(|count| u64::try_from(count).ok())
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use genai::chat::{MessageContent, StreamChunk, Usage as GenaiUsage};
+    use serde_json::json;
+
+    use super::*;
+
+    fn chunk(content: &str) -> StreamChunk {
+        StreamChunk {
+            content: content.to_owned(),
+        }
+    }
+
+    fn end(content: Option<MessageContent>, usage: Option<GenaiUsage>) -> ChatStreamEvent {
+        ChatStreamEvent::End(StreamEnd {
+            captured_content: content,
+            captured_usage: usage,
+            ..StreamEnd::default()
+        })
+    }
+
+    #[test]
+    fn back_to_back_thinking_blocks_keep_their_own_signatures() {
+        let mut assembler = EventAssembler::new(Protocol::Anthropic);
+        let mut events = Vec::new();
+        for event in [
+            ChatStreamEvent::ReasoningChunk(chunk("first")),
+            ChatStreamEvent::ThoughtSignatureChunk(chunk("sig-")),
+            ChatStreamEvent::ThoughtSignatureChunk(chunk("1")),
+            ChatStreamEvent::ReasoningChunk(chunk("second")),
+            ChatStreamEvent::ThoughtSignatureChunk(chunk("sig-2")),
+            ChatStreamEvent::Chunk(chunk("Answer.")),
+            end(None, Some(GenaiUsage::default())),
+        ] {
+            events.extend(assembler.push(event));
+        }
+        assert_eq!(
+            events,
+            [
+                ModelEvent::ReasoningDelta("first".into()),
+                ModelEvent::Reasoning {
+                    text: "first".into(),
+                    signature: Some("sig-1".into())
+                },
+                ModelEvent::ReasoningDelta("second".into()),
+                ModelEvent::Reasoning {
+                    text: "second".into(),
+                    signature: Some("sig-2".into())
+                },
+                ModelEvent::TextDelta("Answer.".into()),
+                ModelEvent::Finish {
+                    reason: FinishReason::Stop,
+                    usage: Usage::default()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn redacted_thinking_arrives_at_the_end_in_the_signature_slot() {
+        let mut assembler = EventAssembler::new(Protocol::Anthropic);
+        let content = MessageContent::from_parts(vec![ContentPart::from_custom(
+            json!({"type": "redacted_thinking", "data": "EmwKAhgB"}),
+            None,
+        )]);
+        let events = assembler.push(end(Some(content), None));
+        assert_eq!(
+            events[0],
+            ModelEvent::Reasoning {
+                text: String::new(),
+                signature: Some(format!("{REDACTED_THINKING_PREFIX}EmwKAhgB")),
+            }
+        );
+        assert!(assembler.is_finished());
+    }
+
+    #[test]
+    fn ollama_end_without_its_done_line_is_a_cut() {
+        let mut assembler = EventAssembler::new(Protocol::Ollama);
+        assert_eq!(
+            assembler.push(ChatStreamEvent::Chunk(chunk("Hel"))),
+            [ModelEvent::TextDelta("Hel".into())]
+        );
+        assert!(assembler.push(end(None, None)).is_empty());
+        assert!(assembler.is_cut());
+        assert!(!assembler.is_finished());
+    }
+
+    #[test]
+    fn malformed_arguments_are_kept_verbatim() {
+        let mut assembler = EventAssembler::new(Protocol::OpenAi);
+        let call = |arguments: &str| {
+            ChatStreamEvent::ToolCallChunk(genai::chat::ToolChunk {
+                tool_call: genai::chat::ToolCall {
+                    call_id: "c1".into(),
+                    fn_name: "ask_user".into(),
+                    fn_arguments: Value::String(arguments.into()),
+                    thought_signatures: None,
+                },
+            })
+        };
+        assembler.push(call("{\"question\": "));
+        let events = assembler.push(end(None, Some(GenaiUsage::default())));
+        assert_eq!(
+            events[0],
+            ModelEvent::ToolCall(ToolCall {
+                id: "c1".into(),
+                name: "ask_user".into(),
+                args: ToolArgs::Malformed("{\"question\": ".into()),
+            })
+        );
+        assert!(matches!(
+            events[1],
+            ModelEvent::Finish {
+                reason: FinishReason::ToolCalls,
+                ..
+            }
+        ));
+    }
+}

@@ -274,3 +274,40 @@ async fn openai_failed_call_after_resume_keeps_the_answer() {
 async fn anthropic_failed_call_after_resume_keeps_the_answer() {
     failed_call_after_resume_keeps_the_answer(&ANTHROPIC).await;
 }
+
+/// A redacted thinking block has no text; its opaque data is stored with the run and sent back
+/// verbatim, before the tool call it preceded.
+#[tokio::test]
+async fn anthropic_redacted_thinking_survives_a_resume() {
+    let wire = &ANTHROPIC;
+    let server = wire
+        .server(vec![
+            wire.ok(include_str!(
+                "fixtures/anthropic/redacted_thinking_tool_call.sse"
+            )),
+            wire.ok(wire.fixtures.final_text),
+        ])
+        .await;
+    let store = Arc::new(JsonStore::default());
+    let started = agent(wire, &server, &store)
+        .await
+        .generate("Plan my trip")
+        .await
+        .unwrap();
+    agent(wire, &server, &store)
+        .await
+        .resume_stream(json!("Paris"), &started.run_id, None)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    let bodies = bodies(&server).await;
+    assert_eq!(
+        bodies[1]["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB9URj2pLmN3kF8/dW5hR7xJ0aP1oLs9yTcMnKVf2wRpEGjH9XZaBt4UvDcPrQ=="},
+            {"type": "tool_use", "id": "toolu_redacted", "name": "ask_user",
+             "input": {"question": "Which city?"}}]})
+    );
+}
