@@ -363,10 +363,9 @@ fn suspended_chunks(state: &RunState, only: Option<&[usize]>) -> Vec<Chunk> {
 
 fn build_request(agent: &AgentInner, state: &RunState) -> ModelRequest {
     let mut settings = agent.settings.clone();
-    if state.steps == 0 {
-        if let Some(first) = settings.first_step_tool_choice.take() {
-            settings.tool_choice = first;
-        }
+    let first_step = settings.first_step_tool_choice.take();
+    if let Some(first) = first_step.filter(|_| state.steps == 0) {
+        settings.tool_choice = first;
     }
     settings.first_step_tool_choice = None;
     ModelRequest {

@@ -108,7 +108,7 @@ pub enum StoreError {
 ///   [`StoreError::Conflict`] and changes nothing. The agent loop claims a suspended call this way
 ///   before any tool or model work on resume.
 /// - **Threads.** An update that moves a run to [`RunStatus::Completed`] appends the run's own
-///   messages ([`RunState::run_messages`]) to its thread in the same transaction;
+///   messages ([`RunState::run_messages`]) to its thread atomically with the update;
 ///   [`RunStore::thread_messages`] returns those of every completed run, oldest first.
 /// - Every method either fully happens or leaves the store unchanged.
 #[async_trait]

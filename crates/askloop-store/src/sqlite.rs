@@ -5,10 +5,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::Row;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Row, SqliteConnection};
 
 use askloop_core::{
     Message, RunFilter, RunId, RunState, RunStatus, RunStore, StoreError, StoredRun, ThreadId,
@@ -140,44 +140,33 @@ fn millis(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Records the run's own messages as its thread's next entry; a second call for the same run
-/// does nothing.
-async fn append_thread(
-    connection: &mut SqliteConnection,
-    state: &RunState,
-) -> Result<(), StoreError> {
-    let messages =
-        serde_json::to_string(state.run_messages()).map_err(|source| StoreError::Corrupt {
+/// The run's own messages as JSON when it is completed (its thread's share), else `None`.
+fn thread_share(state: &RunState) -> Result<Option<String>, StoreError> {
+    if state.status != RunStatus::Completed {
+        return Ok(None);
+    }
+    serde_json::to_string(state.run_messages())
+        .map(Some)
+        .map_err(|source| StoreError::Corrupt {
             run_id: state.run_id.clone(),
             source,
-        })?;
-    sqlx::query(
-        "INSERT INTO thread_runs (run_id, thread_id, seq, messages) \
-         VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM thread_runs WHERE thread_id = ?2), ?3) \
-         ON CONFLICT (run_id) DO NOTHING",
-    )
-    .bind(state.run_id.as_str())
-    .bind(state.thread_id.as_str())
-    .bind(messages)
-    .execute(&mut *connection)
-    .await
-    .map_err(|error| map_sqlx_error(&state.run_id, error))?;
-    Ok(())
+        })
 }
 
 const INSERT_RUN: &str = "INSERT INTO runs \
-    (id, thread_id, resource_id, agent_id, status, version, created_at_ms, updated_at_ms, state) \
-    VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8)";
+    (id, thread_id, resource_id, agent_id, status, version, created_at_ms, updated_at_ms, state, thread_messages) \
+    VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9)";
 
 // The thread, resource and agent of a run never change, so only the columns that do are set:
 // SQLite rewrites the entries of every index whose columns an UPDATE names.
 const UPDATE_RUN: &str = "UPDATE runs SET status = ?1, version = version + 1, updated_at_ms = ?2, \
-    state = ?3 WHERE id = ?4 AND version = ?5";
+    state = ?3, thread_messages = ?4 WHERE id = ?5 AND version = ?6";
 
 /// Binds a run's columns to [`INSERT_RUN`].
 fn insert_query<'q>(
     state: &'q RunState,
     text: String,
+    thread_messages: Option<String>,
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
     sqlx::query(INSERT_RUN)
         .bind(state.run_id.as_str())
@@ -188,18 +177,21 @@ fn insert_query<'q>(
         .bind(millis(state.created_at_ms))
         .bind(millis(state.updated_at_ms))
         .bind(text)
+        .bind(thread_messages)
 }
 
 /// Binds a run's columns to [`UPDATE_RUN`].
 fn update_query<'q>(
     state: &'q RunState,
     text: String,
+    thread_messages: Option<String>,
     expected_version: i64,
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
     sqlx::query(UPDATE_RUN)
         .bind(state.status.as_str())
         .bind(millis(state.updated_at_ms))
         .bind(text)
+        .bind(thread_messages)
         .bind(state.run_id.as_str())
         .bind(expected_version)
 }
@@ -207,50 +199,24 @@ fn update_query<'q>(
 #[async_trait]
 impl RunStore for SqliteStore {
     async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
-        let map = |error| map_sqlx_error(&state.run_id, error);
-        let text = encode(state)?;
-        if state.status != RunStatus::Completed {
-            // One statement: SQLite commits it atomically on its own.
-            insert_query(state, text)
-                .execute(&self.pool)
-                .await
-                .map_err(map)?;
-            return Ok(1);
-        }
-        let mut transaction = self.pool.begin().await.map_err(backend)?;
-        insert_query(state, text)
-            .execute(&mut *transaction)
+        // One statement, so SQLite commits it atomically on its own.
+        insert_query(state, encode(state)?, thread_share(state)?)
+            .execute(&self.pool)
             .await
-            .map_err(map)?;
-        append_thread(&mut transaction, state).await?;
-        transaction.commit().await.map_err(map)?;
+            .map_err(|error| map_sqlx_error(&state.run_id, error))?;
         Ok(1)
     }
 
     async fn update_run(&self, state: &RunState, expected_version: u64) -> Result<u64, StoreError> {
         let map = |error| map_sqlx_error(&state.run_id, error);
-        let text = encode(state)?;
         let expected = i64::try_from(expected_version).unwrap_or(i64::MAX);
-        let updated = if state.status == RunStatus::Completed {
-            let mut transaction = self.pool.begin().await.map_err(backend)?;
-            let updated = update_query(state, text, expected)
-                .execute(&mut *transaction)
-                .await
-                .map_err(map)?
-                .rows_affected();
-            if updated == 1 {
-                append_thread(&mut transaction, state).await?;
-                transaction.commit().await.map_err(map)?;
-            }
-            updated
-        } else {
-            // One statement: the compare-and-swap is the `version = ?7` condition.
-            update_query(state, text, expected)
-                .execute(&self.pool)
-                .await
-                .map_err(map)?
-                .rows_affected()
-        };
+        // One statement: the compare-and-swap is its `version = ?` condition, and a completing
+        // update records the thread's share in the same row, so both happen or neither does.
+        let updated = update_query(state, encode(state)?, thread_share(state)?, expected)
+            .execute(&self.pool)
+            .await
+            .map_err(map)?
+            .rows_affected();
         if updated == 1 {
             return Ok(expected_version + 1);
         }
@@ -318,7 +284,8 @@ impl RunStore for SqliteStore {
 
     async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
         let rows = sqlx::query(
-            "SELECT run_id, messages FROM thread_runs WHERE thread_id = ?1 ORDER BY seq",
+            "SELECT id, thread_messages FROM runs \
+             WHERE thread_id = ?1 AND thread_messages IS NOT NULL ORDER BY updated_at_ms, rowid",
         )
         .bind(thread_id.as_str())
         .fetch_all(&self.pool)
@@ -326,8 +293,8 @@ impl RunStore for SqliteStore {
         .map_err(backend)?;
         let mut messages = Vec::new();
         for row in &rows {
-            let run_id: String = row.try_get("run_id").map_err(backend)?;
-            let text: String = row.try_get("messages").map_err(backend)?;
+            let run_id: String = row.try_get("id").map_err(backend)?;
+            let text: String = row.try_get("thread_messages").map_err(backend)?;
             let run_messages: Vec<Message> =
                 serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
                     run_id: RunId::new(run_id),
