@@ -1,0 +1,155 @@
+//! Agent definitions: the built-in `assistant`, or an `[agents.ID]` of askloop.toml, and
+//! building an [`Agent`] from one.
+
+use std::sync::Arc;
+
+use askloop_core::{Agent, AskUser, DynTool, LanguageModel, ModelSettings, RunStore};
+
+use crate::config::{AgentConfig, LoadedConfig};
+use crate::exit::invalid;
+use crate::model::resolve_spec;
+
+/// The id of the built-in agent.
+pub(crate) const DEFAULT_AGENT: &str = "assistant";
+
+/// Instructions of the built-in agent.
+const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When a request is ambiguous, \
+or you need a fact or a preference only the user has, do not guess: call the ask_user tool. \
+Offer options (selectionMode single_select, or multi_select when several may apply) when the \
+answers are a known set; ask a free-text question otherwise. Ask one question at a time, then \
+answer with what you learned.";
+
+/// Everything needed to build an agent except its model and store.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct AgentDefinition {
+    /// The agent's id.
+    pub(crate) id: String,
+    /// Display name.
+    pub(crate) name: Option<String>,
+    /// The system prompt.
+    pub(crate) instructions: Option<String>,
+    /// The model SPEC from askloop.toml (the agent's own, else the file's), resolved.
+    pub(crate) model: Option<String>,
+    /// Built-in tool names.
+    pub(crate) tools: Vec<String>,
+    /// Step limit per run.
+    pub(crate) max_steps: Option<u32>,
+    /// Sampling and tool-choice settings.
+    pub(crate) settings: ModelSettings,
+}
+
+impl AgentDefinition {
+    /// The agent `id`: askloop.toml's `[agents.ID]`, or the built-in `assistant`.
+    ///
+    /// # Errors
+    /// Invalid input: an unknown id (the message lists the known ones), or a bad model SPEC in
+    /// the file.
+    pub(crate) fn find(loaded: &LoadedConfig, id: &str) -> anyhow::Result<Self> {
+        let file_model = loaded
+            .config
+            .model
+            .as_deref()
+            .map(|spec| resolve_spec(spec, &loaded.base_dir))
+            .transpose()?;
+        match loaded.config.agents.get(id) {
+            Some(agent) => Self::from_config(loaded, id, agent, file_model),
+            None if id == DEFAULT_AGENT => Ok(Self {
+                id: DEFAULT_AGENT.to_owned(),
+                name: Some("Assistant".to_owned()),
+                instructions: Some(DEFAULT_INSTRUCTIONS.to_owned()),
+                model: file_model,
+                tools: vec!["ask_user".to_owned()],
+                max_steps: None,
+                settings: ModelSettings::default(),
+            }),
+            None => {
+                let mut known: Vec<&str> =
+                    loaded.config.agents.keys().map(String::as_str).collect();
+                if !known.contains(&DEFAULT_AGENT) {
+                    known.push(DEFAULT_AGENT);
+                }
+                let source = match &loaded.path {
+                    Some(path) => format!("in {}", path.display()),
+                    None => "(no askloop.toml here; pass --config PATH)".to_owned(),
+                };
+                Err(invalid(format!(
+                    "unknown agent {id:?} {source}; known agents: {}",
+                    known.join(", ")
+                )))
+            }
+        }
+    }
+
+    fn from_config(
+        loaded: &LoadedConfig,
+        id: &str,
+        agent: &AgentConfig,
+        file_model: Option<String>,
+    ) -> anyhow::Result<Self> {
+        let model = match &agent.model {
+            Some(spec) => Some(resolve_spec(spec, &loaded.base_dir)?),
+            None => file_model,
+        };
+        Ok(Self {
+            id: id.to_owned(),
+            name: agent.name.clone(),
+            instructions: agent.instructions.clone(),
+            model,
+            tools: agent.tool_names(),
+            max_steps: agent.max_steps,
+            settings: ModelSettings {
+                temperature: agent.temperature,
+                top_p: agent.top_p,
+                max_tokens: agent.max_tokens,
+                seed: agent.seed,
+                tool_choice: agent
+                    .tool_choice
+                    .clone()
+                    .map(|choice| choice.0)
+                    .unwrap_or_default(),
+                first_step_tool_choice: agent.first_step_tool_choice.clone().map(|choice| choice.0),
+            },
+        })
+    }
+
+    /// Builds the agent with this model (recording `spec` with its runs) and store.
+    ///
+    /// # Errors
+    /// Invalid input for an unknown tool; the builder's errors.
+    pub(crate) fn build(
+        &self,
+        model: Arc<dyn LanguageModel>,
+        spec: &str,
+        store: Arc<dyn RunStore>,
+    ) -> anyhow::Result<Agent> {
+        let mut builder = Agent::builder(self.id.as_str())
+            .shared_model(model)
+            .model_spec(spec)
+            .shared_store(store)
+            .settings(self.settings.clone());
+        if let Some(name) = &self.name {
+            builder = builder.name(name);
+        }
+        if let Some(instructions) = &self.instructions {
+            builder = builder.instructions(instructions);
+        }
+        if let Some(max_steps) = self.max_steps {
+            builder = builder.max_steps(max_steps);
+        }
+        for name in &self.tools {
+            builder = builder.shared_tool(builtin_tool(name)?);
+        }
+        Ok(builder.build()?)
+    }
+}
+
+/// A built-in tool by name.
+fn builtin_tool(name: &str) -> anyhow::Result<Arc<dyn DynTool>> {
+    match name {
+        "ask_user" => Ok(Arc::new(AskUser)),
+        other => Err(invalid(format!(
+            "unknown tool {other:?}; known tools: {}",
+            crate::config::KNOWN_TOOLS.join(", ")
+        ))),
+    }
+}

@@ -1,0 +1,230 @@
+//! The command line: subcommands, flags and their help text (clap derive).
+
+use std::path::PathBuf;
+
+use askloop_core::RunStatus;
+use askloop_store::StoreUrl;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Exit statuses, shown at the end of `--help`.
+const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0    done: the run finished, or it is suspended waiting for an answer (no terminal, or --json)
+  1    failure: the model or the store failed, or another process resumed the run first
+  2    invalid input: bad flags or askloop.toml, an answer the question does not accept, an
+       unknown run or tool call id, or a run that is not in a state to do this
+  130  interrupted (Ctrl-C); the run stays consistent: `askloop runs continue` retries a
+       cancelled step, `askloop resume` answers a question that was left open";
+
+/// The `askloop` command.
+#[derive(Debug, Parser)]
+#[command(
+    name = "askloop",
+    version,
+    about = "Run AI agents whose tools suspend to ask a person, and resume them later",
+    after_help = EXIT_STATUS_HELP
+)]
+pub(crate) struct Cli {
+    /// Flags every subcommand accepts.
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Flags every subcommand accepts.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// Where runs are kept: `sqlite://PATH` or `memory`
+    /// [default: sqlite://<data folder>/askloop.db, the data folder being $ASKLOOP_DATA_DIR or
+    /// e.g. ~/.local/share/askloop]
+    #[arg(long, global = true, env = "ASKLOOP_STORE", value_name = "URL")]
+    pub(crate) store: Option<StoreUrl>,
+    /// The agents file to read [default: ./askloop.toml when it exists]
+    #[arg(long, global = true, env = "ASKLOOP_CONFIG", value_name = "PATH")]
+    pub(crate) config: Option<PathBuf>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Start a run of an agent with a prompt
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Run(RunArgs),
+    /// Answer a suspended run's question and continue the run
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Resume(ResumeArgs),
+    /// List, show and continue runs
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Talk with an agent in one thread; its questions are answered inline
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Chat(ChatArgs),
+}
+
+/// How the model is chosen, shared by the commands that build an agent.
+#[derive(Debug, Args)]
+pub(crate) struct ModelArgs {
+    /// The model SPEC, e.g. `scripted:examples/demo.json` [default: $ASKLOOP_MODEL, then the
+    /// agent's `model` in askloop.toml, then the file's top-level `model`; a resumed run uses
+    /// the SPEC it was started with]
+    #[arg(long, value_name = "SPEC")]
+    pub(crate) model: Option<String>,
+}
+
+/// `askloop run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The agent to run: one of askloop.toml's `[agents.ID]`, or the built-in `assistant`
+    #[arg(long, value_name = "ID", default_value = "assistant")]
+    pub(crate) agent: String,
+    /// The model.
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// Continue this thread: the run sees the messages of its completed runs
+    #[arg(long, value_name = "ID")]
+    pub(crate) thread: Option<String>,
+    /// The user or tenant that owns the run
+    #[arg(long, value_name = "ID")]
+    pub(crate) resource: Option<String>,
+    /// Print every chunk as one line of JSON (the wire format) and nothing else on stdout;
+    /// never prompt: a question leaves the run suspended
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// What to ask the agent (several words are joined with spaces)
+    #[arg(required = true, value_name = "PROMPT")]
+    pub(crate) prompt: Vec<String>,
+}
+
+/// `askloop resume`.
+#[derive(Debug, Args)]
+pub(crate) struct ResumeArgs {
+    /// The suspended run
+    #[arg(value_name = "RUN_ID")]
+    pub(crate) run_id: String,
+    /// The answer, as text (a JSON string): free text, or one label of a single-select question.
+    /// Without --answer or --answer-json, a terminal asks the question inline
+    #[arg(long, value_name = "TEXT", conflicts_with = "answer_json")]
+    pub(crate) answer: Option<String>,
+    /// The answer as JSON, e.g. '["a","b"]' for a multi-select question
+    #[arg(long, value_name = "JSON")]
+    pub(crate) answer_json: Option<String>,
+    /// The suspended tool call to answer; needed when several are pending
+    #[arg(long, value_name = "ID")]
+    pub(crate) tool_call_id: Option<String>,
+    /// The model.
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// Print every chunk as one line of JSON (the wire format) and nothing else on stdout
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `askloop runs …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum RunsCommand {
+    /// List runs, newest first
+    List(ListArgs),
+    /// Show a run: status, pending questions with their payloads, and its messages
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Show(ShowArgs),
+    /// Retry the step of a failed (or interrupted) run, with every answer it already has
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Continue(ContinueArgs),
+}
+
+/// A run status as a flag value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StatusArg {
+    /// Waiting for an answer.
+    Suspended,
+    /// Being worked on (or abandoned by a process that died).
+    Running,
+    /// Finished.
+    Completed,
+    /// Stopped by an error.
+    Failed,
+}
+
+impl From<StatusArg> for RunStatus {
+    fn from(status: StatusArg) -> Self {
+        match status {
+            StatusArg::Suspended => Self::Suspended,
+            StatusArg::Running => Self::Running,
+            StatusArg::Completed => Self::Completed,
+            StatusArg::Failed => Self::Failed,
+        }
+    }
+}
+
+/// `askloop runs list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only runs in this status
+    #[arg(long, value_enum)]
+    pub(crate) status: Option<StatusArg>,
+    /// Only runs of this thread
+    #[arg(long, value_name = "ID")]
+    pub(crate) thread: Option<String>,
+    /// At most this many runs
+    #[arg(long, value_name = "N")]
+    pub(crate) limit: Option<usize>,
+    /// Print one JSON array instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `askloop runs show`.
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// The run
+    #[arg(value_name = "RUN_ID")]
+    pub(crate) run_id: String,
+    /// Print the stored run state (with `pending`) as one JSON document
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `askloop runs continue`.
+#[derive(Debug, Args)]
+pub(crate) struct ContinueArgs {
+    /// The failed run
+    #[arg(value_name = "RUN_ID")]
+    pub(crate) run_id: String,
+    /// The model.
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// Print every chunk as one line of JSON (the wire format) and nothing else on stdout
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `askloop chat`.
+#[derive(Debug, Args)]
+pub(crate) struct ChatArgs {
+    /// The agent to talk with
+    #[arg(long, value_name = "ID", default_value = "assistant")]
+    pub(crate) agent: String,
+    /// The model.
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// Continue this thread instead of starting a new one
+    #[arg(long, value_name = "ID")]
+    pub(crate) thread: Option<String>,
+    /// The user or tenant that owns the runs
+    #[arg(long, value_name = "ID")]
+    pub(crate) resource: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,277 @@
+//! `askloop.toml`: the optional agents file (current directory, or `--config PATH`).
+//!
+//! ```toml
+//! model = "scripted:examples/demo.json"   # default model SPEC of every agent
+//! store = "sqlite://askloop.db"           # default store URL
+//!
+//! [agents.planner]
+//! name = "Trip planner"
+//! instructions = "Plan trips. Ask when something is unclear."
+//! model = "scripted:planner.json"         # overrides the top-level model
+//! tools = ["ask_user"]                    # the default; the only built-in tool now
+//! max_steps = 8
+//! temperature = 0.2
+//! max_tokens = 1024
+//! tool_choice = "auto"                    # "auto" | "required" | "none" | { tool = "ask_user" }
+//! first_step_tool_choice = { tool = "ask_user" }
+//! ```
+//!
+//! Unknown keys are errors. Relative paths in `model` and `store` are relative to the file's
+//! folder.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use askloop_core::ToolChoice;
+use serde::Deserialize;
+
+use crate::exit::invalid;
+
+/// The file looked for in the current directory when `--config` is not given.
+pub(crate) const DEFAULT_CONFIG_FILE: &str = "askloop.toml";
+
+/// The built-in tools an agent may list in `tools`.
+pub(crate) const KNOWN_TOOLS: [&str; 1] = ["ask_user"];
+
+/// The parsed file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Config {
+    /// Default model SPEC.
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+    /// Default store URL.
+    #[serde(default)]
+    pub(crate) store: Option<String>,
+    /// Agents by id.
+    #[serde(default)]
+    pub(crate) agents: BTreeMap<String, AgentConfig>,
+}
+
+/// One `[agents.ID]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AgentConfig {
+    /// Display name.
+    pub(crate) name: Option<String>,
+    /// The system prompt.
+    pub(crate) instructions: Option<String>,
+    /// Model SPEC of this agent.
+    pub(crate) model: Option<String>,
+    /// Built-in tool names (default `["ask_user"]`).
+    pub(crate) tools: Option<Vec<String>>,
+    /// Step limit per run.
+    pub(crate) max_steps: Option<u32>,
+    /// Sampling temperature.
+    pub(crate) temperature: Option<f32>,
+    /// Nucleus sampling mass.
+    pub(crate) top_p: Option<f32>,
+    /// Output token limit per model call.
+    pub(crate) max_tokens: Option<u32>,
+    /// Sampling seed.
+    pub(crate) seed: Option<u64>,
+    /// Tool choice of every step.
+    pub(crate) tool_choice: Option<ToolChoiceConfig>,
+    /// Tool choice of the first step.
+    pub(crate) first_step_tool_choice: Option<ToolChoiceConfig>,
+}
+
+/// A `tool_choice` value: `"auto"`, `"required"`, `"none"` or `{ tool = "NAME" }`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(try_from = "toml::Value")]
+pub(crate) struct ToolChoiceConfig(pub(crate) ToolChoice);
+
+impl TryFrom<toml::Value> for ToolChoiceConfig {
+    type Error = String;
+
+    fn try_from(value: toml::Value) -> Result<Self, Self::Error> {
+        let expected = r#"expected "auto", "required", "none" or { tool = "NAME" }"#;
+        match &value {
+            toml::Value::String(mode) => match mode.as_str() {
+                "auto" => Ok(Self(ToolChoice::Auto)),
+                "required" => Ok(Self(ToolChoice::Required)),
+                "none" => Ok(Self(ToolChoice::None)),
+                other => Err(format!("unknown tool choice {other:?}; {expected}")),
+            },
+            toml::Value::Table(table) => match (table.len(), table.get("tool")) {
+                (1, Some(toml::Value::String(name))) => Ok(Self(ToolChoice::Tool(name.clone()))),
+                _ => Err(format!("invalid tool choice {value}; {expected}")),
+            },
+            other => Err(format!("invalid tool choice {other}; {expected}")),
+        }
+    }
+}
+
+/// A loaded file and the folder its relative paths are relative to.
+#[derive(Debug, Default)]
+pub(crate) struct LoadedConfig {
+    /// The file's contents.
+    pub(crate) config: Config,
+    /// Its folder.
+    pub(crate) base_dir: PathBuf,
+    /// The file, if one was read.
+    pub(crate) path: Option<PathBuf>,
+}
+
+impl LoadedConfig {
+    /// Reads `explicit`, or `./askloop.toml` if it exists, or nothing.
+    ///
+    /// # Errors
+    /// Invalid input: an explicit file that cannot be read, TOML that does not parse or has
+    /// unknown keys, unknown tools, a `tool_choice` naming a tool the agent does not have.
+    pub(crate) fn load(explicit: Option<&Path>) -> anyhow::Result<Self> {
+        let current_dir = std::env::current_dir()?;
+        let path = match explicit {
+            Some(path) => current_dir.join(path),
+            None => {
+                let path = current_dir.join(DEFAULT_CONFIG_FILE);
+                if !path.is_file() {
+                    return Ok(Self {
+                        config: Config::default(),
+                        base_dir: current_dir,
+                        path: None,
+                    });
+                }
+                path
+            }
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|error| invalid(format!("cannot read {}: {error}", path.display())))?;
+        let config = parse(&text)
+            .map_err(|message| invalid(format!("invalid config {}: {message}", path.display())))?;
+        let base_dir = path
+            .parent()
+            .map_or_else(|| current_dir.clone(), Path::to_path_buf);
+        Ok(Self {
+            config,
+            base_dir,
+            path: Some(path),
+        })
+    }
+}
+
+/// Parses and checks a file's text, reporting every problem found after parsing.
+fn parse(text: &str) -> Result<Config, String> {
+    let config: Config = toml::from_str(text).map_err(|error| {
+        let location = error
+            .span()
+            .map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |at| at + 1) + 1;
+                format!("line {line}, column {column}: ")
+            })
+            .unwrap_or_default();
+        format!("{location}{}", error.message().trim())
+    })?;
+    let problems = check(&config);
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Every problem of a parsed file.
+fn check(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (id, agent) in &config.agents {
+        if id.trim().is_empty() {
+            problems.push("agent ids must be non-empty".to_owned());
+        }
+        let tools = agent.tool_names();
+        for tool in &tools {
+            if !KNOWN_TOOLS.contains(&tool.as_str()) {
+                problems.push(format!(
+                    "agents.{id}.tools: unknown tool {tool:?}; known tools: {}",
+                    KNOWN_TOOLS.join(", ")
+                ));
+            }
+        }
+        for (key, choice) in [
+            ("tool_choice", &agent.tool_choice),
+            ("first_step_tool_choice", &agent.first_step_tool_choice),
+        ] {
+            if let Some(ToolChoiceConfig(ToolChoice::Tool(name))) = choice
+                && !tools.contains(name)
+            {
+                problems.push(format!(
+                    "agents.{id}.{key}: the agent has no tool {name:?}; its tools: {}",
+                    tools.join(", ")
+                ));
+            }
+        }
+        if agent.max_steps == Some(0) {
+            problems.push(format!("agents.{id}.max_steps: must be at least 1"));
+        }
+    }
+    problems
+}
+
+impl AgentConfig {
+    /// The agent's tools: `tools`, or `["ask_user"]` when absent.
+    pub(crate) fn tool_names(&self) -> Vec<String> {
+        self.tools
+            .clone()
+            .unwrap_or_else(|| vec!["ask_user".to_owned()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_shape() {
+        let config = parse(
+            r#"
+            model = "scripted:a.json"
+            [agents.planner]
+            instructions = "Plan."
+            max_steps = 3
+            tool_choice = { tool = "ask_user" }
+            first_step_tool_choice = "required"
+            "#,
+        )
+        .unwrap();
+        let planner = &config.agents["planner"];
+        assert_eq!(
+            planner.tool_choice,
+            Some(ToolChoiceConfig(ToolChoice::Tool("ask_user".into())))
+        );
+        assert_eq!(
+            planner.first_step_tool_choice,
+            Some(ToolChoiceConfig(ToolChoice::Required))
+        );
+        assert_eq!(planner.tool_names(), ["ask_user"]);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_their_line() {
+        let error = parse("[agents.a]\ninstructions = \"x\"\ncolour = \"red\"\n").unwrap_err();
+        assert!(error.contains("line 3"), "{error}");
+        assert!(error.contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let error = parse(
+            r#"
+            [agents.a]
+            tools = ["web_search"]
+            [agents.b]
+            tools = []
+            tool_choice = { tool = "ask_user" }
+            "#,
+        )
+        .unwrap_err();
+        assert!(error.contains("agents.a.tools"), "{error}");
+        assert!(error.contains("agents.b.tool_choice"), "{error}");
+    }
+
+    #[test]
+    fn bad_tool_choices_say_what_is_expected() {
+        let error = parse("[agents.a]\ntool_choice = \"sometimes\"\n").unwrap_err();
+        assert!(error.contains(r#""auto", "required", "none""#), "{error}");
+    }
+}

@@ -1,0 +1,137 @@
+//! Where a run's chunks go: text to stdout and tool activity to stderr for people, or one wire
+//! JSON line per chunk on stdout (`--json`).
+
+use std::io::Write;
+
+use askloop_core::{Chunk, RunId, wire};
+use serde_json::Value;
+
+use crate::format::{compact_json, truncate};
+
+/// How chunks are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Text as it streams, activity on stderr.
+    Human,
+    /// Every chunk as one line of wire JSON, nothing else on stdout.
+    Json,
+}
+
+/// Stdout and stderr, keeping track of whether stdout's last line is finished so notes on
+/// stderr never land in the middle of the model's text.
+pub(crate) struct Output {
+    mode: Mode,
+    stdout: std::io::Stdout,
+    at_line_start: bool,
+}
+
+impl Output {
+    /// Output in this mode.
+    pub(crate) fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            stdout: std::io::stdout(),
+            at_line_start: true,
+        }
+    }
+
+    /// The mode.
+    pub(crate) fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Prints one chunk of run `run_id`.
+    ///
+    /// # Errors
+    /// Writing to stdout failed (e.g. a closed pipe).
+    pub(crate) fn chunk(&mut self, run_id: &RunId, chunk: &Chunk) -> std::io::Result<()> {
+        if self.mode == Mode::Json {
+            return self.json_line(&wire::chunk_to_json(run_id, chunk));
+        }
+        match chunk {
+            Chunk::TextDelta { text } => self.text(text),
+            Chunk::ToolCall { call } if call.name != "ask_user" => {
+                self.note(&format!(
+                    "» {} {}",
+                    call.name,
+                    compact_json(&call.args.to_value(), 120)
+                ))?;
+                Ok(())
+            }
+            Chunk::ToolResult { call, result } => {
+                let content = result
+                    .result
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .map_or_else(
+                        || compact_json(&result.result, 200),
+                        |text| truncate(text, 200),
+                    );
+                let verb = if result.is_error { " failed" } else { "" };
+                self.note(&format!("« {}{verb}: {content}", call.name))?;
+                Ok(())
+            }
+            Chunk::Finish { .. } => self.end_line(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Prints one JSON value as a line on stdout.
+    ///
+    /// # Errors
+    /// Writing to stdout failed.
+    pub(crate) fn json_line(&mut self, value: &Value) -> std::io::Result<()> {
+        let mut stdout = self.stdout.lock();
+        writeln!(stdout, "{value}")?;
+        stdout.flush()
+    }
+
+    /// Prints text on stdout as it comes.
+    ///
+    /// # Errors
+    /// Writing to stdout failed.
+    pub(crate) fn text(&mut self, text: &str) -> std::io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        let mut stdout = self.stdout.lock();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()?;
+        self.at_line_start = text.ends_with('\n');
+        Ok(())
+    }
+
+    /// Prints a whole line on stdout (after finishing the current one).
+    ///
+    /// # Errors
+    /// Writing to stdout failed.
+    pub(crate) fn line(&mut self, line: &str) -> std::io::Result<()> {
+        self.end_line()?;
+        self.text(line)?;
+        self.text("\n")
+    }
+
+    /// Finishes stdout's current line, if text left it open.
+    ///
+    /// # Errors
+    /// Writing to stdout failed.
+    pub(crate) fn end_line(&mut self) -> std::io::Result<()> {
+        if self.at_line_start {
+            return Ok(());
+        }
+        self.text("\n")
+    }
+
+    /// A line for people on stderr (after finishing stdout's current line). Failing to write
+    /// to stderr is ignored: there is nowhere left to say so.
+    ///
+    /// # Errors
+    /// Finishing stdout's line failed.
+    pub(crate) fn note(&mut self, line: &str) -> std::io::Result<()> {
+        if self.mode == Mode::Human {
+            self.end_line()?;
+        }
+        let _ = writeln!(std::io::stderr(), "{line}");
+        Ok(())
+    }
+}

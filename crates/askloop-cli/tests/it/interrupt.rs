@@ -1,0 +1,60 @@
+//! Ctrl-C while a model call is under way: the call is cancelled cleanly, the run is recorded
+//! as failed (`cancelled`) and `askloop runs continue` finishes it.
+
+use std::net::TcpListener;
+
+use crate::support::{JUST_TEXT, TestDir};
+
+#[test]
+fn issue_3_ctrl_c_cancels_the_model_call_and_the_run_can_be_continued() {
+    let dir = TestDir::new();
+    // A model server that takes the request and never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let store = dir.store_url();
+    let mut command = dir.command(&[
+        "--store",
+        &store,
+        "run",
+        "--json",
+        "--model",
+        "ollama:slow",
+        "Hi",
+    ]);
+    command.env("OLLAMA_BASE_URL", &base_url);
+    let child = command.spawn().unwrap();
+    // Once the server has the connection, the model call is under way.
+    let (connection, _) = listener.accept().unwrap();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let output = child.wait_with_output().unwrap();
+    drop(connection);
+    let out = crate::support::Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+    .code(130);
+    let lines = out.json_lines();
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "error", "{lines:#?}");
+    assert_eq!(last["payload"]["error"]["code"], "cancelled");
+    assert!(out.stderr.contains("runs continue"), "{}", out.stderr);
+    let run_id = last["runId"].as_str().unwrap();
+
+    let state = dir.show(run_id);
+    assert_eq!(state["status"], "failed");
+    assert_eq!(state["error"]["code"], "cancelled");
+    assert_eq!(state["model"], "ollama:slow");
+
+    // Continue the run, here with another model.
+    let spec = dir.script("text.json", JUST_TEXT);
+    let out = dir
+        .run(&["runs", "continue", run_id, "--model", &spec])
+        .success();
+    assert_eq!(out.stdout, "Hello there.\n");
+    assert_eq!(dir.show(run_id)["status"], "completed");
+}

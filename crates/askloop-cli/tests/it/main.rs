@@ -1,0 +1,21 @@
+//! Integration tests of the `askloop` binary: each test runs the real binary in a fresh
+//! temporary directory, with its own data folder and store, and stdin closed (no terminal).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
+
+mod chat;
+mod config;
+#[cfg(unix)]
+mod interrupt;
+mod providers;
+mod race;
+mod resume;
+mod run;
+mod runs;
+mod store;
+mod support;

@@ -1,0 +1,248 @@
+//! `askloop resume`: a second process answers, refusals leave the run as it was.
+
+use serde_json::json;
+
+use crate::support::{ASK_THEN_ANSWER, TestDir, answered, chunk_types, tool_results};
+
+/// Two questions in one step: `c1` (free text) and `c2` (multi-select).
+const TWO_QUESTIONS: &str = r#"{"steps":[
+  {"toolCalls":[
+    {"id":"c1","name":"ask_user","args":{"question":"Your name?"}},
+    {"id":"c2","name":"ask_user","args":{"question":"Which days?","options":[{"label":"mon"},{"label":"tue"},{"label":"wed"}],"selectionMode":"multi_select"}}
+  ]},
+  {"text":"Booked."}
+]}"#;
+
+#[test]
+fn issue_2_a_second_process_resumes_the_run_on_the_same_sqlite_file() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    let run_id = dir.start_suspended(&spec);
+
+    let out = dir
+        .run(&["resume", &run_id, "--answer", "main", "--json"])
+        .success();
+    let lines = out.json_lines();
+    assert_eq!(
+        chunk_types(&lines),
+        [
+            "tool-result",
+            "step-finish",
+            "step-start",
+            "text-delta",
+            "step-finish",
+            "finish"
+        ]
+    );
+    assert_eq!(lines[0]["payload"]["toolCallId"], "c1");
+    assert_eq!(lines[0]["payload"]["result"], answered("main"));
+    let finish = &lines[5]["payload"];
+    assert_eq!(finish["output"]["text"], "Summary of the repo.");
+    assert_eq!(finish["stepResult"]["reason"], "stop");
+
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed");
+    assert_eq!(tool_results(&state)[0]["result"], answered("main"));
+    assert_eq!(state["pending"], json!([]));
+}
+
+#[test]
+fn an_invalid_answer_names_the_labels_and_leaves_the_run_suspended() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    let run_id = dir.start_suspended(&spec);
+
+    let out = dir.run(&["resume", &run_id, "--answer", "trunk"]).code(2);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with("error: invalid answer"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains(r#""main", "docs""#), "{}", out.stderr);
+    assert!(out.stderr.contains(r#""trunk""#), "{}", out.stderr);
+
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "suspended");
+    assert_eq!(state["pending"][0]["toolCallId"], "c1");
+
+    // --json changes nothing about a refusal: no chunk, one line on stderr.
+    let json = dir
+        .run(&["resume", &run_id, "--answer-json", "42", "--json"])
+        .code(2);
+    assert!(json.stdout.is_empty());
+    assert!(json.stderr.contains("got a number"), "{}", json.stderr);
+}
+
+#[test]
+fn unknown_run_ids_and_tool_call_ids_are_invalid_input() {
+    let dir = TestDir::new();
+    let out = dir.run(&["resume", "no-such-run", "--answer", "x"]).code(2);
+    assert_eq!(out.stderr, "error: run no-such-run not found\n");
+
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    let run_id = dir.start_suspended(&spec);
+    let out = dir
+        .run(&[
+            "resume",
+            &run_id,
+            "--answer",
+            "main",
+            "--tool-call-id",
+            "c9",
+        ])
+        .code(2);
+    assert!(
+        out.stderr.contains("no pending tool call c9"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("pending: c1"), "{}", out.stderr);
+}
+
+#[test]
+fn two_pending_questions_need_a_tool_call_id() {
+    let dir = TestDir::new();
+    let spec = dir.script("two.json", TWO_QUESTIONS);
+    let run_id = dir.start_suspended(&spec);
+
+    let out = dir.run(&["resume", &run_id, "--answer", "Ada"]).code(2);
+    assert!(
+        out.stderr.contains("2 pending tool calls"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("c1, c2"), "{}", out.stderr);
+    assert!(out.stderr.contains("--tool-call-id"), "{}", out.stderr);
+    assert_eq!(dir.show(&run_id)["pending"].as_array().unwrap().len(), 2);
+
+    // A multi-select answer must be a JSON array.
+    let out = dir
+        .run(&["resume", &run_id, "--tool-call-id", "c2", "--answer", "mon"])
+        .code(2);
+    assert!(out.stderr.contains("JSON array"), "{}", out.stderr);
+
+    let first = dir
+        .run(&[
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "c1",
+            "--answer",
+            "Ada",
+            "--json",
+        ])
+        .success();
+    assert_eq!(chunk_types(&first.json_lines()), ["tool-result"]);
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "suspended");
+    assert_eq!(state["pending"][0]["toolCallId"], "c2");
+
+    // Human mode: the run still waits on c2, and says so.
+    let second = dir
+        .run(&[
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "c2",
+            "--answer-json",
+            r#"["tue","mon"]"#,
+        ])
+        .success();
+    assert_eq!(second.stdout, "Booked.\n");
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed");
+    let results = tool_results(&state);
+    assert_eq!(results[0]["result"], answered("Ada"));
+    assert_eq!(results[1]["result"], answered("tue, mon"));
+}
+
+#[test]
+fn invalid_answer_json_is_refused_before_anything_happens() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    let run_id = dir.start_suspended(&spec);
+    let out = dir
+        .run(&["resume", &run_id, "--answer-json", "[main"])
+        .code(2);
+    assert!(
+        out.stderr.contains("--answer-json is not valid JSON"),
+        "{}",
+        out.stderr
+    );
+    let out = dir.run(&["resume", &run_id]).code(2);
+    assert!(out.stderr.contains("no answer given"), "{}", out.stderr);
+    assert_eq!(dir.show(&run_id)["status"], "suspended");
+}
+
+#[test]
+fn resuming_twice_is_refused() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    let run_id = dir.start_suspended(&spec);
+    dir.run(&["resume", &run_id, "--answer", "docs"]).success();
+    let out = dir.run(&["resume", &run_id, "--answer", "main"]).code(2);
+    assert!(
+        out.stderr.contains("is completed, not suspended"),
+        "{}",
+        out.stderr
+    );
+    let out = dir
+        .run(&[
+            "resume",
+            &run_id,
+            "--answer",
+            "main",
+            "--tool-call-id",
+            "c1",
+        ])
+        .code(2);
+    assert!(out.stderr.contains("already answered"), "{}", out.stderr);
+    assert_eq!(tool_results(&dir.show(&run_id)).len(), 1);
+}
+
+#[test]
+fn the_recorded_model_spec_works_from_another_directory_and_model_overrides_it() {
+    let dir = TestDir::new();
+    dir.write("scripts/ask.json", ASK_THEN_ANSWER);
+    let store = dir.store_url();
+    let mut start = dir.command(&[
+        "--store",
+        &store,
+        "run",
+        "--json",
+        "--model",
+        "scripted:scripts/ask.json",
+        "Hi",
+    ]);
+    start.current_dir(dir.path());
+    let started = crate::support::outcome(start).success();
+    let run_id = started.json_lines()[0]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        dir.show(&run_id)["model"],
+        format!("scripted:{}", dir.path().join("scripts/ask.json").display()).as_str()
+    );
+
+    // Another directory: the relative path was recorded as an absolute one.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut resume = dir.command(&["--store", &store, "resume", &run_id, "--answer", "main"]);
+    resume.current_dir(&elsewhere);
+    let out = crate::support::outcome(resume).success();
+    assert_eq!(out.stdout, "Summary of the repo.\n");
+
+    // --model overrides the recorded SPEC.
+    let run_id = dir.start_suspended(&dir.script("ask2.json", ASK_THEN_ANSWER));
+    let other = dir.script(
+        "other.json",
+        r#"{"steps":[{"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"?","options":[{"label":"main"}]}}]},{"text":"From the other script."}]}"#,
+    );
+    let out = dir
+        .run(&["resume", &run_id, "--answer", "main", "--model", &other])
+        .success();
+    assert_eq!(out.stdout, "From the other script.\n");
+}

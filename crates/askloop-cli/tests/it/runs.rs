@@ -1,0 +1,143 @@
+//! `askloop runs list|show|continue`.
+
+use crate::support::{ASK_THEN_ANSWER, JUST_TEXT, TestDir, answered, chunk_types, tool_results};
+
+/// Asks, then fails on the step after the answer.
+const ASK_THEN_FAIL: &str = r#"{"steps":[
+  {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?","options":[{"label":"main"},{"label":"docs"}]}}]},
+  {"error":"rate limited"}
+]}"#;
+
+/// The same conversation once the model works again.
+const ASK_THEN_ANSWER_AGAIN: &str = r#"{"steps":[
+  {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?","options":[{"label":"main"},{"label":"docs"}]}}]},
+  {"text":"Recovered."}
+]}"#;
+
+#[test]
+fn runs_list_filters_by_status() {
+    let dir = TestDir::new();
+    let suspended = dir.start_suspended(&dir.script("ask.json", ASK_THEN_ANSWER));
+    let text = dir.script("text.json", JUST_TEXT);
+    dir.run(&["run", "--model", &text, "Hi"]).success();
+
+    let all = dir.run(&["runs", "list", "--json"]).success().json();
+    assert_eq!(all.as_array().unwrap().len(), 2);
+    let only = dir
+        .run(&["runs", "list", "--status", "suspended", "--json"])
+        .success()
+        .json();
+    let only = only.as_array().unwrap();
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0]["runId"], suspended.as_str());
+    assert_eq!(only[0]["agentId"], "assistant");
+    assert_eq!(
+        only[0]["pending"][0]["suspendPayload"]["question"],
+        "Which repo?"
+    );
+    let completed = dir
+        .run(&["runs", "list", "--status", "completed", "--json"])
+        .success()
+        .json();
+    assert_eq!(completed[0]["status"], "completed");
+    let failed = dir
+        .run(&["runs", "list", "--status", "failed", "--json"])
+        .success()
+        .json();
+    assert_eq!(failed.as_array().unwrap().len(), 0);
+
+    let table = dir.run(&["runs", "list"]).success();
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(lines[0].starts_with("RUN"), "{}", table.stdout);
+    assert_eq!(lines.len(), 3, "{}", table.stdout);
+    let row = lines.iter().find(|line| line.contains(&suspended)).unwrap();
+    assert!(
+        row.contains("suspended") && row.ends_with("Which repo?"),
+        "{row}"
+    );
+
+    let bad = dir.run(&["runs", "list", "--status", "paused"]).code(2);
+    assert!(bad.stderr.contains("suspended"), "{}", bad.stderr);
+}
+
+#[test]
+fn runs_show_prints_status_pending_questions_and_history() {
+    let dir = TestDir::new();
+    let run_id = dir.start_suspended(&dir.script("ask.json", ASK_THEN_ANSWER));
+
+    let state = dir.show(&run_id);
+    assert_eq!(state["formatVersion"], 1);
+    assert_eq!(state["agentId"], "assistant");
+    assert_eq!(state["status"], "suspended");
+    let pending = &state["pending"][0];
+    assert_eq!(pending["toolCallId"], "c1");
+    assert_eq!(pending["suspendPayload"]["options"][1]["label"], "docs");
+    assert_eq!(pending["resumeSchema"]["enum"][0], "main");
+
+    let human = dir.run(&["runs", "show", &run_id]).success().stdout;
+    for expected in [
+        "status    suspended",
+        "agent     assistant",
+        "Which repo? (choose one)",
+        "--answer main",
+        "tool call c1 (ask_user)",
+        "resume schema",
+        "user: Summarize my project",
+        "assistant: Let me check.",
+        "assistant asks (tool call c1): Which repo? [main | docs]",
+    ] {
+        assert!(
+            human.contains(expected),
+            "{expected:?} missing from:\n{human}"
+        );
+    }
+
+    let missing = dir.run(&["runs", "show", "nope"]).code(2);
+    assert_eq!(missing.stderr, "error: run nope not found\n");
+}
+
+#[test]
+fn runs_continue_retries_a_failed_step_without_asking_again() {
+    let dir = TestDir::new();
+    let script = dir.write("flaky.json", ASK_THEN_FAIL);
+    let spec = format!("scripted:{}", script.display());
+    let run_id = dir.start_suspended(&spec);
+
+    // Continuing a suspended run is refused: it needs an answer.
+    let out = dir.run(&["runs", "continue", &run_id]).code(2);
+    assert!(out.stderr.contains("is suspended"), "{}", out.stderr);
+    assert!(out.stderr.contains("resume"), "{}", out.stderr);
+
+    // The answer is accepted; the next model step fails.
+    let out = dir
+        .run(&["resume", &run_id, "--answer", "main", "--json"])
+        .code(1);
+    let lines = out.json_lines();
+    assert_eq!(lines.last().unwrap()["type"], "error");
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "failed");
+    assert_eq!(state["error"]["code"], "model_error");
+    assert_eq!(tool_results(&state)[0]["result"], answered("main"));
+
+    // A retry with the same failing model fails the same way, without asking again.
+    let out = dir.run(&["runs", "continue", &run_id, "--json"]).code(1);
+    let types = chunk_types(&out.json_lines()).join(",");
+    assert_eq!(types, "step-start,error");
+    assert!(out.stderr.contains("rate limited"), "{}", out.stderr);
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "failed");
+    assert_eq!(tool_results(&state).len(), 1);
+
+    // Once the model works again, continue finishes the run with the recorded answer.
+    std::fs::write(&script, ASK_THEN_ANSWER_AGAIN).unwrap();
+    let out = dir.run(&["runs", "continue", &run_id]).success();
+    assert_eq!(out.stdout, "Recovered.\n");
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed");
+    assert_eq!(state["error"], serde_json::Value::Null);
+    assert_eq!(tool_results(&state), [tool_results(&state)[0].clone()]);
+
+    // Nothing is left to continue.
+    let out = dir.run(&["runs", "continue", &run_id]).code(2);
+    assert!(out.stderr.contains("is completed"), "{}", out.stderr);
+}
