@@ -19,3 +19,5 @@ mod run;
 mod runs;
 mod store;
 mod support;
+#[cfg(unix)]
+mod terminal;

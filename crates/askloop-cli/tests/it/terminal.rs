@@ -1,0 +1,183 @@
+//! `askloop` on a terminal (a pseudo-terminal): questions are asked with prompts, answered with
+//! keys, and the run goes on to its end in the same process.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+use rustix::termios::{Winsize, tcsetwinsize};
+
+use crate::support::{TestDir, answered, tool_results};
+
+const DOWN: &str = "\x1b[B";
+const ENTER: &str = "\r";
+const SPACE: &str = " ";
+
+/// The demo script of the README.
+const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/demo.json");
+
+/// A process whose stdin, stdout and stderr are one pseudo-terminal, and that terminal's other
+/// end.
+struct Terminal {
+    child: Child,
+    keys: File,
+    output: mpsc::Receiver<Vec<u8>>,
+    seen: String,
+}
+
+impl Terminal {
+    fn spawn(dir: &TestDir, args: &[&str]) -> Self {
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let size = Winsize {
+            ws_row: 40,
+            ws_col: 120,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        tcsetwinsize(&master, size).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let slave = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(name.to_str().unwrap())
+            .unwrap();
+        let store = dir.store_url();
+        let mut full = vec!["--store", store.as_str()];
+        full.extend_from_slice(args);
+        let mut command = dir.command(&full);
+        command
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave));
+        let child = command.spawn().unwrap();
+        // Close this process's copies of the terminal's process end.
+        drop(command);
+        let keys = File::from(master);
+        let mut reader = keys.try_clone().unwrap();
+        let (sender, output) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buffer = [0; 4096];
+            // Reading fails (EIO) once the process has exited and closed the terminal.
+            while let Ok(read @ 1..) = reader.read(&mut buffer) {
+                if sender.send(buffer[..read].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            keys,
+            output,
+            seen: String::new(),
+        }
+    }
+
+    /// Waits until the terminal shows `text` (after what earlier waits consumed).
+    fn expect(&mut self, text: &str) {
+        loop {
+            if let Some(at) = self.seen.find(text) {
+                self.seen.drain(..at + text.len());
+                return;
+            }
+            match self.output.recv_timeout(Duration::from_secs(60)) {
+                Ok(bytes) => self.seen.push_str(&String::from_utf8_lossy(&bytes)),
+                Err(error) => panic!("{error} while waiting for {text:?}; shown: {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Types keys.
+    fn send(&mut self, keys: &str) {
+        self.keys.write_all(keys.as_bytes()).unwrap();
+    }
+
+    /// Waits for the process to exit and returns its exit status.
+    fn wait(mut self) -> Option<i32> {
+        self.child.wait().unwrap().code()
+    }
+}
+
+#[test]
+fn run_on_a_terminal_asks_with_select_and_multi_select_prompts() {
+    let dir = TestDir::new();
+    let spec = format!("scripted:{DEMO}");
+    let mut terminal = Terminal::spawn(&dir, &["run", "--model", &spec, "Help me plan a trip"]);
+    terminal.expect("Happy to help plan a trip!");
+    terminal.expect("Where would you like to go?");
+    terminal.expect("Reykjavik");
+    terminal.send(&format!("{DOWN}{ENTER}"));
+    terminal.expect("User answered: Kyoto");
+
+    terminal.expect("What should the trip include?");
+    terminal.expect("nightlife");
+    // Nothing selected: the prompt refuses and stays.
+    terminal.send(ENTER);
+    terminal.expect("select at least one");
+    terminal.send(&format!("{SPACE}{DOWN}{DOWN}{SPACE}{ENTER}"));
+    terminal.expect("User answered: food, hiking");
+    terminal.expect("Here is a three-day outline");
+    assert_eq!(terminal.wait(), Some(0));
+
+    let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    let state = dir.show(runs[0]["runId"].as_str().unwrap());
+    assert_eq!(state["status"], "completed");
+    assert_eq!(
+        tool_results(&state)
+            .iter()
+            .map(|result| result["result"].clone())
+            .collect::<Vec<_>>(),
+        [answered("Kyoto"), answered("food, hiking")]
+    );
+}
+
+#[test]
+fn a_free_text_question_asks_again_until_the_answer_is_not_empty() {
+    let dir = TestDir::new();
+    let spec = dir.script(
+        "name.json",
+        r#"{"steps":[{"toolCalls":[{"id":"q1","name":"ask_user","args":{"question":"What is your name?"}}]},{"text":"Nice to meet you."}]}"#,
+    );
+    let mut terminal = Terminal::spawn(&dir, &["run", "--model", &spec, "Hi"]);
+    terminal.expect("What is your name?");
+    terminal.send(ENTER);
+    terminal.expect("the answer is empty");
+    terminal.send(&format!("Ada{ENTER}"));
+    terminal.expect("User answered: Ada");
+    terminal.expect("Nice to meet you.");
+    assert_eq!(terminal.wait(), Some(0));
+}
+
+#[test]
+fn escape_at_a_prompt_leaves_the_run_suspended_and_resume_asks_again() {
+    let dir = TestDir::new();
+    let spec = format!("scripted:{DEMO}");
+    let mut terminal = Terminal::spawn(&dir, &["run", "--model", &spec, "Help me plan a trip"]);
+    terminal.expect("Where would you like to go?");
+    terminal.expect("Reykjavik");
+    terminal.send("\x1b");
+    terminal.expect("answer with:");
+    terminal.expect("still waiting for an answer");
+    assert_eq!(terminal.wait(), Some(130));
+
+    let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    let run_id = runs[0]["runId"].as_str().unwrap().to_owned();
+    assert_eq!(runs[0]["status"], "suspended");
+
+    // `resume` without an answer asks the pending question on the terminal.
+    let mut terminal = Terminal::spawn(&dir, &["resume", &run_id]);
+    terminal.expect("Where would you like to go?");
+    terminal.expect("Reykjavik");
+    terminal.send(ENTER);
+    terminal.expect("User answered: Lisbon");
+    terminal.expect("What should the trip include?");
+    terminal.expect("nightlife");
+    terminal.send(&format!("{SPACE}{ENTER}"));
+    terminal.expect("Here is a three-day outline");
+    assert_eq!(terminal.wait(), Some(0));
+    assert_eq!(dir.show(&run_id)["status"], "completed");
+}
