@@ -37,8 +37,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
     /// Where runs are kept: `sqlite://PATH` or `memory`
-    /// [default: sqlite://<data folder>/askloop.db, the data folder being $ASKLOOP_DATA_DIR or
-    /// e.g. ~/.local/share/askloop]
+    /// [default: sqlite://DATA_DIR/askloop.db, DATA_DIR being $ASKLOOP_DATA_DIR or the platform
+    /// data folder, e.g. ~/.local/share/askloop]
     #[arg(long, global = true, env = "ASKLOOP_STORE", value_name = "URL")]
     pub(crate) store: Option<StoreUrl>,
     /// The agents file to read [default: ./askloop.toml when it exists]
