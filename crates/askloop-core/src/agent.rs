@@ -179,8 +179,8 @@ impl Agent {
     /// step that did not finish, with every answer already recorded. Nobody is asked again.
     ///
     /// # Errors
-    /// [`ResumeError::RunNotFound`]; [`ResumeError::NotSuspended`] naming the status when the run
-    /// is suspended or completed (answer or start a new run instead); [`ResumeError::Conflict`];
+    /// [`ResumeError::RunNotFound`]; [`ResumeError::NotContinuable`] naming the status when the
+    /// run is suspended or completed (answer it, or start a new run); [`ResumeError::Conflict`];
     /// [`ResumeError::WrongAgent`]; [`ResumeError::Store`].
     pub async fn continue_stream(&self, run_id: &RunId) -> Result<AgentStream, ResumeError> {
         let claim: Claim = run_loop::claim_continue(&self.inner, run_id).await?;

@@ -53,6 +53,15 @@ pub enum ResumeError {
         /// Its status.
         status: RunStatus,
     },
+    /// `continue_stream` on a run that is neither failed nor running: a suspended run needs an
+    /// answer, a completed one a new run.
+    #[error("run {run_id} is {status}; only a failed (or abandoned running) run can be continued")]
+    NotContinuable {
+        /// The run.
+        run_id: RunId,
+        /// Its status.
+        status: RunStatus,
+    },
     /// The run has no suspended call with this id.
     #[error(
         "run {run_id} has no pending tool call {tool_call_id}; pending: {}",
@@ -129,6 +138,7 @@ impl ResumeError {
         match self {
             Self::RunNotFound { .. } => "run_not_found",
             Self::NotSuspended { .. } => "not_suspended",
+            Self::NotContinuable { .. } => "not_continuable",
             Self::UnknownToolCall { .. } => "unknown_tool_call",
             Self::AlreadyAnswered { .. } => "already_answered",
             Self::Ambiguous { .. } => "ambiguous_tool_call",
