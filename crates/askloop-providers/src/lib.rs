@@ -41,12 +41,13 @@ mod build;
 mod error;
 mod events;
 mod failure;
+#[cfg(feature = "local")]
+pub mod local;
 mod model;
 mod options;
 mod protocol;
 mod request;
 mod spec;
-// The embedded model (`local` feature) lives in `src/local/`: `#[cfg(feature = "local")] mod local;`
 
 pub use build::build_model;
 pub use error::{ProviderError, WireError};

@@ -8,6 +8,8 @@ mod conformance;
 
 mod anthropic;
 mod build;
+#[cfg(feature = "local")]
+mod local;
 mod ollama;
 mod openai;
 mod resume;

