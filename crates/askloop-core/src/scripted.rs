@@ -224,3 +224,79 @@ impl LanguageModel for ScriptedModel {
         Ok(Box::pin(futures::stream::iter(events)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::model::{ModelRequest, ModelSettings};
+
+    fn request(assistant_messages: usize) -> ModelRequest {
+        let mut messages = vec![Message::user("hi")];
+        for _ in 0..assistant_messages {
+            messages.push(Message::Assistant { parts: vec![] });
+        }
+        ModelRequest {
+            system: None,
+            messages,
+            tools: vec![],
+            settings: ModelSettings::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn replays_the_step_after_the_assistant_messages_in_the_request() {
+        let model =
+            ScriptedModel::from_json(r#"{"steps":[{"text":"one"},{"text":"two"}]}"#).unwrap();
+        let events: Vec<_> = model.stream(request(1)).await.unwrap().collect().await;
+        assert_eq!(
+            events[0].as_ref().unwrap(),
+            &ModelEvent::TextDelta("two".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn past_the_last_step_is_a_clear_error() {
+        let model = ScriptedModel::from_json(r#"{"steps":[{"text":"one"}]}"#).unwrap();
+        let error = model.stream(request(1)).await.err().unwrap();
+        assert!(
+            matches!(
+                error,
+                ModelError::ScriptExhausted {
+                    steps: 1,
+                    requested: 2,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "the script (inline) has 1 step(s); step 2 was requested"
+        );
+    }
+
+    #[tokio::test]
+    async fn raw_string_args_are_kept_and_error_steps_fail() {
+        let model = ScriptedModel::from_json(
+            r#"{"steps":[{"toolCalls":[{"id":"c1","name":"t","args":"{not json"}]},{"error":"HTTP 500"}]}"#,
+        )
+        .unwrap();
+        let events: Vec<_> = model.stream(request(0)).await.unwrap().collect().await;
+        let Ok(ModelEvent::ToolCall(call)) = &events[0] else {
+            panic!("{events:?}")
+        };
+        assert_eq!(call.args, ToolArgs::Malformed("{not json".into()));
+        let error = model.stream(request(1)).await.err().unwrap();
+        assert!(error.to_string().contains("HTTP 500"), "{error}");
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_files_are_errors() {
+        let error = ScriptedModel::from_json(r#"{"steps":[{"txt":"typo"}]}"#).unwrap_err();
+        assert!(error.to_string().contains("unknown field `txt`"), "{error}");
+        let error = ScriptedModel::from_file("/nonexistent/script.json").unwrap_err();
+        assert!(matches!(error, ScriptError::Read { .. }), "{error:?}");
+    }
+}
