@@ -17,7 +17,7 @@
 //! - **Sampling**: temperature, top-p and a seed from the request's settings (a fixed seed gives
 //!   the same output), a mild repetition penalty; text streams as
 //!   [`askloop_core::ModelEvent::TextDelta`]s; generation stops at `<|im_end|>` or `max_tokens`.
-//! - **Speed**: the prompt runs in batches through dense f16 copies of the weights (made once at
+//! - **Speed**: the prompt runs in batches through dense f32 copies of the weights (made once at
 //!   load), each new token through Q8_0 weights (requantized from Q4_1, which candle has no SIMD
 //!   kernel for). Complete 64-token blocks of the previous prompt's KV cache are reused, which
 //!   changes no number. Candle uses every core; on a machine busy with other work, set
