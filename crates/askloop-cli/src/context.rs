@@ -148,16 +148,22 @@ impl Context {
         {
             return resolve_spec(&spec, &current_dir);
         }
-        definition.model.clone().ok_or_else(|| {
-            invalid(format!(
-                "no model is set for agent {:?}: pass --model SPEC (e.g. --model \
-                 scripted:examples/demo.json), set {MODEL_ENV}, or set `model` in askloop.toml",
-                definition.id
-            ))
-        })
+        if let Some(spec) = &definition.model {
+            return Ok(spec.clone());
+        }
+        if cfg!(feature = "local") {
+            // The embedded model: works offline, with no key and no server.
+            return Ok(crate::commands::model::LOCAL_SPEC.to_owned());
+        }
+        Err(invalid(format!(
+            "no model is set for agent {:?}: pass --model SPEC (e.g. --model \
+             scripted:examples/demo.json), set {MODEL_ENV}, or set `model` in askloop.toml",
+            definition.id
+        )))
     }
 
     async fn build(&self, definition: &AgentDefinition, spec: &str) -> anyhow::Result<Agent> {
+        crate::commands::model::ensure_available(spec).await?;
         let model = build_model(spec).await?;
         definition.build(model, spec, self.store.clone())
     }

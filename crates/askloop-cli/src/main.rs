@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, RunsCommand};
+use crate::cli::{Cli, Command, ModelCommand, RunsCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -62,6 +62,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Runs(RunsCommand::Continue(args)) => {
                 commands::runs::continue_run(&global, args).await
             }
+            Command::Model(ModelCommand::Pull) => commands::model::pull().await,
+            Command::Model(ModelCommand::Path) => commands::model::path(),
         }
     })
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub(crate) mod chat;
+pub(crate) mod model;
 pub(crate) mod resume;
 pub(crate) mod run;
 pub(crate) mod runs;

@@ -12,6 +12,8 @@ mod chat;
 mod config;
 #[cfg(unix)]
 mod interrupt;
+#[cfg(feature = "local")]
+mod local;
 mod providers;
 mod race;
 mod resume;

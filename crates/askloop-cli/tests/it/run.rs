@@ -93,21 +93,6 @@ fn run_to_the_end_streams_the_text() {
 }
 
 #[test]
-fn a_run_without_a_model_says_how_to_set_one() {
-    let dir = TestDir::new();
-    let out = dir.run(&["run", "Hi"]).code(2);
-    assert!(out.stdout.is_empty());
-    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
-    assert!(
-        out.stderr.starts_with("error: no model is set"),
-        "{}",
-        out.stderr
-    );
-    assert!(out.stderr.contains("--model SPEC"), "{}", out.stderr);
-    assert!(out.stderr.contains("ASKLOOP_MODEL"), "{}", out.stderr);
-}
-
-#[test]
 fn an_unknown_model_provider_lists_the_known_specs() {
     let dir = TestDir::new();
     let out = dir.run(&["run", "--model", "gpt:4", "Hi"]).code(2);
