@@ -36,10 +36,13 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default `warn`).
 fn init_tracing() {
+    // By default only askloop's own warnings: the final error line already says what failed,
+    // and genai logs every retried request at ERROR level.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,genai=off"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
 }

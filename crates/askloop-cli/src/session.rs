@@ -119,16 +119,29 @@ impl<'a> Session<'a> {
         let run_id = stream.run_id().clone();
         let _watching = self.interrupt.watch(stream.cancel_handle());
         let mut finished = false;
+        // If stdout goes away (a closed pipe), the run still runs to its next commit point:
+        // stopping mid-stream would leave it `running` until someone continues it.
+        let mut write_error = None;
         while let Some(item) = stream.next().await {
             match item {
                 Ok(chunk) => {
                     finished |= matches!(chunk, Chunk::Finish { .. });
-                    self.output.chunk(&run_id, &chunk)?;
+                    if write_error.is_none() {
+                        write_error = self.output.chunk(&run_id, &chunk).err();
+                    }
                 }
-                Err(error) => return Err(self.failed(&run_id, &error)),
+                Err(error) if write_error.is_none() => return Err(self.failed(&run_id, &error)),
+                Err(error) => {
+                    return Err(
+                        anyhow::Error::new(error).context("the run failed after stdout closed")
+                    );
+                }
             }
         }
-        Ok(finished)
+        match write_error {
+            Some(error) => Err(error.into()),
+            None => Ok(finished),
+        }
     }
 
     /// Reports a stream error (as a wire `error` line with `--json`) and makes the error that

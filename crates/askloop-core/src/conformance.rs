@@ -56,6 +56,7 @@ macro_rules! store_conformance_tests {
             failed_model_call_after_resume_keeps_the_answer,
             cancelled_model_call_fails_the_run_and_can_continue,
             crash_after_resume_never_reruns_a_side_effecting_resume,
+            repeated_tool_call_ids_are_made_distinct,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -1224,5 +1225,36 @@ pub async fn crash_after_resume_never_reruns_a_side_effecting_resume(store: Arc<
         gate.resumes.load(Ordering::SeqCst),
         1,
         "not run again after the crash"
+    );
+}
+
+pub async fn repeated_tool_call_ids_are_made_distinct(store: Arc<dyn RunStore>) {
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("q", json!({"question": "a?"})), ask("q", json!({"question": "b?"}))]}),
+        json!({"text": "done"}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let stream = agent.stream("x");
+    let run_id = stream.run_id().clone();
+    let suspended = suspended_payloads(&chunks_of(stream).await);
+    assert_eq!(suspended.len(), 2);
+    assert_eq!(suspended[0].0, "q");
+    assert_ne!(suspended[1].0, "q", "the repeated id was replaced");
+    for (id, ..) in &suspended {
+        chunks_of(
+            agent
+                .resume_stream(
+                    json!("answer"),
+                    &run_id,
+                    Some(&ToolCallId::new(id.as_str())),
+                )
+                .await
+                .unwrap(),
+        )
+        .await;
+    }
+    assert_eq!(
+        store.load_run(&run_id).await.unwrap().state.status,
+        RunStatus::Completed
     );
 }

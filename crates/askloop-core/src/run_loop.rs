@@ -235,7 +235,12 @@ fn drive(mut run: ActiveRun) -> impl futures::Stream<Item = Result<Chunk, AgentE
                     },
                     Ok(ModelEvent::ToolCallDelta { .. }) => {}
                     Ok(ModelEvent::ToolCall(mut call)) => {
-                        if call.id.as_str().is_empty() {
+                        // Answers are routed by id, so every call of a step needs its own: a
+                        // missing or repeated id gets a fresh one.
+                        let taken = parts.iter().any(|part| {
+                            matches!(part, AssistantPart::ToolCall(existing) if existing.id == call.id)
+                        });
+                        if call.id.as_str().is_empty() || taken {
                             call.id = ToolCallId::new(format!("call_{}", uuid::Uuid::now_v7().simple()));
                         }
                         parts.push(AssistantPart::ToolCall(call));

@@ -51,6 +51,9 @@ impl Synchronous {
     }
 }
 
+/// How many times opening retries after a failed connect or migration (see [`SqliteStore::open`]).
+const OPEN_RETRIES: u32 = 8;
+
 /// How long a connection waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -94,18 +97,38 @@ impl SqliteStore {
         // connection keeps its page cache warm (a pool hands connections out in turn, and each
         // would re-read pages the others wrote). Other processes coordinate through the file's
         // locks, waiting up to BUSY_TIMEOUT.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .map_err(|source| OpenError::Connect {
-                url: url.clone(),
-                source,
-            })?;
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&pool)
-            .await
-            .map_err(|source| OpenError::Migrate { url, source })?;
+        // SQLite has no migration lock, and switching a new file to WAL takes a short exclusive
+        // lock: processes opening a new file at once may fail to connect or to apply a
+        // migration. A retry waits for the other and sees the work done.
+        let migrator = sqlx::migrate!("./migrations/sqlite");
+        let mut attempt = 0;
+        let pool = loop {
+            let opened = match SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(options.clone())
+                .await
+            {
+                Ok(pool) => match migrator.run(&pool).await {
+                    Ok(()) => Ok(pool),
+                    Err(source) => Err(OpenError::Migrate {
+                        url: url.clone(),
+                        source,
+                    }),
+                },
+                Err(source) => Err(OpenError::Connect {
+                    url: url.clone(),
+                    source,
+                }),
+            };
+            match opened {
+                Ok(pool) => break pool,
+                Err(_) if attempt < OPEN_RETRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                }
+                Err(error) => return Err(error),
+            }
+        };
         Ok(Self { pool })
     }
 

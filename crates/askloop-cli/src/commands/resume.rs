@@ -32,6 +32,13 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
     let context = Context::open(global).await?;
     let run_id = RunId::new(args.run_id);
     let state = context.load_run(&run_id).await?;
+    if state.status == RunStatus::Failed {
+        // Said before the model is built, so a missing key does not hide the real problem.
+        return Err(invalid(format!(
+            "run {run_id} is failed, not suspended; retry its step with `{} runs continue {run_id}`",
+            context.command_prefix()
+        )));
+    }
     let agent = context
         .agent_for_run(&state, args.model.model.as_deref())
         .await?;

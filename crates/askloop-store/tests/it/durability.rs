@@ -113,3 +113,22 @@ async fn unwritable_location_is_an_open_error() {
         "{error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_stores_opening_a_new_file_at_once_all_succeed() {
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        let opens = (0..8).map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move {
+                SqliteStore::open(&path, Synchronous::Normal)
+                    .await
+                    .map(|_| ())
+            })
+        });
+        for result in futures::future::join_all(opens).await {
+            result.unwrap().unwrap();
+        }
+    }
+}
