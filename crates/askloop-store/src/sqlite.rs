@@ -103,8 +103,11 @@ impl SqliteStore {
         let migrator = sqlx::migrate!("./migrations/sqlite");
         let mut attempt = 0;
         let pool = loop {
+            // `test_before_acquire(false)`: the pool would otherwise ping the connection (one
+            // more round trip to SQLite's worker thread) before every statement.
             let opened = match SqlitePoolOptions::new()
                 .max_connections(1)
+                .test_before_acquire(false)
                 .connect_with(options.clone())
                 .await
             {
