@@ -3,7 +3,13 @@
 //! `askloop-bench cycles --n 2000 --store sqlite://PATH --sync normal` runs N full cycles one
 //! after another — stream → `ask_user` suspends → commit → resume with an answer → final text →
 //! finish — with the scripted model, and prints one JSON line:
-//! `{"store":"sqlite","sync":"normal","cycles":2000,"seconds":…,"cycles_per_s":…,"rss_mb":…,"peak_rss_mb":…}`.
+//! `{"store":"sqlite","sync":"normal","cycles":2000,"pinned":true,"seconds":…,"cycles_per_s":…,"rss_mb":…,"peak_rss_mb":…}`.
+//!
+//! The cycles are strictly sequential: the runtime thread and the SQLite driver's worker thread
+//! take turns. By default the process runs on one core (`pinned`), as a sequential workload
+//! should be measured: on a 2-core VM, waking the other thread on the other, idle core costs
+//! more than the work itself (about 2,000 cycles/s unpinned when idle, 5,000 pinned). Pass
+//! `--unpinned` to let the OS place the threads.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -36,6 +42,9 @@ enum Command {
         /// SQLite `synchronous` setting: `normal` or `full`.
         #[arg(long, default_value = "normal")]
         sync: Synchronous,
+        /// Let the OS place the threads instead of running the process on one core.
+        #[arg(long)]
+        unpinned: bool,
     },
 }
 
@@ -78,7 +87,7 @@ async fn one_cycle(agent: &Agent) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn cycles(n: usize, store_url: &str, sync: Synchronous) -> anyhow::Result<()> {
+async fn cycles(n: usize, store_url: &str, sync: Synchronous, pinned: bool) -> anyhow::Result<()> {
     let url: StoreUrl = store_url.parse()?;
     let store: Arc<dyn RunStore> = open_store(&url, &OpenOptions { synchronous: sync }).await?;
     let agent = Agent::builder("assistant")
@@ -102,6 +111,7 @@ async fn cycles(n: usize, store_url: &str, sync: Synchronous) -> anyhow::Result<
         "store": store_kind,
         "sync": sync.as_str(),
         "cycles": n,
+        "pinned": pinned,
         "seconds": (seconds * 1000.0).round() / 1000.0,
         "cycles_per_s": (n as f64 / seconds).round(),
         "rss_mb": (rss_mb * 10.0).round() / 10.0,
@@ -111,11 +121,27 @@ async fn cycles(n: usize, store_url: &str, sync: Synchronous) -> anyhow::Result<
     Ok(())
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Cycles { n, store, sync } => cycles(n, &store, sync).await,
+        Command::Cycles {
+            n,
+            store,
+            sync,
+            unpinned,
+        } => {
+            // Threads inherit the affinity of the thread that spawns them, so pinning this one
+            // before the runtime and the store start pins theirs too.
+            let pinned = !unpinned
+                && core_affinity::get_core_ids()
+                    .and_then(|cores| cores.first().copied())
+                    .is_some_and(core_affinity::set_for_current);
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|runtime| runtime.block_on(cycles(n, &store, sync, pinned)))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
