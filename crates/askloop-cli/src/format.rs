@@ -1,6 +1,6 @@
 //! Text for people: questions, resume commands, times, shell quoting, short JSON.
 
-use askloop_core::{AskUserQuestion, PendingToolCall, SelectionMode};
+use askloop_core::{AskUserQuestion, PendingToolCall, SelectionMode, ToolResult};
 use serde_json::Value;
 
 /// The `ask_user` question of a pending call, if it is one.
@@ -90,6 +90,21 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 }
 
 /// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+/// A tool result in one line, for people: its `content` text (or compact JSON), and whether
+/// it failed, e.g. `ask_user: User answered: main` or `count failed: …`.
+pub(crate) fn result_summary(result: &ToolResult) -> String {
+    let content = result
+        .result
+        .get("content")
+        .and_then(Value::as_str)
+        .map_or_else(
+            || compact_json(&result.result, 200),
+            |text| truncate(text, 200),
+        );
+    let verb = if result.is_error { " failed" } else { "" };
+    format!("{}{verb}: {content}", result.tool_name)
+}
+
 pub(crate) fn format_time(ms: u64) -> String {
     let seconds = ms / 1000;
     let days = i64::try_from(seconds / 86_400).unwrap_or(i64::MAX / 2);

@@ -6,7 +6,7 @@ use std::io::Write;
 use askloop_core::{Chunk, RunId, wire};
 use serde_json::Value;
 
-use crate::format::{compact_json, truncate};
+use crate::format::{compact_json, result_summary};
 
 /// How chunks are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,17 +58,8 @@ impl Output {
                 ))?;
                 Ok(())
             }
-            Chunk::ToolResult { call, result } => {
-                let content = result
-                    .result
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .map_or_else(
-                        || compact_json(&result.result, 200),
-                        |text| truncate(text, 200),
-                    );
-                let verb = if result.is_error { " failed" } else { "" };
-                self.note(&format!("« {}{verb}: {content}", call.name))?;
+            Chunk::ToolResult { result, .. } => {
+                self.note(&format!("« {}", result_summary(result)))?;
                 Ok(())
             }
             Chunk::Finish { .. } => self.end_line(),

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::cli::{ContinueArgs, GlobalArgs, ListArgs, ShowArgs};
 use crate::context::Context;
 use crate::exit::invalid;
-use crate::format::{compact_json, format_time, truncate};
+use crate::format::{compact_json, format_time, result_summary, truncate};
 use crate::output::{Mode, Output};
 use crate::session::{Session, print_pending};
 
@@ -220,18 +220,7 @@ fn message_lines(message: &Message) -> Vec<String> {
             .collect(),
         Message::Tool { results } => results
             .iter()
-            .map(|result| {
-                let content = result
-                    .result
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .map_or_else(
-                        || compact_json(&result.result, 200),
-                        |text| truncate(text, 200),
-                    );
-                let verb = if result.is_error { " failed" } else { "" };
-                format!("tool {}{verb}: {content}", result.tool_name)
-            })
+            .map(|result| format!("tool {}", result_summary(result)))
             .collect(),
     }
 }
