@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use askloop_core::{Agent, AskUser, Chunk, RunStore, ScriptedModel};
+use askloop_core::testing::ScriptedModel;
+use askloop_core::{Agent, AskUser, Chunk, RunStore};
 use askloop_store::{OpenOptions, StoreUrl, Synchronous, open_store};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;

@@ -5,28 +5,19 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::definition::AgentDefinition;
 use crate::error::{AgentError, ResumeError};
-use crate::ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};
-use crate::memory::MemoryStore;
+use crate::ids::{AgentId, RunId, ToolCallId};
 use crate::model::{LanguageModel, ModelSettings, ToolDefinition};
-use crate::run_loop::{self, Claim};
+use crate::options::RunOptions;
+use crate::run_loop;
 use crate::schema::SchemaError;
-use crate::store::RunStore;
+use crate::store::{MemoryStore, RunStore};
 use crate::stream::{AgentStream, RunOutput};
 use crate::tool::{DynTool, RegisteredTool};
 
 /// Default of [`AgentBuilder::max_steps`].
 pub const DEFAULT_MAX_STEPS: u32 = 10;
-
-/// Where a new run goes: its thread and owner.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RunOptions {
-    /// The thread to continue; a new thread when `None`. A run of an existing thread sees the
-    /// messages of its completed runs.
-    pub thread_id: Option<ThreadId>,
-    /// The user or tenant owning the run.
-    pub resource_id: Option<ResourceId>,
-}
 
 /// An agent: calls its model in a loop, runs the tools the model calls, suspends when a tool
 /// asks, and commits every run to its store.
@@ -36,7 +27,8 @@ pub struct RunOptions {
 /// # Example
 /// ```
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use askloop_core::{Agent, AskUser, RunOutcome, ScriptedModel};
+/// use askloop_core::{Agent, AskUser, RunOutcome};
+/// use askloop_core::testing::ScriptedModel;
 ///
 /// let model = ScriptedModel::from_json(r#"{"steps":[
 ///     {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?"}}]},
@@ -55,7 +47,7 @@ pub struct RunOptions {
 /// ```
 #[derive(Clone)]
 pub struct Agent {
-    pub(crate) inner: Arc<AgentInner>,
+    inner: Arc<AgentDefinition>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -74,27 +66,6 @@ impl std::fmt::Debug for Agent {
                     .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
-    }
-}
-
-pub(crate) struct AgentInner {
-    pub(crate) id: AgentId,
-    pub(crate) name: String,
-    pub(crate) instructions: Option<String>,
-    pub(crate) model: Arc<dyn LanguageModel>,
-    pub(crate) model_spec: Option<String>,
-    pub(crate) tools: Vec<RegisteredTool>,
-    pub(crate) tool_definitions: Vec<ToolDefinition>,
-    pub(crate) max_steps: u32,
-    pub(crate) settings: ModelSettings,
-    pub(crate) store: Arc<dyn RunStore>,
-}
-
-impl AgentInner {
-    pub(crate) fn tool(&self, name: &str) -> Option<&RegisteredTool> {
-        self.tools
-            .iter()
-            .find(|tool| tool.definition().name == name)
     }
 }
 
@@ -134,6 +105,21 @@ impl Agent {
         &self.inner.tool_definitions
     }
 
+    /// The model SPEC recorded with each run, if one was given ([`AgentBuilder::model_spec`]).
+    pub fn model_spec(&self) -> Option<&str> {
+        self.inner.model_spec.as_deref()
+    }
+
+    /// The agent's instructions (system prompt), if any.
+    pub fn instructions(&self) -> Option<&str> {
+        self.inner.instructions.as_deref()
+    }
+
+    /// At most this many model steps per run.
+    pub fn max_steps(&self) -> u32 {
+        self.inner.max_steps
+    }
+
     /// Starts a run on a new thread and streams it. The run id is known at once
     /// ([`AgentStream::run_id`]); the run is inserted into the store before its first chunk.
     pub fn stream(&self, input: impl Into<String>) -> AgentStream {
@@ -155,9 +141,20 @@ impl Agent {
 
     /// Answers a suspended tool call and streams the run from there.
     ///
-    /// `tool_call_id` picks the call; it may be `None` when exactly one call is pending. The
-    /// answer is checked against the call's question, then the call is claimed in the store
-    /// (compare-and-swap), and only then does the tool's resume path run.
+    /// - `resume_data`: the answer, any JSON value. It is checked against the call's question
+    ///   before anything changes (for `ask_user`: a non-blank string, one of the labels, or a
+    ///   non-empty array of distinct labels; for other tools, their resume schema).
+    /// - `run_id`: the suspended run ([`AgentStream::run_id`], [`RunOutput::run_id`]).
+    /// - `tool_call_id`: the call this answer is for, as announced by its `tool-call-suspended`
+    ///   chunk. Give it whenever you can: a repeated or retried answer naming its call is refused
+    ///   with [`ResumeError::AlreadyAnswered`] once the call has its answer, so it can never land
+    ///   on a later question. `None` means "the call pending now" (the reference framework's
+    ///   `resumeStream(answer, { runId })`): it works only while exactly one call is pending
+    ///   ([`ResumeError::Ambiguous`] otherwise), and a retry after success would answer whatever
+    ///   the run asks next.
+    ///
+    /// The call is claimed in the store (compare-and-swap) before its tool's resume path runs,
+    /// so of several concurrent resumes exactly one wins.
     ///
     /// # Errors
     /// Before anything changes: [`ResumeError::RunNotFound`], [`ResumeError::NotSuspended`],
@@ -183,7 +180,7 @@ impl Agent {
     /// run is suspended or completed (answer it, or start a new run); [`ResumeError::Conflict`];
     /// [`ResumeError::WrongAgent`]; [`ResumeError::Store`].
     pub async fn continue_stream(&self, run_id: &RunId) -> Result<AgentStream, ResumeError> {
-        let claim: Claim = run_loop::claim_continue(&self.inner, run_id).await?;
+        let claim = run_loop::claim_continue(&self.inner, run_id).await?;
         Ok(run_loop::resume(self.inner.clone(), claim))
     }
 }
@@ -204,7 +201,7 @@ pub enum AgentBuildError {
         tool: String,
     },
     /// A tool's input schema is not a valid JSON Schema.
-    #[error("tool {tool} has an invalid input schema: {source}")]
+    #[error("tool {tool} has an invalid input schema")]
     InvalidToolSchema {
         /// The tool.
         tool: String,
@@ -274,7 +271,7 @@ impl AgentBuilder {
     }
 
     /// At most this many model steps per run (default 10); the run then finishes with
-    /// [`crate::FinishReason::MaxSteps`].
+    /// [`crate::model::FinishReason::MaxSteps`].
     pub fn max_steps(mut self, max_steps: u32) -> Self {
         self.max_steps = max_steps;
         self
@@ -325,7 +322,7 @@ impl AgentBuilder {
         }
         let tool_definitions = tools.iter().map(|tool| tool.definition().clone()).collect();
         Ok(Agent {
-            inner: Arc::new(AgentInner {
+            inner: Arc::new(AgentDefinition {
                 name: self.name.unwrap_or_else(|| self.id.to_string()),
                 id: self.id,
                 instructions: self.instructions,

@@ -15,6 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::text::{NON_BLANK_PATTERN, is_blank};
 use crate::tool::{Execution, ResumeRejection, Suspension, Tool, ToolContext};
 
 /// The `ask_user` tool. Stateless; add it to an agent with `.tool(AskUser)`.
@@ -106,13 +107,13 @@ impl AskUserQuestion {
         if args.selection_mode.is_some() && options.is_none() {
             return Err("selectionMode requires options.".into());
         }
-        if args.question.trim().is_empty() {
+        if is_blank(&args.question) {
             return Err("question must be non-empty.".into());
         }
         if let Some(options) = &options {
             let mut seen = HashSet::new();
             for option in options {
-                if option.label.trim().is_empty() {
+                if is_blank(&option.label) {
                     return Err("option labels must be non-empty.".into());
                 }
                 if !seen.insert(option.label.as_str()) {
@@ -154,7 +155,7 @@ impl AskUserQuestion {
     pub fn resume_schema(&self) -> Value {
         match self.selection_mode {
             None => {
-                json!({"$schema": DRAFT_07, "type": "string", "minLength": 1, "pattern": "\\S"})
+                json!({"$schema": DRAFT_07, "type": "string", "minLength": 1, "pattern": NON_BLANK_PATTERN})
             }
             Some(SelectionMode::SingleSelect) => {
                 json!({"$schema": DRAFT_07, "type": "string", "enum": self.labels()})
@@ -188,8 +189,8 @@ impl AskUserQuestion {
             None => {
                 let expected = "a non-empty text answer (a JSON string)".to_owned();
                 let problems = match answer {
-                    Value::String(text) if !text.trim().is_empty() => vec![],
-                    Value::String(_) => vec!["the answer is empty".to_owned()],
+                    Value::String(text) if !is_blank(text) => vec![],
+                    Value::String(_) => vec!["the answer is blank".to_owned()],
                     other => vec![format!("got {}", describe(other))],
                 };
                 (expected, problems)

@@ -14,6 +14,7 @@ use crate::tool::Suspension;
 /// `ToolCallSuspended` per waiting call and no `Finish`. A resumed run starts with the answered
 /// call's `ToolResult`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Chunk {
     /// A new run started.
     Start {

@@ -1,7 +1,7 @@
 //! The agent's errors: [`AgentError`] ends a stream, [`ResumeError`] refuses a resume before
 //! anything changes.
 
-use crate::ids::{RunId, ToolCallId};
+use crate::ids::{AgentId, RunId, ToolCallId};
 use crate::model::ModelError;
 use crate::run::RunStatus;
 use crate::store::StoreError;
@@ -123,9 +123,9 @@ pub enum ResumeError {
         /// The run.
         run_id: RunId,
         /// The run's agent.
-        expected: String,
+        expected: AgentId,
         /// The agent asked to resume it.
-        actual: String,
+        actual: AgentId,
     },
     /// The store failed.
     #[error(transparent)]
@@ -151,9 +151,46 @@ impl ResumeError {
     }
 }
 
+/// An error and its causes on one line, each cause once: `outer: cause: root cause`. A cause
+/// whose text the line already holds is skipped, so an error that repeats its source's text is
+/// not printed twice.
+pub fn error_chain_text(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(current) = cause {
+        let text = current.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = current.source();
+    }
+    line.replace(['\n', '\r'], " ")
+}
+
 fn join_ids(ids: &[ToolCallId]) -> String {
     ids.iter()
         .map(ToolCallId::as_str)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Repeating(#[source] std::io::Error);
+
+    #[test]
+    fn every_cause_is_printed_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        assert_eq!(error_chain_text(&Outer(io())), "outer: no such file");
+        assert_eq!(error_chain_text(&Repeating(io())), "outer: no such file");
+    }
 }

@@ -1,8 +1,8 @@
 //! askloop's core: the agent loop and its tool suspension, with no I/O of its own.
 //!
-//! An [`Agent`] calls a [`LanguageModel`] in a loop; the model calls tools ([`Tool`],
+//! An [`Agent`] calls a [`model::LanguageModel`] in a loop; the model calls tools ([`Tool`],
 //! [`DynTool`]). A tool may suspend ([`ToolContext::suspend`]): the run's whole state
-//! ([`RunState`]) is committed to a [`RunStore`], the stream yields a
+//! ([`store::RunState`]) is committed to a [`RunStore`], the stream yields a
 //! [`Chunk::ToolCallSuspended`] and ends. [`Agent::resume_stream`] later answers that exact call,
 //! in this process or another, and the loop goes on. The built-in [`AskUser`] tool asks people
 //! questions this way.
@@ -12,15 +12,18 @@
 //! crate. It depends on no database, HTTP or model library.
 //!
 //! Main types: [`Agent`] and [`AgentBuilder`]; [`AgentStream`] and [`Chunk`]; [`Tool`],
-//! [`ToolContext`], [`Execution`]; [`AskUser`]; [`LanguageModel`], [`ModelRequest`],
-//! [`ModelEvent`]; [`RunStore`], [`MemoryStore`], [`RunState`]; [`ScriptedModel`] for tests;
-//! [`wire`] for the JSON form of chunks.
+//! [`ToolContext`], [`Execution`]; [`AskUser`]; [`RunStore`]. The rest sits in modules:
+//! [`model`] (the [`model::LanguageModel`] trait and the messages it reads and writes),
+//! [`store`] (listing, the state codec, [`store::MemoryStore`]), [`wire`] (the JSON form of
+//! chunks), [`testing`] ([`testing::ScriptedModel`], and the conformance suite behind
+//! `test-support`), [`schema`] (JSON Schema checks that report every problem).
 //!
 //! # Example
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use askloop_core::{Agent, AskUser, Chunk, ScriptedModel};
+//! use askloop_core::testing::ScriptedModel;
+//! use askloop_core::{Agent, AskUser, Chunk};
 //! use futures::StreamExt;
 //!
 //! let model = ScriptedModel::from_json(r#"{"steps":[
@@ -44,53 +47,41 @@
 //! # Features
 //! | feature | what it adds |
 //! |---|---|
-//! | `test-support` | [`conformance`]: the store conformance suite other crates run on their stores |
+//! | `test-support` | `testing::conformance`: the store conformance suite other crates run on their stores |
 
 mod agent;
 mod ask_user;
 mod cancel;
 mod chunk;
+mod definition;
 mod error;
 mod ids;
-mod memory;
 mod message;
-mod model;
+mod options;
 mod paths;
 mod run;
 mod run_loop;
-mod schema;
-mod scripted;
-mod store;
 mod stream;
+mod text;
 mod tool;
+
+pub mod model;
+pub mod schema;
+pub mod store;
+pub mod testing;
 pub mod wire;
 
-#[cfg(any(test, feature = "test-support"))]
-pub mod conformance;
-
-pub use agent::{Agent, AgentBuildError, AgentBuilder, DEFAULT_MAX_STEPS, RunOptions};
+pub use agent::{Agent, AgentBuildError, AgentBuilder, DEFAULT_MAX_STEPS};
 pub use ask_user::{
     AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, SelectionMode,
 };
 pub use cancel::CancelHandle;
 pub use chunk::Chunk;
-pub use error::{AgentError, ResumeError};
+pub use error::{AgentError, ResumeError, error_chain_text};
 pub use ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};
-pub use memory::MemoryStore;
-pub use message::{AssistantPart, FinishReason, Message, ToolArgs, ToolCall, ToolResult, Usage};
-pub use model::{
-    LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest, ModelSettings,
-    ToolChoice, ToolDefinition,
-};
+pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
-pub use run::{
-    CallSlot, CallState, PendingStep, PendingToolCall, RUN_FORMAT_VERSION, RunFailure, RunState,
-    RunStatus, now_ms,
-};
-pub use schema::{SchemaError, SchemaValidator};
-pub use scripted::{ScriptError, ScriptStep, ScriptToolCall, ScriptedModel};
-pub use store::{RunFilter, RunStore, StoreError, StoredRun};
+pub use run::{PendingToolCall, RunFailure, RunStatus, UnknownRunStatus};
+pub use store::{RunStore, StoreError};
 pub use stream::{AgentStream, RunOutcome, RunOutput};
-pub use tool::{
-    DynTool, Execution, RegisteredTool, ResumeRejection, Suspension, Tool, ToolContext, ToolError,
-};
+pub use tool::{DynTool, Execution, ResumeRejection, Suspension, Tool, ToolContext, ToolError};

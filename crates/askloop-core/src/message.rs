@@ -2,7 +2,7 @@
 //!
 //! These are askloop's own provider-neutral types. Provider adapters translate them to and from
 //! their wire formats at the edge; they are never a provider's types. They are part of the stored
-//! run format (see [`crate::run::RUN_FORMAT_VERSION`]): change them only with a format bump.
+//! run format (see `crate::run`): change them only with a format bump.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -49,6 +49,7 @@ impl Message {
 /// One part of an assistant message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum AssistantPart {
     /// Visible text.
     Text {
@@ -184,6 +185,7 @@ impl Usage {
 /// Why a model step, or a whole run, ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum FinishReason {
     /// The model finished its answer.
     Stop,

@@ -1,4 +1,6 @@
-//! The [`LanguageModel`] trait: the seam between the agent loop and every model provider.
+//! Models: the [`LanguageModel`] trait (the seam between the agent loop and every model
+//! provider), what it is asked ([`ModelRequest`]) and answers ([`ModelEvent`]), and the
+//! provider-neutral messages of a conversation ([`Message`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -8,7 +10,9 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::message::{FinishReason, Message, ToolCall, Usage};
+pub use crate::message::{
+    AssistantPart, FinishReason, Message, ToolArgs, ToolCall, ToolResult, Usage,
+};
 
 /// A tool as the model sees it: name, description and the JSON Schema of its arguments.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,6 +28,7 @@ pub struct ToolDefinition {
 /// How the model may use tools in one request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "type", content = "name")]
+#[non_exhaustive]
 pub enum ToolChoice {
     /// The model decides (the default).
     #[default]
@@ -37,9 +42,20 @@ pub enum ToolChoice {
 }
 
 /// Sampling and tool settings of a model request. Every field is optional; `None` leaves the
-/// provider's default.
+/// provider's default. Build with [`ModelSettings::new`] and the `with_*` setters.
+///
+/// # Example
+/// ```
+/// use askloop_core::model::{ModelSettings, ToolChoice};
+///
+/// let settings = ModelSettings::new()
+///     .with_temperature(0.2)
+///     .with_first_step_tool_choice(ToolChoice::Tool("ask_user".into()));
+/// assert_eq!(settings.temperature, Some(0.2));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ModelSettings {
     /// Sampling temperature (0.0 ..= 2.0 for most providers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,8 +77,53 @@ pub struct ModelSettings {
     pub first_step_tool_choice: Option<ToolChoice>,
 }
 
-/// Everything a model needs for one step.
+impl ModelSettings {
+    /// Provider defaults everywhere, `tool_choice` auto.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`ModelSettings::temperature`].
+    pub fn with_temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// Sets [`ModelSettings::top_p`].
+    pub fn with_top_p(mut self, top_p: f32) -> Self {
+        self.top_p = Some(top_p);
+        self
+    }
+
+    /// Sets [`ModelSettings::max_tokens`].
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets [`ModelSettings::seed`].
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Sets [`ModelSettings::tool_choice`].
+    pub fn with_tool_choice(mut self, tool_choice: ToolChoice) -> Self {
+        self.tool_choice = tool_choice;
+        self
+    }
+
+    /// Sets [`ModelSettings::first_step_tool_choice`].
+    pub fn with_first_step_tool_choice(mut self, tool_choice: ToolChoice) -> Self {
+        self.first_step_tool_choice = Some(tool_choice);
+        self
+    }
+}
+
+/// Everything a model needs for one step. The agent loop builds it; model implementations read
+/// it. [`ModelRequest::new`] builds one for tests and direct calls.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ModelRequest {
     /// The agent's instructions (the system prompt), if any.
     pub system: Option<String>,
@@ -74,8 +135,39 @@ pub struct ModelRequest {
     pub settings: ModelSettings,
 }
 
+impl ModelRequest {
+    /// A request with these messages, no instructions, no tools, default settings.
+    pub fn new(messages: Vec<Message>) -> Self {
+        Self {
+            system: None,
+            messages,
+            tools: Vec::new(),
+            settings: ModelSettings::default(),
+        }
+    }
+
+    /// Sets the instructions (system prompt).
+    pub fn with_system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Sets the tools.
+    pub fn with_tools(mut self, tools: Vec<ToolDefinition>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the settings.
+    pub fn with_settings(mut self, settings: ModelSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+}
+
 /// One event of a model's streamed response: the provider-neutral form every adapter produces.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ModelEvent {
     /// A piece of visible text.
     TextDelta(String),
@@ -146,15 +238,15 @@ pub enum ModelError {
         /// What was wrong.
         message: String,
     },
-    /// A scripted model was asked for a step past the end of its script.
-    #[error("the script {script} has {steps} step(s); step {requested} was requested")]
-    ScriptExhausted {
-        /// Where the script came from.
-        script: String,
-        /// How many steps it has.
-        steps: usize,
-        /// The 1-based step that was requested.
-        requested: usize,
+    /// The model implementation failed in a way of its own (e.g. a scripted model past the
+    /// end of its script, an embedded model that could not load); the cause says how.
+    #[error("model {model} failed")]
+    Failed {
+        /// The model that was called.
+        model: String,
+        /// What went wrong.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The call was cancelled (e.g. Ctrl-C).
     #[error("the model call was cancelled")]
@@ -167,7 +259,7 @@ pub enum ModelError {
 /// - `stream` sends one request and yields events as they arrive; the last event of a successful
 ///   response is exactly one [`ModelEvent::Finish`].
 /// - Every [`ModelEvent::ToolCall`] carries complete arguments; text that is not JSON is given as
-///   [`crate::ToolArgs::Malformed`], never dropped and never a panic.
+///   [`ToolArgs::Malformed`], never dropped and never a panic.
 /// - An error (returned, or yielded by the stream) ends the response; the caller discards partial
 ///   output and nothing was recorded for it.
 /// - Implementations hold no per-run state: the whole conversation is in the request, so a run can

@@ -238,7 +238,7 @@ pub enum ToolError {
         available: Vec<String>,
     },
     /// The tool's own error.
-    #[error("tool {tool} failed: {source}")]
+    #[error("tool {tool} failed")]
     Failed {
         /// The tool's name.
         tool: String,
@@ -247,7 +247,7 @@ pub enum ToolError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The output could not be serialized to JSON.
-    #[error("tool {tool} produced output that is not JSON: {source}")]
+    #[error("tool {tool} produced output that is not JSON")]
     Output {
         /// The tool's name.
         tool: String,
@@ -356,7 +356,7 @@ impl<T: Tool> DynTool for T {
 /// A tool registered with an agent: the erased tool, its definition, and its compiled input
 /// schema. Built once per agent, shared by every run.
 #[derive(Clone)]
-pub struct RegisteredTool {
+pub(crate) struct RegisteredTool {
     tool: Arc<dyn DynTool>,
     definition: ToolDefinition,
     validator: Arc<SchemaValidator>,
@@ -376,7 +376,7 @@ impl RegisteredTool {
     ///
     /// # Errors
     /// [`crate::schema::SchemaError`] if the tool's input schema is not a valid JSON Schema.
-    pub fn new(tool: Arc<dyn DynTool>) -> Result<Self, crate::schema::SchemaError> {
+    pub(crate) fn new(tool: Arc<dyn DynTool>) -> Result<Self, crate::schema::SchemaError> {
         let definition = tool.definition();
         let validator = Arc::new(SchemaValidator::new(&definition.input_schema)?);
         Ok(Self {
@@ -387,12 +387,12 @@ impl RegisteredTool {
     }
 
     /// The tool's definition.
-    pub fn definition(&self) -> &ToolDefinition {
+    pub(crate) fn definition(&self) -> &ToolDefinition {
         &self.definition
     }
 
     /// The erased tool.
-    pub fn tool(&self) -> &Arc<dyn DynTool> {
+    pub(crate) fn tool(&self) -> &Arc<dyn DynTool> {
         &self.tool
     }
 
@@ -400,7 +400,7 @@ impl RegisteredTool {
     ///
     /// # Errors
     /// [`ToolError::InvalidArguments`] listing every bad field.
-    pub fn check_args(&self, args: &crate::message::ToolArgs) -> Result<Value, ToolError> {
+    pub(crate) fn check_args(&self, args: &crate::message::ToolArgs) -> Result<Value, ToolError> {
         match args {
             crate::message::ToolArgs::Malformed(raw) => Err(ToolError::InvalidArguments {
                 tool: self.definition.name.clone(),

@@ -10,9 +10,12 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use askloop_core::{
-    Message, RunFilter, RunId, RunState, RunStatus, RunStore, StoreError, StoredRun, ThreadId,
+use askloop_core::model::Message;
+use askloop_core::store::codec::{
+    decode_state, decode_thread_share, encode_state, encode_thread_share,
 };
+use askloop_core::store::{ListedRun, RunFilter, RunPage, RunState, StoredRun};
+use askloop_core::{RunId, RunStatus, RunStore, StoreError, ThreadId};
 
 use crate::error::{OpenError, backend, map_sqlx_error};
 
@@ -141,42 +144,8 @@ impl SqliteStore {
     }
 }
 
-fn encode(state: &RunState) -> Result<String, StoreError> {
-    serde_json::to_string(state).map_err(|source| StoreError::Corrupt {
-        run_id: state.run_id.clone(),
-        source,
-    })
-}
-
-fn decode(run_id: &str, text: &str) -> Result<RunState, StoreError> {
-    let state: RunState = serde_json::from_str(text).map_err(|source| StoreError::Corrupt {
-        run_id: RunId::new(run_id),
-        source,
-    })?;
-    state
-        .check_format()
-        .map_err(|format_version| StoreError::UnsupportedFormat {
-            run_id: RunId::new(run_id),
-            format_version,
-        })?;
-    Ok(state)
-}
-
 fn millis(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// The run's own messages as JSON when it is completed (its thread's share), else `None`.
-fn thread_share(state: &RunState) -> Result<Option<String>, StoreError> {
-    if state.status != RunStatus::Completed {
-        return Ok(None);
-    }
-    serde_json::to_string(state.run_messages())
-        .map(Some)
-        .map_err(|source| StoreError::Corrupt {
-            run_id: state.run_id.clone(),
-            source,
-        })
 }
 
 const INSERT_RUN: &str = "INSERT INTO runs \
@@ -195,13 +164,13 @@ fn insert_query<'q>(
     thread_messages: Option<String>,
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
     sqlx::query(INSERT_RUN)
-        .bind(state.run_id.as_str())
-        .bind(state.thread_id.as_str())
-        .bind(state.resource_id.as_ref().map(|id| id.as_str()))
-        .bind(state.agent_id.as_str())
-        .bind(state.status.as_str())
-        .bind(millis(state.created_at_ms))
-        .bind(millis(state.updated_at_ms))
+        .bind(state.run_id().as_str())
+        .bind(state.thread_id().as_str())
+        .bind(state.resource_id().map(|id| id.as_str()))
+        .bind(state.agent_id().as_str())
+        .bind(state.status().as_str())
+        .bind(millis(state.created_at_ms()))
+        .bind(millis(state.updated_at_ms()))
         .bind(text)
         .bind(thread_messages)
 }
@@ -214,11 +183,11 @@ fn update_query<'q>(
     expected_version: i64,
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
     sqlx::query(UPDATE_RUN)
-        .bind(state.status.as_str())
-        .bind(millis(state.updated_at_ms))
+        .bind(state.status().as_str())
+        .bind(millis(state.updated_at_ms()))
         .bind(text)
         .bind(thread_messages)
-        .bind(state.run_id.as_str())
+        .bind(state.run_id().as_str())
         .bind(expected_version)
 }
 
@@ -226,38 +195,43 @@ fn update_query<'q>(
 impl RunStore for SqliteStore {
     async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
         // One statement, so SQLite commits it atomically on its own.
-        insert_query(state, encode(state)?, thread_share(state)?)
+        insert_query(state, encode_state(state)?, encode_thread_share(state)?)
             .execute(&self.pool)
             .await
-            .map_err(|error| map_sqlx_error(&state.run_id, error))?;
+            .map_err(|error| map_sqlx_error(state.run_id(), error))?;
         Ok(1)
     }
 
     async fn update_run(&self, state: &RunState, expected_version: u64) -> Result<u64, StoreError> {
-        let map = |error| map_sqlx_error(&state.run_id, error);
+        let map = |error| map_sqlx_error(state.run_id(), error);
         let expected = i64::try_from(expected_version).unwrap_or(i64::MAX);
         // One statement: the compare-and-swap is its `version = ?` condition, and a completing
         // update records the thread's share in the same row, so both happen or neither does.
-        let updated = update_query(state, encode(state)?, thread_share(state)?, expected)
-            .execute(&self.pool)
-            .await
-            .map_err(map)?
-            .rows_affected();
+        let updated = update_query(
+            state,
+            encode_state(state)?,
+            encode_thread_share(state)?,
+            expected,
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(map)?
+        .rows_affected();
         if updated == 1 {
             return Ok(expected_version + 1);
         }
         let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM runs WHERE id = ?1")
-            .bind(state.run_id.as_str())
+            .bind(state.run_id().as_str())
             .fetch_optional(&self.pool)
             .await
             .map_err(map)?;
         Err(match exists {
             Some(_) => StoreError::Conflict {
-                run_id: state.run_id.clone(),
+                run_id: state.run_id().clone(),
                 expected_version,
             },
             None => StoreError::NotFound {
-                run_id: state.run_id.clone(),
+                run_id: state.run_id().clone(),
             },
         })
     }
@@ -277,35 +251,50 @@ impl RunStore for SqliteStore {
         let text: String = row
             .try_get("state")
             .map_err(|error| map_sqlx_error(run_id, error))?;
-        Ok(StoredRun {
-            state: decode(run_id.as_str(), &text)?,
-            version: u64::try_from(version).unwrap_or(0),
-        })
+        Ok(StoredRun::new(
+            decode_state(run_id, &text)?,
+            u64::try_from(version).unwrap_or(0),
+        ))
     }
 
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunState>, StoreError> {
-        let limit = filter
-            .limit
-            .map_or(-1, |limit| i64::try_from(limit).unwrap_or(i64::MAX));
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
+        // One row more than asked for says whether there is a next page.
+        let limit = filter.limit.map_or(-1, |limit| {
+            i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX)
+        });
+        let cursor = filter.cursor.as_ref();
         let rows = sqlx::query(
-            "SELECT id, state FROM runs \
-             WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR thread_id = ?2) AND (?3 IS NULL OR resource_id = ?3) \
-             ORDER BY created_at_ms DESC, id DESC LIMIT ?4",
+            "SELECT id, created_at_ms, state FROM runs \
+             WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR thread_id = ?2) \
+               AND (?3 IS NULL OR resource_id = ?3) AND (?4 IS NULL OR agent_id = ?4) \
+               AND (?5 IS NULL OR created_at_ms < ?5 OR (created_at_ms = ?5 AND id < ?6)) \
+             ORDER BY created_at_ms DESC, id DESC LIMIT ?7",
         )
         .bind(filter.status.map(RunStatus::as_str))
         .bind(filter.thread_id.as_ref().map(|id| id.as_str()))
         .bind(filter.resource_id.as_ref().map(|id| id.as_str()))
+        .bind(filter.agent_id.as_ref().map(|id| id.as_str()))
+        .bind(cursor.map(|cursor| millis(cursor.created_at_ms)))
+        .bind(cursor.map(|cursor| cursor.run_id.as_str()))
         .bind(limit)
         .fetch_all(&self.pool)
         .await
         .map_err(backend)?;
-        rows.iter()
-            .map(|row| {
-                let id: String = row.try_get("id").map_err(backend)?;
-                let text: String = row.try_get("state").map_err(backend)?;
-                decode(&id, &text)
-            })
-            .collect()
+        let mut runs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let run_id = RunId::new(row.try_get::<String, _>("id").map_err(backend)?);
+            let created_at_ms = row.try_get::<i64, _>("created_at_ms").map_err(backend)?;
+            let text: String = row.try_get("state").map_err(backend)?;
+            runs.push(match decode_state(&run_id, &text) {
+                Ok(state) => ListedRun::Run(state.summary()),
+                Err(error) => ListedRun::Unreadable {
+                    run_id,
+                    created_at_ms: u64::try_from(created_at_ms).unwrap_or(0),
+                    error,
+                },
+            });
+        }
+        Ok(RunPage::from_rows(runs, filter.limit))
     }
 
     async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
@@ -319,14 +308,9 @@ impl RunStore for SqliteStore {
         .map_err(backend)?;
         let mut messages = Vec::new();
         for row in &rows {
-            let run_id: String = row.try_get("id").map_err(backend)?;
+            let run_id = RunId::new(row.try_get::<String, _>("id").map_err(backend)?);
             let text: String = row.try_get("thread_messages").map_err(backend)?;
-            let run_messages: Vec<Message> =
-                serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
-                    run_id: RunId::new(run_id),
-                    source,
-                })?;
-            messages.extend(run_messages);
+            messages.extend(decode_thread_share(&run_id, &text)?);
         }
         Ok(messages)
     }

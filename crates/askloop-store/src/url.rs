@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use askloop_core::{MemoryStore, RunStore};
+use askloop_core::RunStore;
+use askloop_core::store::MemoryStore;
 
 use crate::error::OpenError;
 use crate::sqlite::{SqliteStore, Synchronous};

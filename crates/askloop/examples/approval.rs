@@ -5,12 +5,15 @@
 
 use std::convert::Infallible;
 
+use askloop::serde_json::{Value, json};
 use askloop::store::{SqliteStore, Synchronous};
-use askloop::{Agent, Execution, RunOutcome, ScriptedModel, Tool, ToolContext};
-use serde_json::{Value, json};
+use askloop::testing::ScriptedModel;
+use askloop::{Agent, Execution, RunOutcome, Tool, ToolContext};
 
-/// Arguments of `transfer`.
-#[derive(serde::Deserialize, schemars::JsonSchema)]
+/// Arguments of `transfer`. Everything a tool needs comes from `askloop` itself.
+#[derive(askloop::serde::Deserialize, askloop::schemars::JsonSchema)]
+#[serde(crate = "askloop::serde")]
+#[schemars(crate = "askloop::schemars")]
 struct TransferArgs {
     /// Amount in cents.
     amount_cents: u64,
@@ -21,7 +24,7 @@ struct TransferArgs {
 /// Moves money, after a person approves.
 struct Transfer;
 
-#[async_trait::async_trait]
+#[askloop::async_trait]
 impl Tool for Transfer {
     const NAME: &'static str = "transfer";
     type Args = TransferArgs;
@@ -77,12 +80,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?
         .generate("Pay ACME five dollars")
         .await?;
-    if let RunOutcome::Suspended { pending } = &first.status {
-        println!("waiting: {}", pending[0].suspend_payload["approve"]);
-    }
+    let RunOutcome::Suspended { pending } = &first.status else {
+        return Err("the transfer did not ask for approval".into());
+    };
+    println!("waiting: {}", pending[0].suspend_payload["approve"]);
+    // Name the call you answer: a retried answer is then refused instead of landing elsewhere.
+    let call = pending[0].tool_call_id.clone();
     let resumed = agent(&path)
         .await?
-        .resume_stream(json!({"approved": true}), &first.run_id, None)
+        .resume_stream(json!({"approved": true}), &first.run_id, Some(&call))
         .await?;
     println!("{}", resumed.collect_output().await?.text);
     Ok(())

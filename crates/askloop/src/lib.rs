@@ -1,21 +1,29 @@
 //! askloop: AI agents whose tools stop to ask a person and pick up where they left off —
 //! minutes or days later, in the same process or another.
 //!
-//! This is the crate to depend on. It re-exports the core ([`Agent`], [`Tool`], [`AskUser`],
-//! [`RunStore`], [`Chunk`], …) and, behind features, the durable stores. The inner crates
-//! (`askloop-core`, `askloop-store`) are implementation detail; this crate carries the
-//! stability promise.
+//! This is the crate to depend on; it carries the stability promise. The inner crates
+//! (`askloop-core`, `askloop-store`, `askloop-providers`) are implementation detail and may
+//! change in any release.
 //!
 //! An [`Agent`] calls a model in a loop; the model calls tools. A tool may call
 //! [`ToolContext::suspend`]: the run is committed to the store, the stream yields a
 //! [`Chunk::ToolCallSuspended`] and ends. [`Agent::resume_stream`] later answers exactly that
-//! tool call and the loop goes on.
+//! tool call and the loop goes on. The built-in [`AskUser`] tool asks people questions this way.
+//!
+//! The root holds what every user touches: the agent, its stream and chunks, tools and their
+//! context, ids and errors. The rest sits in modules: [`model`] (the `LanguageModel` trait and
+//! conversation messages), [`store`] (the `RunStore` trait, listing, the stores), [`wire`] (the
+//! JSON form of chunks), [`testing`] (a scripted model), [`providers`] (real models from a SPEC
+//! string, behind features), [`schema`] (JSON Schema checks). What implementing a [`Tool`] needs
+//! is re-exported too ([`async_trait`], [`schemars`], [`serde`], [`serde_json`]), so your
+//! `Cargo.toml` need not match askloop's versions of them.
 //!
 //! # Example
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use askloop::{Agent, AskUser, RunOutcome, ScriptedModel};
+//! use askloop::testing::ScriptedModel;
+//! use askloop::{Agent, AskUser, RunOutcome};
 //!
 //! let model = ScriptedModel::from_json(r#"{"steps":[
 //!   {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?"}}]},
@@ -24,7 +32,8 @@
 //! let first = agent.generate("Summarize my project").await?;
 //! let RunOutcome::Suspended { pending } = &first.status else { unreachable!() };
 //! assert_eq!(pending[0].suspend_payload["question"], "Which repo?");
-//! let answer = agent.resume_stream("main".into(), &first.run_id, None).await?;
+//! let call = &pending[0].tool_call_id;
+//! let answer = agent.resume_stream("main".into(), &first.run_id, Some(call)).await?;
 //! assert_eq!(answer.collect_output().await?.text, "Done.");
 //! # Ok(()) }
 //! ```
@@ -32,15 +41,64 @@
 //! # Features
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `sqlite` | yes | [`store`]: [`store::SqliteStore`] and [`store::open_store`] |
+//! | `sqlite` | yes | [`store::SqliteStore`], store URLs and [`store::open_store`] |
+//! | `openai` | no | [`providers`]: OpenAI Chat Completions and compatible servers (`openai:MODEL`) |
+//! | `anthropic` | no | [`providers`]: Anthropic Messages (`anthropic:MODEL`) |
+//! | `ollama` | no | [`providers`]: a local Ollama (`ollama:MODEL`) |
+//! | `local` | no | [`providers`]: the embedded model on the CPU (`local`, `local:PATH`) |
 
-pub use askloop_core::*;
+pub use askloop_core::{
+    Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, AskUser, AskUserArgs,
+    AskUserOption, AskUserQuestion, AskUserResult, CancelHandle, Chunk, DEFAULT_MAX_STEPS, DynTool,
+    Execution, PendingToolCall, ResourceId, ResumeError, ResumeRejection, RunFailure, RunId,
+    RunOptions, RunOutcome, RunOutput, RunStatus, RunStore, SelectionMode, StoreError, Suspension,
+    ThreadId, Tool, ToolCallId, ToolContext, ToolError,
+};
+pub use askloop_core::{model, schema, wire};
 
-/// Durable stores (feature `sqlite`): [`store::SqliteStore`], store URLs and [`store::open_store`].
-#[cfg(feature = "sqlite")]
+/// Re-exported for implementing [`Tool`]: `#[askloop::async_trait]` on the `impl`.
+pub use async_trait::async_trait;
+/// Re-exported for tool arguments: derive `askloop::schemars::JsonSchema` with
+/// `#[schemars(crate = "askloop::schemars")]`.
+pub use schemars;
+/// Re-exported for tool arguments and outputs: derive with `#[serde(crate = "askloop::serde")]`.
+pub use serde;
+/// Re-exported: tool outputs and answers are `serde_json::Value`s.
+pub use serde_json;
+
+/// Where runs are kept: the [`RunStore`] trait and its contract, listing, the shared state
+/// codec, the in-memory store and (feature `sqlite`) the SQLite store.
 pub mod store {
+    pub use askloop_core::store::{
+        InvalidCursor, ListedRun, MemoryStore, RunCursor, RunFilter, RunPage, RunState, RunStore,
+        RunSummary, StoreError, StoredRun, codec,
+    };
+    #[cfg(feature = "sqlite")]
     pub use askloop_store::{
         DEFAULT_DB_FILE, OpenError, OpenOptions, SqliteStore, StoreUrl, Synchronous,
         default_store_url, open_store,
+    };
+}
+
+/// Helpers for tests and demos: [`testing::ScriptedModel`] replays a JSON script of model
+/// steps.
+pub mod testing {
+    pub use askloop_core::testing::{ScriptError, ScriptStep, ScriptToolCall, ScriptedModel};
+}
+
+/// Real models from a SPEC string (`PROVIDER:MODEL`): [`providers::build_model`] and the SPEC
+/// parser. Each provider is a feature: `openai`, `anthropic`, `ollama`, `local`.
+#[cfg(any(
+    feature = "openai",
+    feature = "anthropic",
+    feature = "ollama",
+    feature = "local"
+))]
+pub mod providers {
+    #[cfg(feature = "local")]
+    pub use askloop_providers::local;
+    pub use askloop_providers::{
+        ModelSpec, PROVIDERS, ProviderError, ProviderOptions, RetryPolicy, SpecError, WireError,
+        build_model,
     };
 }

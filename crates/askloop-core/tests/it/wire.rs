@@ -2,7 +2,9 @@
 //! (`tests/fixtures/reference-sse-*.txt`, copied from `shared/reference/`): the same run, the
 //! same chunk sequence, the same payload fields and values where the reference client reads them.
 
-use askloop_core::{Agent, AskUser, Chunk, SchemaValidator, ScriptedModel, wire};
+use askloop_core::schema::SchemaValidator;
+use askloop_core::testing::ScriptedModel;
+use askloop_core::{Agent, AskUser, Chunk, wire};
 use futures::StreamExt;
 use serde_json::{Value, json};
 

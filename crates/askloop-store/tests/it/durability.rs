@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use askloop_core::{
-    Agent, AskUser, RunId, RunOutcome, RunStatus, RunStore, ScriptedModel, StoreError,
-};
+use askloop_core::store::{ListedRun, RunFilter};
+use askloop_core::testing::ScriptedModel;
+use askloop_core::{Agent, AskUser, RunId, RunOutcome, RunStatus, RunStore, StoreError};
 use askloop_store::{OpenOptions, SqliteStore, StoreUrl, Synchronous, open_store};
 use serde_json::json;
 
@@ -51,7 +51,12 @@ async fn suspended_run_resumes_through_a_second_store_on_the_same_file() {
         .unwrap();
     assert_eq!(resumed.text, "Summary of main.");
     assert_eq!(
-        second.load_run(&output.run_id).await.unwrap().state.status,
+        second
+            .load_run(&output.run_id)
+            .await
+            .unwrap()
+            .state
+            .status(),
         RunStatus::Completed
     );
 }
@@ -98,6 +103,67 @@ async fn corrupt_and_future_rows_are_typed_errors() {
     assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
     let error = store.load_run(&RunId::new("missing")).await.unwrap_err();
     assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn issue7_fault13_one_unreadable_run_does_not_hide_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.db");
+    let store = SqliteStore::open(&path, Synchronous::Normal).await.unwrap();
+    let agent = agent(Arc::new(store.clone()));
+    let mut ids = Vec::new();
+    for prompt in ["one", "two", "three"] {
+        ids.push(agent.generate(prompt).await.unwrap().run_id);
+    }
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let state: String = sqlx::query_scalar("SELECT state FROM runs WHERE id = ?1")
+        .bind(ids[1].as_str())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE runs SET state = ?1 WHERE id = ?2")
+        .bind(state.replace("\"formatVersion\":1", "\"formatVersion\":2"))
+        .bind(ids[1].as_str())
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE runs SET state = '{\"formatVersion\":1,' WHERE id = ?1")
+        .bind(ids[2].as_str())
+        .execute(&pool)
+        .await
+        .unwrap();
+    let page = store.list_runs(&RunFilter::new()).await.unwrap();
+    assert_eq!(page.runs.len(), 3);
+    let by_id = |id: &RunId| page.runs.iter().find(|run| run.run_id() == id).unwrap();
+    assert!(by_id(&ids[0]).summary().is_some());
+    assert!(matches!(
+        by_id(&ids[1]),
+        ListedRun::Unreadable {
+            error: StoreError::UnsupportedFormat {
+                format_version: 2,
+                ..
+            },
+            ..
+        }
+    ));
+    assert!(matches!(
+        by_id(&ids[2]),
+        ListedRun::Unreadable {
+            error: StoreError::Corrupt { .. },
+            ..
+        }
+    ));
+    let suspended = store
+        .list_runs(&RunFilter::new().status(RunStatus::Suspended))
+        .await
+        .unwrap();
+    assert_eq!(
+        suspended.runs.len(),
+        3,
+        "filters use the columns, not the state"
+    );
 }
 
 #[tokio::test]

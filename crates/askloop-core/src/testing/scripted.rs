@@ -70,7 +70,7 @@ struct Script {
 #[non_exhaustive]
 pub enum ScriptError {
     /// The file could not be read.
-    #[error("cannot read script {path}: {source}")]
+    #[error("cannot read script {path}")]
     Read {
         /// The file.
         path: String,
@@ -79,13 +79,24 @@ pub enum ScriptError {
         source: std::io::Error,
     },
     /// The text is not a valid script.
-    #[error("invalid script {source_name}: {source}")]
+    #[error("invalid script {source_name}")]
     Parse {
         /// Where it came from.
         source_name: String,
         /// The parser's error.
         #[source]
         source: serde_json::Error,
+    },
+    /// The model was asked for a step past the end of its script (the cause of a
+    /// [`ModelError::Failed`]).
+    #[error("the script {script} has {steps} step(s); step {requested} was requested")]
+    Exhausted {
+        /// Where the script came from.
+        script: String,
+        /// How many steps it has.
+        steps: usize,
+        /// The 1-based step that was requested.
+        requested: usize,
     },
 }
 
@@ -172,10 +183,13 @@ impl LanguageModel for ScriptedModel {
             .filter(|message| message.is_assistant())
             .count();
         let Some(step) = self.steps.get(index) else {
-            return Err(ModelError::ScriptExhausted {
-                script: self.source.clone(),
-                steps: self.steps.len(),
-                requested: index + 1,
+            return Err(ModelError::Failed {
+                model: "scripted".into(),
+                source: Box::new(ScriptError::Exhausted {
+                    script: self.source.clone(),
+                    steps: self.steps.len(),
+                    requested: index + 1,
+                }),
             });
         };
         if let Some(message) = &step.error {
@@ -230,19 +244,14 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
-    use crate::model::{ModelRequest, ModelSettings};
+    use crate::model::ModelRequest;
 
     fn request(assistant_messages: usize) -> ModelRequest {
         let mut messages = vec![Message::user("hi")];
         for _ in 0..assistant_messages {
             messages.push(Message::Assistant { parts: vec![] });
         }
-        ModelRequest {
-            system: None,
-            messages,
-            tools: vec![],
-            settings: ModelSettings::default(),
-        }
+        ModelRequest::new(messages)
     }
 
     #[tokio::test]
@@ -260,20 +269,24 @@ mod tests {
     async fn past_the_last_step_is_a_clear_error() {
         let model = ScriptedModel::from_json(r#"{"steps":[{"text":"one"}]}"#).unwrap();
         let error = model.stream(request(1)).await.err().unwrap();
+        let ModelError::Failed { source, .. } = &error else {
+            panic!("{error:?}")
+        };
+        let exhausted = source.downcast_ref::<ScriptError>().unwrap();
         assert!(
             matches!(
-                error,
-                ModelError::ScriptExhausted {
+                exhausted,
+                ScriptError::Exhausted {
                     steps: 1,
                     requested: 2,
                     ..
                 }
             ),
-            "{error:?}"
+            "{exhausted:?}"
         );
         assert_eq!(
-            error.to_string(),
-            "the script (inline) has 1 step(s); step 2 was requested"
+            crate::error::error_chain_text(&error),
+            "model scripted failed: the script (inline) has 1 step(s); step 2 was requested"
         );
     }
 
@@ -295,7 +308,8 @@ mod tests {
     #[test]
     fn unknown_fields_and_bad_files_are_errors() {
         let error = ScriptedModel::from_json(r#"{"steps":[{"txt":"typo"}]}"#).unwrap_err();
-        assert!(error.to_string().contains("unknown field `txt`"), "{error}");
+        let text = crate::error::error_chain_text(&error);
+        assert!(text.contains("unknown field `txt`"), "{text}");
         let error = ScriptedModel::from_file("/nonexistent/script.json").unwrap_err();
         assert!(matches!(error, ScriptError::Read { .. }), "{error:?}");
     }

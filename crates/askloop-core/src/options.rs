@@ -1,0 +1,41 @@
+//! [`RunOptions`]: where a new run goes (its thread and owner).
+
+use crate::ids::{ResourceId, ThreadId};
+
+/// Where a new run goes: its thread and owner. Build with [`RunOptions::new`] and the setters.
+///
+/// # Example
+/// ```
+/// use askloop_core::RunOptions;
+///
+/// let options = RunOptions::new().thread("t-42").resource("user-7");
+/// assert_eq!(options.thread_id.as_ref().map(|id| id.as_str()), Some("t-42"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunOptions {
+    /// The thread to continue; a new thread when `None`. A run of an existing thread sees the
+    /// messages of its completed runs.
+    pub thread_id: Option<ThreadId>,
+    /// The user or tenant owning the run.
+    pub resource_id: Option<ResourceId>,
+}
+
+impl RunOptions {
+    /// A new thread, no owner.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Continues this thread.
+    pub fn thread(mut self, thread_id: impl Into<ThreadId>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
+
+    /// Records this owner.
+    pub fn resource(mut self, resource_id: impl Into<ResourceId>) -> Self {
+        self.resource_id = Some(resource_id.into());
+        self
+    }
+}

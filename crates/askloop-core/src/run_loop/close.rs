@@ -1,0 +1,121 @@
+//! Closing a step and finishing a run: the one place a step becomes suspended (commit, then
+//! announce) or complete (its results join the conversation), and a run completes.
+
+use crate::chunk::Chunk;
+use crate::error::AgentError;
+use crate::message::{FinishReason, Message, Usage};
+use crate::run::{CallState, PendingStep, RunStatus};
+use crate::run_loop::ActiveRun;
+use crate::run_loop::emit::Emitter;
+use crate::run_loop::model_step::StepResponse;
+
+/// How a step closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StepEnd {
+    /// Calls wait for answers: the run is suspended and committed, the stream ends.
+    Suspended,
+    /// Every call has its result: the loop goes on with the next model step.
+    Continue,
+}
+
+/// Closes a step. If any call waits, the run is committed as suspended and one
+/// `tool-call-suspended` is emitted per waiting call (only those at `announce`, when given: the
+/// others were announced by an earlier stream). Otherwise the results, in call order, join the
+/// conversation and `step-finish` is emitted with the step's `usage`.
+///
+/// # Errors
+/// [`AgentError::Store`] if the suspension cannot be committed (nothing is announced then).
+pub(super) async fn close_step(
+    run: &mut ActiveRun,
+    step: PendingStep,
+    usage: Usage,
+    announce: Option<&[usize]>,
+    out: &mut Emitter,
+) -> Result<StepEnd, AgentError> {
+    let Some(results) = step.results() else {
+        run.state.status = RunStatus::Suspended;
+        run.state.pending_step = Some(step);
+        run.commit().await?;
+        let Some(step) = &run.state.pending_step else {
+            return Ok(StepEnd::Suspended);
+        };
+        for (index, slot) in step.calls.iter().enumerate() {
+            if announce.is_some_and(|announce| !announce.contains(&index)) {
+                continue;
+            }
+            if let CallState::Suspended { suspension } = &slot.state {
+                out.emit(Chunk::ToolCallSuspended {
+                    call: slot.call.clone(),
+                    suspension: suspension.clone(),
+                })
+                .await;
+            }
+        }
+        return Ok(StepEnd::Suspended);
+    };
+    run.state.messages.push(Message::Tool { results });
+    out.emit(Chunk::StepFinish {
+        reason: FinishReason::ToolCalls,
+        usage,
+        is_continued: true,
+    })
+    .await;
+    Ok(StepEnd::Continue)
+}
+
+/// The model answered without tool calls: the run completes (committed, its messages join its
+/// thread), then `step-finish` and `finish`.
+///
+/// # Errors
+/// [`AgentError::Store`] if the completion cannot be committed.
+pub(super) async fn complete(
+    run: &mut ActiveRun,
+    response: StepResponse,
+    out: &mut Emitter,
+) -> Result<(), AgentError> {
+    let reason = match response.reason {
+        FinishReason::ToolCalls => FinishReason::Stop,
+        other => other,
+    };
+    finish(run, reason).await?;
+    out.emit(Chunk::StepFinish {
+        reason,
+        usage: response.usage,
+        is_continued: false,
+    })
+    .await;
+    out.emit(Chunk::Finish {
+        reason,
+        usage: run.state.usage,
+        text: response.text,
+    })
+    .await;
+    Ok(())
+}
+
+/// The run took its last allowed step and the model still called tools: it completes with
+/// [`FinishReason::MaxSteps`] and no final text.
+///
+/// # Errors
+/// [`AgentError::Store`] if the completion cannot be committed.
+pub(super) async fn finish_at_step_limit(
+    run: &mut ActiveRun,
+    out: &mut Emitter,
+) -> Result<(), AgentError> {
+    finish(run, FinishReason::MaxSteps).await?;
+    out.emit(Chunk::Finish {
+        reason: FinishReason::MaxSteps,
+        usage: run.state.usage,
+        text: String::new(),
+    })
+    .await;
+    Ok(())
+}
+
+async fn finish(run: &mut ActiveRun, reason: FinishReason) -> Result<(), AgentError> {
+    run.state.status = RunStatus::Completed;
+    run.state.finish_reason = Some(reason);
+    run.state.error = None;
+    run.commit().await?;
+    Ok(())
+}

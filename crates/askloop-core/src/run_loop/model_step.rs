@@ -1,0 +1,223 @@
+//! One model step: build the request, stream the response as chunks, and append the assistant
+//! message to the run. A failed or cancelled call fails the run (recorded) and ends the stream.
+
+use std::collections::HashSet;
+
+use futures::StreamExt;
+
+use crate::chunk::Chunk;
+use crate::definition::AgentDefinition;
+use crate::error::AgentError;
+use crate::ids::ToolCallId;
+use crate::message::{AssistantPart, FinishReason, Message, ToolCall, Usage};
+use crate::model::{ModelError, ModelEvent, ModelRequest};
+use crate::run::RunState;
+use crate::run_loop::ActiveRun;
+use crate::run_loop::emit::Emitter;
+
+/// What the model answered in one step (its assistant message is already in the run).
+pub(super) struct StepResponse {
+    /// The tool calls, in the order the model made them, each with an id unique in the run.
+    pub(super) calls: Vec<ToolCall>,
+    /// The visible text.
+    pub(super) text: String,
+    /// Why the model stopped.
+    pub(super) reason: FinishReason,
+    /// Tokens of this call.
+    pub(super) usage: Usage,
+}
+
+/// Calls the model once and streams its answer.
+///
+/// # Errors
+/// [`AgentError::Model`] (the run is recorded as failed first) when the call fails, is cancelled
+/// or ends without a finish event.
+pub(super) async fn model_step(
+    run: &mut ActiveRun,
+    out: &mut Emitter,
+) -> Result<StepResponse, AgentError> {
+    if run.cancel.is_cancelled() {
+        return Err(run.fail(AgentError::Model(ModelError::Cancelled)).await);
+    }
+    out.emit(Chunk::StepStart {
+        step: run.state.steps + 1,
+    })
+    .await;
+    let request = build_request(&run.agent, &run.state);
+    let started = until_cancelled(run, run.agent.model.stream(request)).await;
+    let mut events = match started.unwrap_or(Err(ModelError::Cancelled)) {
+        Ok(events) => events,
+        Err(error) => return Err(run.fail(AgentError::Model(error)).await),
+    };
+    let mut ids = CallIds::of(&run.state);
+    let mut parts: Vec<AssistantPart> = Vec::new();
+    let mut finish: Option<(FinishReason, Usage)> = None;
+    loop {
+        let event = until_cancelled(run, events.next())
+            .await
+            .unwrap_or(Some(Err(ModelError::Cancelled)));
+        let Some(event) = event else { break };
+        match event {
+            Ok(ModelEvent::TextDelta(text)) => {
+                if text.is_empty() {
+                    continue;
+                }
+                match parts.last_mut() {
+                    Some(AssistantPart::Text { text: existing }) => existing.push_str(&text),
+                    _ => parts.push(AssistantPart::Text { text: text.clone() }),
+                }
+                out.emit(Chunk::TextDelta { text }).await;
+            }
+            Ok(ModelEvent::ReasoningDelta(text)) => {
+                match parts.last_mut() {
+                    Some(AssistantPart::Reasoning {
+                        text: existing,
+                        signature: None,
+                    }) => existing.push_str(&text),
+                    _ => parts.push(AssistantPart::Reasoning {
+                        text: text.clone(),
+                        signature: None,
+                    }),
+                }
+                out.emit(Chunk::ReasoningDelta { text }).await;
+            }
+            Ok(ModelEvent::Reasoning { text, signature }) => match parts.last_mut() {
+                Some(AssistantPart::Reasoning {
+                    text: existing,
+                    signature: slot @ None,
+                }) if *existing == text || text.is_empty() => *slot = signature,
+                _ => parts.push(AssistantPart::Reasoning { text, signature }),
+            },
+            Ok(ModelEvent::ToolCall(mut call)) => {
+                call.id = ids.claim(call.id);
+                parts.push(AssistantPart::ToolCall(call));
+            }
+            Ok(ModelEvent::Finish { reason, usage }) => finish = Some((reason, usage)),
+            // Argument deltas are for progress displays; the complete call follows.
+            Ok(_) => {}
+            Err(error) => {
+                drop(events);
+                return Err(run.fail(AgentError::Model(error)).await);
+            }
+        }
+    }
+    drop(events);
+    let Some((reason, usage)) = finish else {
+        let error = ModelError::InvalidResponse {
+            model: run.agent.model.model_id().to_owned(),
+            message: "the response ended without a finish event".into(),
+        };
+        return Err(run.fail(AgentError::Model(error)).await);
+    };
+    run.state.steps += 1;
+    run.state.usage.add(usage);
+    let calls: Vec<ToolCall> = parts
+        .iter()
+        .filter_map(|part| match part {
+            AssistantPart::ToolCall(call) => Some(call.clone()),
+            _ => None,
+        })
+        .collect();
+    let text: String = parts
+        .iter()
+        .filter_map(|part| match part {
+            AssistantPart::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    run.state.messages.push(Message::Assistant { parts });
+    Ok(StepResponse {
+        calls,
+        text,
+        reason,
+        usage,
+    })
+}
+
+/// The tool call ids of a run. Answers are routed by id, so every call needs its own within the
+/// whole conversation: a missing id, or one used before, is replaced by a fresh one.
+struct CallIds {
+    taken: HashSet<ToolCallId>,
+}
+
+impl CallIds {
+    fn of(state: &RunState) -> Self {
+        Self {
+            taken: state.tool_call_ids().cloned().collect(),
+        }
+    }
+
+    /// `id` if it is new, else a fresh id; either way taken from now on.
+    fn claim(&mut self, id: ToolCallId) -> ToolCallId {
+        let id = if id.as_str().trim().is_empty() || self.taken.contains(&id) {
+            ToolCallId::new(format!("call_{}", uuid::Uuid::now_v7().simple()))
+        } else {
+            id
+        };
+        self.taken.insert(id.clone());
+        id
+    }
+}
+
+/// The request of the run's next step: the agent's instructions, tools and settings, and the
+/// whole conversation. `first_step_tool_choice` applies to the run's first step only.
+fn build_request(agent: &AgentDefinition, state: &RunState) -> ModelRequest {
+    let mut settings = agent.settings.clone();
+    if let Some(first) = settings.first_step_tool_choice.take()
+        && state.steps == 0
+    {
+        settings.tool_choice = first;
+    }
+    let mut request = ModelRequest::new(state.messages.clone())
+        .with_tools(agent.tool_definitions.clone())
+        .with_settings(settings);
+    request.system = agent.instructions.clone();
+    request
+}
+
+/// Runs `future` unless the run is cancelled first (`None` then).
+async fn until_cancelled<F: std::future::Future>(run: &ActiveRun, future: F) -> Option<F::Output> {
+    let future = std::pin::pin!(future);
+    let cancelled = std::pin::pin!(run.cancel.cancelled());
+    match futures::future::select(future, cancelled).await {
+        futures::future::Either::Left((output, _)) => Some(output),
+        futures::future::Either::Right(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{AgentId, RunId, ThreadId};
+    use crate::message::ToolArgs;
+
+    #[test]
+    fn ids_are_unique_across_the_conversation() {
+        let mut state = RunState::new(
+            RunId::new("r"),
+            ThreadId::new("t"),
+            None,
+            AgentId::new("a"),
+            None,
+            vec![Message::user("hi")],
+            0,
+        );
+        state.messages.push(Message::Assistant {
+            parts: vec![AssistantPart::ToolCall(ToolCall {
+                id: "c1".into(),
+                name: "ask_user".into(),
+                args: ToolArgs::Json(serde_json::json!({})),
+            })],
+        });
+        let mut ids = CallIds::of(&state);
+        let renamed = ids.claim("c1".into());
+        assert_ne!(renamed.as_str(), "c1");
+        assert_eq!(ids.claim("c2".into()).as_str(), "c2");
+        let empty_1 = ids.claim("".into());
+        let empty_2 = ids.claim(" ".into());
+        let again = ids.claim("c2".into());
+        let all = [renamed, empty_1, empty_2, again];
+        let distinct: HashSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), all.len(), "{all:?}");
+    }
+}

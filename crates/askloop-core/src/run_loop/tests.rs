@@ -1,0 +1,702 @@
+//! The loop's own scenarios (ask_user, parallel calls, argument checks, ids, limits, errors),
+//! run once on the memory store; what depends on the store is in the conformance suite, run on
+//! every store.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+
+use crate::ids::ToolCallId;
+use crate::model::{FinishReason, Message};
+use crate::run::RunStatus;
+use crate::store::{MemoryStore, RunStore};
+use crate::testing::conformance::YieldingStore;
+use crate::testing::conformance::support::*;
+use crate::{Agent, Chunk, ResumeError, RunOutcome};
+
+fn store() -> Arc<dyn RunStore> {
+    Arc::new(YieldingStore::new(Arc::new(MemoryStore::new())))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_free_text_suspends_and_resumes() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("c1", json!({"question": "Which repo?", "options": []}))]}),
+        json!({"text": "Thanks."}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let stream = agent.stream("Summarize my project");
+    let run_id = stream.run_id().clone();
+    let chunks = chunks_of(stream).await;
+    assert!(!has_finish(&chunks));
+    let suspended = suspended_payloads(&chunks);
+    assert_eq!(suspended.len(), 1);
+    assert_eq!(
+        suspended[0].1,
+        json!({"question": "Which repo?"}),
+        "empty options mean free text"
+    );
+    let schema = suspended[0].2.clone().unwrap();
+    assert_eq!(schema["type"], "string");
+
+    for blank in [json!(""), json!("   "), json!(["main"]), json!(null)] {
+        let error = agent
+            .resume_stream(blank.clone(), &run_id, None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ResumeError::InvalidAnswer { .. }),
+            "{blank}: {error:?}"
+        );
+        assert!(error.to_string().contains("non-empty text"), "{error}");
+    }
+    let chunks = chunks_of(
+        agent
+            .resume_stream(json!("The main repo"), &run_id, None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        tool_results(&chunks),
+        [(
+            "c1".to_owned(),
+            json!({"content": "User answered: The main repo", "isError": false}),
+            false
+        )]
+    );
+    assert!(has_finish(&chunks));
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_single_select_checks_labels() {
+    let store = store();
+    let options = json!([{"label": "main"}, {"label": "docs", "description": "The docs site"}]);
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("c1", json!({"question": "Which repo?", "options": options}))]}),
+        json!({"text": "Summary of main."}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let stream = agent.stream("Summarize my project");
+    let run_id = stream.run_id().clone();
+    let chunks = chunks_of(stream).await;
+    let (_, payload, schema) = suspended_payloads(&chunks).remove(0);
+    assert_eq!(
+        payload,
+        json!({"question": "Which repo?", "options": options, "selectionMode": "single_select"})
+    );
+    assert_eq!(schema.unwrap()["enum"], json!(["main", "docs"]));
+    let before = store.load_run(&run_id).await.unwrap();
+
+    for (answer, needle) in [
+        (json!("master"), "\"master\" is not one of the labels"),
+        (json!(["main"]), "got an array"),
+        (json!(42), "got a number"),
+    ] {
+        let error = agent
+            .resume_stream(answer, &run_id, None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ResumeError::InvalidAnswer { .. }),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("\"main\", \"docs\"") && text.contains(needle),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        store.load_run(&run_id).await.unwrap(),
+        before,
+        "invalid answers change nothing"
+    );
+    assert_eq!(model.calls(), 1);
+
+    let chunks = chunks_of(
+        agent
+            .resume_stream(json!("main"), &run_id, Some(&"c1".into()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        tool_results(&chunks)[0].1,
+        json!({"content": "User answered: main", "isError": false})
+    );
+    let text: String = chunks
+        .iter()
+        .filter_map(|chunk| match chunk {
+            Chunk::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "Summary of main.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_multi_select_checks_labels() {
+    let store = store();
+    let options = json!([{"label": "Add tests"}, {"label": "Update docs"}, {"label": "Ship"}]);
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("c1", json!({"question": "What next?", "options": options, "selectionMode": "multi_select"}))]}),
+        json!({"text": "On it."}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let outcome = agent.generate("Plan").await.unwrap();
+    let RunOutcome::Suspended { pending } = &outcome.status else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(pending[0].suspend_payload["selectionMode"], "multi_select");
+    let run_id = outcome.run_id;
+
+    for (answer, needle) in [
+        (json!("Add tests"), "got the string"),
+        (json!([]), "no label was selected"),
+        (json!(["Add tests", "Add tests"]), "selected more than once"),
+        (
+            json!(["Add tests", "Nope"]),
+            "\"Nope\" is not one of the labels",
+        ),
+        (json!(["Add tests", 3]), "an item is a number"),
+    ] {
+        let error = agent
+            .resume_stream(answer.clone(), &run_id, None)
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains(needle) && text.contains("\"Add tests\", \"Update docs\", \"Ship\""),
+            "{answer}: {text}"
+        );
+    }
+    let chunks = chunks_of(
+        agent
+            .resume_stream(json!(["Add tests", "Update docs"]), &run_id, None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        tool_results(&chunks)[0].1["content"],
+        "User answered: Add tests, Update docs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_bad_arguments_become_error_results() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [
+            ask("c1", json!({"question": "Pick", "selectionMode": "multi_select"})),
+            ask("c2", json!({"question": "Pick", "options": [{"label": "a"}, {"label": "a"}]})),
+            ask("c3", json!({"question": "Pick", "options": [{"label": " "}]})),
+            ask("c4", json!({"question": ""})),
+        ]}),
+        json!({"text": "ok"}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let chunks = chunks_of(agent.stream("go")).await;
+    let results = tool_results(&chunks);
+    assert_eq!(
+        results[0].1,
+        json!({"content": "Failed to ask user: selectionMode requires options.", "isError": true})
+    );
+    assert!(results[0].2, "isError is reported on the result");
+    assert!(
+        results[1].1["content"].as_str().unwrap().contains("unique"),
+        "{results:?}"
+    );
+    assert!(
+        results[2].1["content"]
+            .as_str()
+            .unwrap()
+            .contains("non-empty"),
+        "{results:?}"
+    );
+    assert!(
+        results[3].2
+            && results[3].1["content"]
+                .as_str()
+                .unwrap()
+                .contains("question"),
+        "{results:?}"
+    );
+    assert!(has_finish(&chunks), "nothing suspended, the loop went on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_calls_each_suspend_and_resume_separately() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"text": "Let me check.", "toolCalls": [
+            ask("q1", json!({"question": "First?"})),
+            {"id": "n1", "name": "count", "args": {"label": "x"}},
+            ask("q2", json!({"question": "Second?", "options": [{"label": "yes"}, {"label": "no"}]})),
+        ]}),
+        json!({"text": "All answered."}),
+    ]));
+    let counter = Counter::default();
+    let agent = agent(&store, &model, &counter, &Gate::default());
+    let stream = agent.stream("go");
+    let run_id = stream.run_id().clone();
+    let chunks = chunks_of(stream).await;
+    let ids: Vec<String> = suspended_payloads(&chunks)
+        .into_iter()
+        .map(|(id, ..)| id)
+        .collect();
+    assert_eq!(ids, ["q1", "q2"]);
+    assert_eq!(
+        tool_results(&chunks).len(),
+        1,
+        "the completed call's result is emitted"
+    );
+
+    let error = agent
+        .resume_stream(json!("a"), &run_id, None)
+        .await
+        .unwrap_err();
+    match &error {
+        ResumeError::Ambiguous { pending, .. } => {
+            assert_eq!(pending, &[ToolCallId::new("q1"), ToolCallId::new("q2")])
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(error.to_string().contains("q1, q2"));
+
+    // Answer the second first: routed by id, never by tool name.
+    let chunks = chunks_of(
+        agent
+            .resume_stream(json!("no"), &run_id, Some(&"q2".into()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        tool_results(&chunks),
+        [(
+            "q2".to_owned(),
+            json!({"content": "User answered: no", "isError": false}),
+            false
+        )]
+    );
+    assert!(!has_finish(&chunks));
+    assert_eq!(model.calls(), 1, "no model call while a call is pending");
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Suspended);
+    assert_eq!(stored.pending_tool_calls().len(), 1);
+
+    let error = agent
+        .resume_stream(json!("yes"), &run_id, Some(&"q2".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResumeError::AlreadyAnswered { .. }),
+        "{error:?}"
+    );
+
+    let chunks = chunks_of(
+        agent
+            .resume_stream(json!("free text"), &run_id, None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(has_finish(&chunks));
+    assert_eq!(model.calls(), 2);
+    let request = model.last_request();
+    let Some(Message::Tool { results }) = request.messages.last() else {
+        panic!("{:?}", request.messages)
+    };
+    let ids: Vec<&str> = results
+        .iter()
+        .map(|result| result.tool_call_id.as_str())
+        .collect();
+    assert_eq!(ids, ["q1", "n1", "q2"], "every result, in call order");
+    assert_eq!(results[0].result["content"], "User answered: free text");
+    assert_eq!(results[2].result["content"], "User answered: no");
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_tool_never_runs_again_on_resume() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [
+            {"id": "n1", "name": "count", "args": {"label": "side effect"}},
+            {"id": "g1", "name": "gate", "args": {"action": "deploy"}},
+        ]}),
+        json!({"text": "Deployed."}),
+    ]));
+    let counter = Counter::default();
+    let gate = Gate::default();
+    let agent = agent(&store, &model, &counter, &gate);
+    let outcome = agent.generate("deploy").await.unwrap();
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
+
+    let error = agent
+        .resume_stream(json!({"approved": "yes"}), &outcome.run_id, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResumeError::InvalidAnswer { .. }),
+        "schema-checked: {error:?}"
+    );
+
+    let chunks = chunks_of(
+        agent
+            .resume_stream(json!({"approved": true}), &outcome.run_id, None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(has_finish(&chunks));
+    assert_eq!(
+        counter.executions.load(Ordering::SeqCst),
+        1,
+        "not run again"
+    );
+    assert_eq!(gate.resumes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_can_suspend_and_resume_many_times() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("c1", json!({"question": "Name?"}))]}),
+        json!({"toolCalls": [ask("c2", json!({"question": "Color?", "options": [{"label": "red"}, {"label": "blue"}]}))]}),
+        json!({"toolCalls": [ask("c3", json!({"question": "Size?"}))]}),
+        json!({"text": "Done."}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let run_id = agent.generate("start").await.unwrap().run_id;
+    for (answer, expected) in [(json!("Ada"), "c2"), (json!("blue"), "c3")] {
+        let output = agent
+            .resume_stream(answer, &run_id, None)
+            .await
+            .unwrap()
+            .collect_output()
+            .await
+            .unwrap();
+        let RunOutcome::Suspended { pending } = output.status else {
+            panic!("{output:?}")
+        };
+        assert_eq!(pending[0].tool_call_id.as_str(), expected);
+    }
+    let error = agent
+        .resume_stream(json!("x"), &run_id, Some(&"c1".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResumeError::AlreadyAnswered { .. }),
+        "{error:?}"
+    );
+    let output = agent
+        .resume_stream(json!("XL"), &run_id, None)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(
+        output.status,
+        RunOutcome::Finished {
+            reason: crate::model::FinishReason::Stop
+        }
+    );
+    assert_eq!(output.text, "Done.");
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(
+        stored.messages.len(),
+        8,
+        "user + 3×(assistant, tool) + final assistant"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_tool_arguments_name_each_field() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [
+            {"id": "m1", "name": "ask_user", "args": "{\"question\": \"Which"},
+            {"id": "m2", "name": "ask_user", "args": {"question": 5, "options": [{"description": "no label"}]}},
+            {"id": "m3", "name": "no_such_tool", "args": {}},
+        ]}),
+        json!({"text": "retrying"}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let chunks = chunks_of(agent.stream("x")).await;
+    let results = tool_results(&chunks);
+    assert_eq!(results.len(), 3);
+    assert!(results.iter().all(|(_, _, is_error)| *is_error));
+    let text = |index: usize| results[index].1["content"].as_str().unwrap().to_owned();
+    assert!(text(0).contains("not valid JSON"), "{}", text(0));
+    assert!(
+        text(1).contains("/question") && text(1).contains("/options/0"),
+        "{}",
+        text(1)
+    );
+    assert!(
+        text(2).contains("unknown tool no_such_tool") && text(2).contains("ask_user"),
+        "{}",
+        text(2)
+    );
+    // The model saw all three errors and could retry.
+    let request = model.last_request();
+    assert!(
+        matches!(request.messages.last(), Some(Message::Tool { results }) if results.len() == 3)
+    );
+    assert!(has_finish(&chunks));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_tool_call_ids_are_made_distinct() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("q", json!({"question": "a?"})), ask("q", json!({"question": "b?"}))]}),
+        json!({"text": "done"}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let stream = agent.stream("x");
+    let run_id = stream.run_id().clone();
+    let suspended = suspended_payloads(&chunks_of(stream).await);
+    assert_eq!(suspended.len(), 2);
+    assert_eq!(suspended[0].0, "q");
+    assert_ne!(suspended[1].0, "q", "the repeated id was replaced");
+    for (id, ..) in &suspended {
+        chunks_of(
+            agent
+                .resume_stream(
+                    json!("answer"),
+                    &run_id,
+                    Some(&ToolCallId::new(id.as_str())),
+                )
+                .await
+                .unwrap(),
+        )
+        .await;
+    }
+    assert_eq!(
+        store.load_run(&run_id).await.unwrap().state.status,
+        RunStatus::Completed
+    );
+}
+
+#[tokio::test]
+async fn issue7_fault1_empty_and_repeated_ids_become_distinct_across_the_run() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("", json!({"question": "a?"})), ask("", json!({"question": "b?"}))]}),
+        json!({"toolCalls": [{"id": "n1", "name": "count", "args": {"label": "x"}}]}),
+        // The model reuses an id of an earlier step: answers are routed by id, so it is renamed.
+        json!({"toolCalls": [{"id": "n1", "name": "count", "args": {"label": "y"}}]}),
+        json!({"text": "done"}),
+    ]));
+    let counter = Counter::default();
+    let agent = agent(&store, &model, &counter, &Gate::default());
+    let stream = agent.stream("x");
+    let run_id = stream.run_id().clone();
+    let suspended = suspended_payloads(&chunks_of(stream).await);
+    assert_eq!(suspended.len(), 2, "both calls survive");
+    assert_eq!(suspended[0].1["question"], "a?");
+    assert_eq!(suspended[1].1["question"], "b?");
+    assert!(!suspended[0].0.is_empty() && !suspended[1].0.is_empty());
+    assert_ne!(suspended[0].0, suspended[1].0);
+    for (id, ..) in &suspended {
+        let stream = agent
+            .resume_stream(
+                json!("answer"),
+                &run_id,
+                Some(&ToolCallId::new(id.as_str())),
+            )
+            .await
+            .unwrap();
+        chunks_of(stream).await;
+    }
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Completed);
+    let ids: Vec<String> = stored.tool_call_ids().map(ToString::to_string).collect();
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    assert_eq!(
+        distinct.len(),
+        ids.len(),
+        "ids are unique in the run: {ids:?}"
+    );
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn issue7_continue_of_a_suspended_or_completed_run_is_not_continuable() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("c1", json!({"question": "Q?"}))]}),
+        json!({"text": "done"}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let run_id = agent.generate("x").await.unwrap().run_id;
+    let error = agent.continue_stream(&run_id).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ResumeError::NotContinuable {
+                status: RunStatus::Suspended,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    chunks_of(
+        agent
+            .resume_stream(json!("a"), &run_id, None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    let error = agent.continue_stream(&run_id).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ResumeError::NotContinuable {
+                status: RunStatus::Completed,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), "not_continuable");
+}
+
+#[tokio::test]
+async fn issue7_fault8_invisible_answers_and_questions_are_blank() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [
+            ask("c1", json!({"question": "Name?"})),
+            ask("c2", json!({"question": "\u{200B}\u{0}"})),
+            ask("c3", json!({"question": "Pick", "options": [{"label": "\u{FEFF}"}]})),
+        ]}),
+        json!({"text": "done"}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let stream = agent.stream("x");
+    let run_id = stream.run_id().clone();
+    let chunks = chunks_of(stream).await;
+    let results = tool_results(&chunks);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results.iter().all(|(_, _, is_error)| *is_error));
+    let before = store.load_run(&run_id).await.unwrap();
+    for blank in ["\u{0}", "\u{200B}", " \u{2060}\t", "\u{1b}"] {
+        let error = agent
+            .resume_stream(json!(blank), &run_id, Some(&"c1".into()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ResumeError::InvalidAnswer { .. }),
+            "{blank:?}: {error:?}"
+        );
+        assert!(error.to_string().contains("blank"), "{error}");
+    }
+    assert_eq!(store.load_run(&run_id).await.unwrap(), before);
+    let schema = suspended_payloads(&chunks)[0].2.clone().unwrap();
+    let validator = crate::schema::SchemaValidator::new(&schema).unwrap();
+    assert!(validator.problems(&json!("\u{200B}")).len() == 1);
+    assert!(validator.problems(&json!("Ada")).is_empty());
+}
+
+#[tokio::test]
+async fn issue7_fault4_the_step_limit_is_recorded() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [{"id": "n1", "name": "count", "args": {"label": "x"}}]}),
+        json!({"toolCalls": [{"id": "n2", "name": "count", "args": {"label": "y"}}]}),
+        json!({"text": "never reached"}),
+    ]));
+    let agent = Agent::builder("tester")
+        .shared_model(model.clone())
+        .tool(Counter::default())
+        .shared_store(store.clone())
+        .max_steps(2)
+        .build()
+        .unwrap();
+    let stream = agent.stream("x");
+    let run_id = stream.run_id().clone();
+    let chunks = chunks_of(stream).await;
+    assert!(matches!(
+        chunks.last(),
+        Some(Chunk::Finish {
+            reason: FinishReason::MaxSteps,
+            ..
+        })
+    ));
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Completed);
+    assert_eq!(stored.finish_reason(), Some(FinishReason::MaxSteps));
+    assert_eq!(model.calls(), 2);
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("could not reach the payment service")]
+struct PaymentError(#[source] std::io::Error);
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct PayArgs {
+    /// Amount in cents.
+    amount: u64,
+}
+
+struct FailingPayment;
+
+#[async_trait::async_trait]
+impl crate::Tool for FailingPayment {
+    const NAME: &'static str = "pay";
+    type Args = PayArgs;
+    type Output = serde_json::Value;
+    type Error = PaymentError;
+    fn description(&self) -> String {
+        "Pays.".into()
+    }
+    async fn execute(
+        &self,
+        args: PayArgs,
+        _: &crate::ToolContext,
+    ) -> Result<crate::Execution<serde_json::Value>, PaymentError> {
+        assert_eq!(args.amount, 5);
+        Err(PaymentError(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        )))
+    }
+}
+
+#[tokio::test]
+async fn issue7_a_failed_tool_shows_the_model_each_cause_once() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [{"id": "p1", "name": "pay", "args": {"amount": 5}}]}),
+        json!({"text": "sorry"}),
+    ]));
+    let agent = Agent::builder("tester")
+        .shared_model(model.clone())
+        .tool(FailingPayment)
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let chunks = chunks_of(agent.stream("pay")).await;
+    let results = tool_results(&chunks);
+    assert_eq!(
+        results[0].1["content"],
+        "tool pay failed: could not reach the payment service: connection refused"
+    );
+    assert!(results[0].2);
+    let Some(Message::Tool { results }) = model.last_request().messages.last().cloned() else {
+        panic!()
+    };
+    assert!(results[0].is_error);
+}

@@ -1,0 +1,156 @@
+//! The conformance suite every [`RunStore`] must pass: store semantics (versions,
+//! compare-and-swap, listing, threads) and the agent's suspension guarantees on top of that
+//! store. The loop's own behaviour (ask_user, parallel calls, argument checks) is tested once,
+//! in the core, not per store.
+//!
+//! Run it on a store with [`crate::store_conformance_tests!`], which expands to one
+//! `#[tokio::test]` per scenario and one test that fails if the macro's list and the suite's
+//! scenarios differ:
+//!
+//! ```text
+//! askloop_core::store_conformance_tests!(async { std::sync::Arc::new(MyStore::new()) as _ });
+//! ```
+//!
+//! Every scenario runs on the store wrapped in a [`YieldingStore`], so the concurrent races in
+//! the scenarios interleave at every store call even on a store that never waits. Every
+//! scenario panics (fails the test) on a broken promise; none is skipped.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod store;
+pub mod support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::ids::{RunId, ThreadId};
+use crate::model::Message;
+use crate::store::{RunFilter, RunPage, RunState, RunStore, StoreError, StoredRun};
+
+/// Expands to one `#[tokio::test]` per store scenario, each on a fresh store made by `$make`
+/// (an expression of type `impl Future<Output = Arc<dyn RunStore>>`), and a test that the list
+/// is complete.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:expr) => {
+        $crate::store_conformance_tests!(@all $make;
+            insert_then_load_round_trips,
+            load_of_unknown_run_is_not_found,
+            insert_of_existing_id_is_refused,
+            stale_update_conflicts_and_changes_nothing,
+            update_of_unknown_run_is_not_found,
+            list_filters_and_orders_newest_first,
+            list_pages_with_a_cursor,
+            thread_gets_messages_of_completed_runs_once,
+            concurrent_updates_have_one_winner,
+            commit_happens_before_suspended_chunk,
+            concurrent_resumes_have_exactly_one_winner,
+            repeated_answers_by_id_never_land_on_a_later_question,
+            resume_errors_change_nothing,
+            later_runs_of_a_thread_see_its_history,
+            failed_model_call_after_resume_keeps_the_answer,
+            cancelled_model_call_fails_the_run_and_can_continue,
+            crash_after_resume_never_reruns_a_side_effecting_resume,
+        );
+    };
+    (@all $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let store: ::std::sync::Arc<dyn $crate::store::RunStore> = $make.await;
+                $crate::testing::conformance::run_store_scenario(stringify!($name), store).await;
+            }
+        )*
+
+        #[test]
+        fn conformance_suite_lists_every_scenario() {
+            $crate::testing::conformance::assert_lists_every_scenario(&[$(stringify!($name)),*]);
+        }
+    };
+}
+
+/// One scenario: runs on the given store and panics on a broken promise.
+pub type Scenario = fn(Arc<dyn RunStore>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The names of every store scenario.
+pub fn scenario_names() -> Vec<&'static str> {
+    store::SCENARIOS.iter().map(|(name, _)| *name).collect()
+}
+
+/// Runs the named store scenario on `store` (wrapped in a [`YieldingStore`]).
+///
+/// # Panics
+/// If no scenario has that name, or the store breaks a promise of the scenario.
+pub async fn run_store_scenario(name: &str, store: Arc<dyn RunStore>) {
+    let Some((_, scenario)) = store::SCENARIOS.iter().find(|(known, _)| *known == name) else {
+        panic!(
+            "no store scenario named {name}; known: {:?}",
+            scenario_names()
+        );
+    };
+    scenario(Arc::new(YieldingStore::new(store))).await;
+}
+
+/// Checks that `listed` (the names a test macro expands to) is exactly the suite's scenarios.
+///
+/// # Panics
+/// Naming what is missing or unknown.
+pub fn assert_lists_every_scenario(listed: &[&str]) {
+    let known = scenario_names();
+    let missing: Vec<_> = known.iter().filter(|name| !listed.contains(name)).collect();
+    let unknown: Vec<_> = listed.iter().filter(|name| !known.contains(name)).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "conformance list out of date: missing {missing:?}, unknown {unknown:?}"
+    );
+}
+
+/// A store that yields to the scheduler before and after every call of the store it wraps, so
+/// that futures racing in one `join!` interleave at every store call (an in-memory store would
+/// otherwise run each call to completion in one poll).
+pub struct YieldingStore {
+    inner: Arc<dyn RunStore>,
+}
+
+impl YieldingStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn RunStore>) -> Self {
+        Self { inner }
+    }
+}
+
+#[async_trait]
+impl RunStore for YieldingStore {
+    async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
+        tokio::task::yield_now().await;
+        let result = self.inner.insert_run(state).await;
+        tokio::task::yield_now().await;
+        result
+    }
+    async fn update_run(&self, state: &RunState, expected_version: u64) -> Result<u64, StoreError> {
+        tokio::task::yield_now().await;
+        let result = self.inner.update_run(state, expected_version).await;
+        tokio::task::yield_now().await;
+        result
+    }
+    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+        tokio::task::yield_now().await;
+        let result = self.inner.load_run(run_id).await;
+        tokio::task::yield_now().await;
+        result
+    }
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
+        tokio::task::yield_now().await;
+        let result = self.inner.list_runs(filter).await;
+        tokio::task::yield_now().await;
+        result
+    }
+    async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
+        tokio::task::yield_now().await;
+        let result = self.inner.thread_messages(thread_id).await;
+        tokio::task::yield_now().await;
+        result
+    }
+}

@@ -1,0 +1,252 @@
+//! What the scenarios share: a recording model, tools that count their executions, an agent
+//! with them, and readers of a stream's chunks.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::ids::{RunId, ThreadId};
+use crate::model::{LanguageModel, Message, ModelError, ModelEventStream, ModelRequest};
+use crate::run::{RunState, RunStatus};
+use crate::store::RunStore;
+use crate::testing::ScriptedModel;
+use crate::{Agent, AskUser, Chunk, Execution, Tool, ToolContext};
+
+/// A model that delegates to a script and records every request it gets.
+pub struct RecordingModel {
+    inner: ScriptedModel,
+    requests: Mutex<Vec<ModelRequest>>,
+    fail_next: AtomicUsize,
+}
+
+impl RecordingModel {
+    pub fn new(script: &str) -> Arc<Self> {
+        Arc::new(Self {
+            inner: ScriptedModel::from_json(script).unwrap(),
+            requests: Mutex::new(Vec::new()),
+            fail_next: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn calls(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+
+    pub fn last_request(&self) -> ModelRequest {
+        self.requests.lock().unwrap().last().cloned().unwrap()
+    }
+
+    /// Makes the next `count` calls fail with a request error.
+    pub fn fail_next(&self, count: usize) {
+        self.fail_next.store(count, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl LanguageModel for RecordingModel {
+    fn provider(&self) -> &str {
+        "scripted"
+    }
+    fn model_id(&self) -> &str {
+        "recording"
+    }
+    async fn stream(&self, request: ModelRequest) -> Result<ModelEventStream, ModelError> {
+        self.requests.lock().unwrap().push(request.clone());
+        if self.fail_next.load(Ordering::SeqCst) > 0 {
+            self.fail_next.fetch_sub(1, Ordering::SeqCst);
+            return Err(ModelError::Request {
+                model: "recording".into(),
+                message: "HTTP 503".into(),
+                source: None,
+            });
+        }
+        self.inner.stream(request).await
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct CountArgs {
+    /// Any label.
+    pub label: String,
+}
+
+/// A tool that completes at once and counts its executions.
+#[derive(Clone, Default)]
+pub struct Counter {
+    pub executions: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for Counter {
+    const NAME: &'static str = "count";
+    type Args = CountArgs;
+    type Output = Value;
+    type Error = std::convert::Infallible;
+    fn description(&self) -> String {
+        "Counts.".into()
+    }
+    async fn execute(
+        &self,
+        args: CountArgs,
+        _: &ToolContext,
+    ) -> Result<Execution<Value>, Self::Error> {
+        let count = self.executions.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(Execution::Complete(
+            json!({"label": args.label, "count": count}),
+        ))
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct GateArgs {
+    /// What to approve.
+    pub action: String,
+}
+
+/// A tool that suspends for approval and counts how often its resume path runs.
+#[derive(Clone, Default)]
+pub struct Gate {
+    pub resumes: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for Gate {
+    const NAME: &'static str = "gate";
+    type Args = GateArgs;
+    type Output = Value;
+    type Error = std::convert::Infallible;
+    fn description(&self) -> String {
+        "Waits for approval.".into()
+    }
+    fn resume_schema(&self) -> Option<Value> {
+        Some(
+            json!({"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}),
+        )
+    }
+    async fn execute(
+        &self,
+        args: GateArgs,
+        context: &ToolContext,
+    ) -> Result<Execution<Value>, Self::Error> {
+        match context.resume_data() {
+            Some(answer) => {
+                self.resumes.fetch_add(1, Ordering::SeqCst);
+                Ok(Execution::Complete(
+                    json!({"action": args.action, "approved": answer["approved"]}),
+                ))
+            }
+            None => Ok(context.suspend(json!({"action": args.action}))),
+        }
+    }
+}
+
+pub fn agent(
+    store: &Arc<dyn RunStore>,
+    model: &Arc<RecordingModel>,
+    counter: &Counter,
+    gate: &Gate,
+) -> Agent {
+    Agent::builder("tester")
+        .shared_model(model.clone())
+        .tool(AskUser)
+        .tool(counter.clone())
+        .tool(gate.clone())
+        .shared_store(store.clone())
+        .build()
+        .unwrap()
+}
+
+pub async fn chunks_of(stream: crate::AgentStream) -> Vec<Chunk> {
+    stream.map(|item| item.unwrap()).collect().await
+}
+
+pub fn suspended_payloads(chunks: &[Chunk]) -> Vec<(String, Value, Option<Value>)> {
+    chunks
+        .iter()
+        .filter_map(|chunk| match chunk {
+            Chunk::ToolCallSuspended { call, suspension } => Some((
+                call.id.to_string(),
+                suspension.payload.clone(),
+                suspension.resume_schema.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn tool_results(chunks: &[Chunk]) -> Vec<(String, Value, bool)> {
+    chunks
+        .iter()
+        .filter_map(|chunk| match chunk {
+            Chunk::ToolResult { result, .. } => Some((
+                result.tool_call_id.to_string(),
+                result.result.clone(),
+                result.is_error,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn has_finish(chunks: &[Chunk]) -> bool {
+    chunks
+        .iter()
+        .any(|chunk| matches!(chunk, Chunk::Finish { .. }))
+}
+
+pub fn state(run_id: &str, thread: &str, status: RunStatus, created: u64) -> RunState {
+    let mut state = RunState::new(
+        RunId::new(run_id),
+        ThreadId::new(thread),
+        Some("tenant-1".into()),
+        "tester".into(),
+        Some("scripted:x.json".into()),
+        vec![Message::user("hello")],
+        0,
+    );
+    state.status = status;
+    state.created_at_ms = created;
+    state
+}
+
+pub fn ask(id: &str, args: Value) -> Value {
+    json!({"id": id, "name": "ask_user", "args": args})
+}
+
+pub fn script(steps: Vec<Value>) -> String {
+    json!({ "steps": steps }).to_string()
+}
+
+/// A model whose first call streams one delta and then hangs; later calls answer "Recovered.".
+pub struct HangingModel {
+    pub calls: AtomicUsize,
+}
+
+#[async_trait]
+impl LanguageModel for HangingModel {
+    fn provider(&self) -> &str {
+        "test"
+    }
+    fn model_id(&self) -> &str {
+        "hanging"
+    }
+    async fn stream(&self, _: ModelRequest) -> Result<ModelEventStream, ModelError> {
+        use crate::model::{FinishReason, ModelEvent, Usage};
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            let first = futures::stream::iter([Ok(ModelEvent::TextDelta("Thinking".into()))]);
+            return Ok(Box::pin(first.chain(futures::stream::pending())));
+        }
+        Ok(Box::pin(futures::stream::iter([
+            Ok(ModelEvent::TextDelta("Recovered.".into())),
+            Ok(ModelEvent::Finish {
+                reason: FinishReason::Stop,
+                usage: Usage::default(),
+            }),
+        ])))
+    }
+}
