@@ -102,3 +102,8 @@ pub mod providers {
         build_model,
     };
 }
+
+/// The README's Rust examples, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
