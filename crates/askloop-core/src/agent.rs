@@ -80,6 +80,7 @@ impl Agent {
             model_spec: None,
             tools: Vec::new(),
             max_steps: DEFAULT_MAX_STEPS,
+            max_questions: None,
             settings: ModelSettings::default(),
             store: None,
         }
@@ -118,6 +119,11 @@ impl Agent {
     /// At most this many model steps per run.
     pub fn max_steps(&self) -> u32 {
         self.inner.max_steps
+    }
+
+    /// The question budget per run, if any ([`AgentBuilder::max_questions`]).
+    pub fn max_questions(&self) -> Option<u32> {
+        self.inner.max_questions
     }
 
     /// Starts a run on a new thread and streams it. The run id is known at once
@@ -222,6 +228,7 @@ pub struct AgentBuilder {
     model_spec: Option<String>,
     tools: Vec<Arc<dyn DynTool>>,
     max_steps: u32,
+    max_questions: Option<u32>,
     settings: ModelSettings,
     store: Option<Arc<dyn RunStore>>,
 }
@@ -274,6 +281,16 @@ impl AgentBuilder {
     /// [`crate::model::FinishReason::MaxSteps`].
     pub fn max_steps(mut self, max_steps: u32) -> Self {
         self.max_steps = max_steps;
+        self
+    }
+
+    /// At most this many questions per run (calls of tools that ask the user, such as
+    /// `ask_user`; see [`Tool::asks_user`](crate::Tool::asks_user)). Once they are spent, those
+    /// tools are no longer offered to the model (a tool choice naming one falls back to `auto`,
+    /// or to `none` when no tool is left), and a call of one anyway gets an error result telling
+    /// the model to answer with what it knows. Default: no budget.
+    pub fn max_questions(mut self, max_questions: u32) -> Self {
+        self.max_questions = Some(max_questions);
         self
     }
 
@@ -331,6 +348,7 @@ impl AgentBuilder {
                 tools,
                 tool_definitions,
                 max_steps: self.max_steps,
+                max_questions: self.max_questions,
                 settings: self.settings,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
             }),

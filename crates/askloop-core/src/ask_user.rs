@@ -309,6 +309,10 @@ impl Tool for AskUser {
         }))
     }
 
+    fn asks_user(&self) -> bool {
+        true
+    }
+
     fn idempotent_resume(&self) -> bool {
         true
     }

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use crate::ids::AgentId;
+use crate::message::{AssistantPart, Message};
 use crate::model::{LanguageModel, ModelSettings, ToolDefinition};
+use crate::run::RunState;
 use crate::store::RunStore;
 use crate::tool::RegisteredTool;
 
@@ -18,6 +20,7 @@ pub(crate) struct AgentDefinition {
     pub(crate) tools: Vec<RegisteredTool>,
     pub(crate) tool_definitions: Vec<ToolDefinition>,
     pub(crate) max_steps: u32,
+    pub(crate) max_questions: Option<u32>,
     pub(crate) settings: ModelSettings,
     pub(crate) store: Arc<dyn RunStore>,
 }
@@ -28,6 +31,34 @@ impl AgentDefinition {
         self.tools
             .iter()
             .find(|tool| tool.definition().name == name)
+    }
+
+    /// Whether `name` is a tool that asks the user (counted by the question budget).
+    pub(crate) fn asks_user(&self, name: &str) -> bool {
+        self.tool(name).is_some_and(|tool| tool.tool().asks_user())
+    }
+
+    /// How many questions the run has asked (calls of tools that ask the user, whatever their
+    /// outcome, in the run's own messages).
+    pub(crate) fn questions_asked(&self, state: &RunState) -> u32 {
+        let count = state
+            .run_messages()
+            .iter()
+            .flat_map(|message| match message {
+                Message::Assistant { parts } => parts.as_slice(),
+                _ => &[],
+            })
+            .filter(
+                |part| matches!(part, AssistantPart::ToolCall(call) if self.asks_user(&call.name)),
+            )
+            .count();
+        u32::try_from(count).unwrap_or(u32::MAX)
+    }
+
+    /// Whether the run's question budget is spent.
+    pub(crate) fn questions_spent(&self, state: &RunState) -> bool {
+        self.max_questions
+            .is_some_and(|budget| self.questions_asked(state) >= budget)
     }
 
     /// The names of the agent's tools, in registration order.

@@ -166,6 +166,13 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether a call of this tool asks the user a question, and so counts against the agent's
+    /// question budget ([`crate::AgentBuilder::max_questions`]). True for `ask_user`; default
+    /// `false`.
+    fn asks_user(&self) -> bool {
+        false
+    }
+
     /// Checks an answer against a suspension before anything changes. The default checks it
     /// against the suspension's schema, or [`Tool::resume_schema`].
     ///
@@ -271,6 +278,8 @@ pub trait DynTool: Send + Sync {
     fn resume_schema(&self) -> Option<Value>;
     /// See [`Tool::idempotent_resume`].
     fn idempotent_resume(&self) -> bool;
+    /// See [`Tool::asks_user`].
+    fn asks_user(&self) -> bool;
     /// See [`Tool::validate_resume`].
     ///
     /// # Errors
@@ -317,6 +326,10 @@ impl<T: Tool> DynTool for T {
 
     fn idempotent_resume(&self) -> bool {
         Tool::idempotent_resume(self)
+    }
+
+    fn asks_user(&self) -> bool {
+        Tool::asks_user(self)
     }
 
     fn validate_resume(

@@ -10,7 +10,7 @@ use crate::definition::AgentDefinition;
 use crate::error::AgentError;
 use crate::ids::ToolCallId;
 use crate::message::{AssistantPart, FinishReason, Message, ToolCall, Usage};
-use crate::model::{ModelError, ModelEvent, ModelRequest};
+use crate::model::{ModelError, ModelEvent, ModelRequest, ToolChoice};
 use crate::run::RunState;
 use crate::run_loop::ActiveRun;
 use crate::run_loop::emit::Emitter;
@@ -160,7 +160,9 @@ impl CallIds {
 }
 
 /// The request of the run's next step: the agent's instructions, tools and settings, and the
-/// whole conversation. `first_step_tool_choice` applies to the run's first step only.
+/// whole conversation. `first_step_tool_choice` applies to the run's first step only. Once the
+/// question budget is spent, the tools that ask the user are left out, and a tool choice that
+/// needs them falls back to `auto` (`none` when no tool is left).
 fn build_request(agent: &AgentDefinition, state: &RunState) -> ModelRequest {
     let mut settings = agent.settings.clone();
     if let Some(first) = settings.first_step_tool_choice.take()
@@ -168,8 +170,22 @@ fn build_request(agent: &AgentDefinition, state: &RunState) -> ModelRequest {
     {
         settings.tool_choice = first;
     }
+    let mut tools = agent.tool_definitions.clone();
+    if agent.questions_spent(state) {
+        tools.retain(|tool| !agent.asks_user(&tool.name));
+        let named_tool_is_gone = matches!(
+            &settings.tool_choice,
+            ToolChoice::Tool(name) if !tools.iter().any(|tool| &tool.name == name)
+        );
+        if named_tool_is_gone {
+            settings.tool_choice = ToolChoice::Auto;
+        }
+        if tools.is_empty() && settings.tool_choice != ToolChoice::Auto {
+            settings.tool_choice = ToolChoice::None;
+        }
+    }
     let mut request = ModelRequest::new(state.messages.clone())
-        .with_tools(agent.tool_definitions.clone())
+        .with_tools(tools)
         .with_settings(settings);
     request.system = agent.instructions.clone();
     request

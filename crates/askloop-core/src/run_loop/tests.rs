@@ -700,3 +700,67 @@ async fn issue7_a_failed_tool_shows_the_model_each_cause_once() {
     };
     assert!(results[0].is_error);
 }
+
+#[tokio::test]
+async fn issue8_the_question_budget_stops_questions() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("q1", json!({"question": "First?"})), ask("q2", json!({"question": "Second?"}))]}),
+        json!({"toolCalls": [ask("q3", json!({"question": "Third?"}))]}),
+        json!({"text": "Here is my answer."}),
+    ]));
+    let agent = Agent::builder("tester")
+        .shared_model(model.clone())
+        .tool(crate::AskUser)
+        .tool(Counter::default())
+        .settings(
+            crate::model::ModelSettings::new()
+                .with_first_step_tool_choice(crate::model::ToolChoice::Tool("ask_user".into())),
+        )
+        .shared_store(store.clone())
+        .max_questions(1)
+        .build()
+        .unwrap();
+    let stream = agent.stream("x");
+    let run_id = stream.run_id().clone();
+    let chunks = chunks_of(stream).await;
+    // Two questions in one step with a budget of one: the first is asked, the second refused.
+    let suspended = suspended_payloads(&chunks);
+    assert_eq!(suspended.len(), 1);
+    assert_eq!(suspended[0].0, "q1");
+    let results = tool_results(&chunks);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].2);
+    assert!(
+        results[0].1["content"]
+            .as_str()
+            .unwrap()
+            .contains("question budget"),
+        "{results:?}"
+    );
+    assert_eq!(
+        model.last_request().tools.len(),
+        2,
+        "ask_user was offered on the first step"
+    );
+    chunks_of(
+        agent
+            .resume_stream(json!("a"), &run_id, Some(&"q1".into()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    // The budget is spent: ask_user is no longer offered, and a call anyway is refused.
+    let request = model.last_request();
+    let names: Vec<&str> = request
+        .tools
+        .iter()
+        .map(|tool| tool.name.as_str())
+        .collect();
+    assert_eq!(names, ["count"]);
+    assert_eq!(request.settings.tool_choice, crate::model::ToolChoice::Auto);
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Completed);
+    assert!(stored.pending_tool_calls().is_empty());
+    assert_eq!(model.calls(), 3);
+}

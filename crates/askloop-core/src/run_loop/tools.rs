@@ -26,11 +26,20 @@ pub(super) async fn run_calls(
         out.emit(Chunk::ToolCall { call: call.clone() }).await;
     }
     let run_id = &run.state.run_id;
-    let outcomes = join_all(
-        calls
-            .iter()
-            .map(|call| execute_call(&run.agent, run_id, call, None)),
-    )
+    let over_budget = over_question_budget(run, &calls);
+    let outcomes = join_all(calls.iter().zip(&over_budget).map(|(call, over)| async move {
+        match over {
+            Some(budget) => CallState::Completed {
+                result: ToolResult::error(
+                    call,
+                    format!(
+                        "the question budget of this run ({budget}) is spent: answer with what you know, without asking"
+                    ),
+                ),
+            },
+            None => execute_call(&run.agent, run_id, call, None).await,
+        }
+    }))
     .await;
     let step = PendingStep {
         calls: calls
@@ -49,6 +58,33 @@ pub(super) async fn run_calls(
         }
     }
     step
+}
+
+/// For each call of a new step, the question budget it would exceed, if it asks the user and the
+/// budget (counting the questions of earlier steps and of earlier calls of this step) is spent.
+fn over_question_budget(run: &ActiveRun, calls: &[ToolCall]) -> Vec<Option<u32>> {
+    let Some(budget) = run.agent.max_questions else {
+        return vec![None; calls.len()];
+    };
+    let in_this_step = calls
+        .iter()
+        .filter(|call| run.agent.asks_user(&call.name))
+        .count();
+    let in_this_step = u32::try_from(in_this_step).unwrap_or(u32::MAX);
+    let mut asked = run
+        .agent
+        .questions_asked(&run.state)
+        .saturating_sub(in_this_step);
+    calls
+        .iter()
+        .map(|call| {
+            if !run.agent.asks_user(&call.name) {
+                return None;
+            }
+            asked = asked.saturating_add(1);
+            (asked > budget).then_some(budget)
+        })
+        .collect()
 }
 
 /// A claimed step after its answered calls' resume paths ran.
