@@ -151,7 +151,7 @@ impl LoadedConfig {
 }
 
 /// Parses and checks a file's text, reporting every problem found after parsing.
-fn parse(text: &str) -> Result<Config, String> {
+pub(crate) fn parse(text: &str) -> Result<Config, String> {
     let config: Config = toml::from_str(text).map_err(|error| {
         let location = error
             .span()

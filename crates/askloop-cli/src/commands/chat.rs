@@ -8,11 +8,12 @@ use askloop_core::{ResourceId, RunOptions, ThreadId};
 use inquire::{InquireError, Text};
 
 use crate::cli::{ChatArgs, GlobalArgs};
-use crate::context::Context;
+use crate::context::{Access, Context};
 use crate::exit::RunFailed;
+use crate::format::is_blank;
 use crate::output::Mode;
 use crate::prompt::Answerer;
-use crate::session::{Ended, Session, is_terminal};
+use crate::session::{Ended, Origin, Session, is_terminal};
 
 /// Runs `askloop chat` until the person ends it (Ctrl-D, Esc, `/exit`, or end of stdin).
 ///
@@ -20,7 +21,7 @@ use crate::session::{Ended, Session, is_terminal};
 /// Invalid input (agent, model, config); store, terminal and output errors. A failed run is
 /// reported and the chat goes on.
 pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let context = Context::open(global).await?;
+    let context = Context::open(global, Access::Create).await?;
     let agent = context
         .agent_for_new_run(&args.agent, args.model.model.as_deref())
         .await?;
@@ -42,7 +43,7 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
             break;
         };
         let input = input.trim();
-        if input.is_empty() {
+        if is_blank(input) {
             continue;
         }
         if input == "/exit" || input == "/quit" {
@@ -52,7 +53,10 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
             thread_id: Some(thread_id.clone()),
             resource_id: resource_id.clone(),
         };
-        match session.follow(agent.stream_with(input, options)).await {
+        match session
+            .follow(agent.stream_with(input, options), Origin::New)
+            .await
+        {
             Ok(Ended::Finished) => {}
             Ok(Ended::Suspended) => return Ok(ExitCode::SUCCESS),
             Err(error) if error.is::<RunFailed>() => {
