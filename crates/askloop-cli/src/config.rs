@@ -11,13 +11,16 @@
 //! tools = ["ask_user"]                    # the default; the only built-in tool now
 //! max_steps = 8
 //! temperature = 0.2
+//! top_p = 0.9
 //! max_tokens = 1024
+//! seed = 7
 //! tool_choice = "auto"                    # "auto" | "required" | "none" | { tool = "ask_user" }
 //! first_step_tool_choice = { tool = "ask_user" }
 //! ```
 //!
 //! Unknown keys are errors. Relative paths in `model` and `store` are relative to the file's
-//! folder.
+//! folder. `[agents.assistant]` changes the built-in agent (see
+//! [`crate::agent::AgentDefinition::find`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

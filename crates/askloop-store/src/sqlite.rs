@@ -98,7 +98,7 @@ impl SqliteStore {
     pub async fn open_with(path: &Path, options: &OpenOptions) -> Result<Self, OpenError> {
         let url = format!("sqlite://{}", path.display());
         let missing = matches!(path.try_exists(), Ok(false));
-        if missing && !(options.create_if_missing && !options.read_only) {
+        if missing && (options.read_only || !options.create_if_missing) {
             return Err(OpenError::NotFound { url });
         }
         let connect_options = SqliteConnectOptions::new()

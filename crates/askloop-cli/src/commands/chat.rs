@@ -9,7 +9,7 @@ use inquire::{InquireError, Text};
 
 use crate::cli::{ChatArgs, GlobalArgs};
 use crate::context::{Access, Context};
-use crate::exit::RunFailed;
+use crate::exit::{FAILURE, INTERRUPTED, RunFailed};
 use crate::format::is_blank;
 use crate::output::Mode;
 use crate::prompt::Answerer;
@@ -18,8 +18,9 @@ use crate::session::{Ended, Origin, Session, is_terminal};
 /// Runs `askloop chat` until the person ends it (Ctrl-D, Esc, `/exit`, or end of stdin).
 ///
 /// # Errors
-/// Invalid input (agent, model, config); store, terminal and output errors. A failed run is
-/// reported and the chat goes on.
+/// Invalid input (agent, model, config); store, terminal and output errors; a run cancelled by
+/// SIGTERM or SIGHUP. A failed run (or one cancelled by Ctrl-C) is reported and the chat goes
+/// on.
 pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Create).await?;
     let agent = context
@@ -59,7 +60,13 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
         {
             Ok(Ended::Finished) => {}
             Ok(Ended::Suspended) => return Ok(ExitCode::SUCCESS),
-            Err(error) if error.is::<RunFailed>() => {
+            // A failed run, or one cancelled by Ctrl-C, is reported and the chat goes on;
+            // SIGTERM and SIGHUP end it.
+            Err(error)
+                if error
+                    .downcast_ref::<RunFailed>()
+                    .is_some_and(|failed| matches!(failed.status, FAILURE | INTERRUPTED)) =>
+            {
                 session.output.note(&format!("error: {error}"))?;
             }
             Err(error) => return Err(error),
