@@ -90,7 +90,7 @@ async fn one_cycle(agent: &Agent) -> anyhow::Result<()> {
 
 async fn cycles(n: usize, store_url: &str, sync: Synchronous, pinned: bool) -> anyhow::Result<()> {
     let url: StoreUrl = store_url.parse()?;
-    let store: Arc<dyn RunStore> = open_store(&url, &OpenOptions { synchronous: sync }).await?;
+    let store: Arc<dyn RunStore> = open_store(&url, &OpenOptions::new().synchronous(sync)).await?;
     let agent = Agent::builder("assistant")
         .model(ScriptedModel::from_json(SCRIPT)?)
         .tool(AskUser)
@@ -107,6 +107,7 @@ async fn cycles(n: usize, store_url: &str, sync: Synchronous, pinned: bool) -> a
     let store_kind = match url {
         StoreUrl::Memory => "memory",
         StoreUrl::Sqlite(_) => "sqlite",
+        _ => "other",
     };
     let line = json!({
         "store": store_kind,

@@ -7,6 +7,8 @@ use askloop_core::{
     Agent, AskUser, DynTool, LanguageModel, ModelSettings, RunStore, Tool, ToolChoice,
 };
 
+use askloop_providers::ModelSpec;
+
 use crate::config::{AgentConfig, LoadedConfig};
 use crate::exit::invalid;
 use crate::model::resolve_spec;
@@ -38,12 +40,12 @@ pub(crate) struct AgentDefinition {
     pub(crate) max_steps: Option<u32>,
     /// Sampling and tool-choice settings.
     pub(crate) settings: ModelSettings,
-    /// Whether this is the built-in `assistant` (not one of askloop.toml's agents).
-    pub(crate) builtin: bool,
 }
 
 impl AgentDefinition {
-    /// The agent `id`: askloop.toml's `[agents.ID]`, or the built-in `assistant`.
+    /// The agent `id`: askloop.toml's `[agents.ID]`, or the built-in `assistant`. An
+    /// `[agents.assistant]` table changes the built-in agent: what it does not set (name,
+    /// instructions) stays the built-in's.
     ///
     /// # Errors
     /// Invalid input: an unknown id (the message lists the known ones), or a bad model SPEC in
@@ -56,17 +58,16 @@ impl AgentDefinition {
             .map(|spec| resolve_spec(spec, &loaded.base_dir))
             .transpose()?;
         match loaded.config.agents.get(id) {
-            Some(agent) => Self::from_config(loaded, id, agent, file_model),
-            None if id == DEFAULT_AGENT => Ok(Self {
-                id: DEFAULT_AGENT.to_owned(),
-                name: Some("Assistant".to_owned()),
-                instructions: Some(DEFAULT_INSTRUCTIONS.to_owned()),
-                model: file_model,
-                tools: vec!["ask_user".to_owned()],
-                max_steps: None,
-                settings: ModelSettings::default(),
-                builtin: true,
-            }),
+            Some(agent) => {
+                let mut definition = Self::from_config(loaded, id, agent, file_model)?;
+                if id == DEFAULT_AGENT {
+                    let builtin = Self::builtin(None);
+                    definition.name = definition.name.or(builtin.name);
+                    definition.instructions = definition.instructions.or(builtin.instructions);
+                }
+                Ok(definition)
+            }
+            None if id == DEFAULT_AGENT => Ok(Self::builtin(file_model)),
             None => {
                 let mut known: Vec<&str> =
                     loaded.config.agents.keys().map(String::as_str).collect();
@@ -82,6 +83,19 @@ impl AgentDefinition {
                     known.join(", ")
                 )))
             }
+        }
+    }
+
+    /// The built-in `assistant` with this model SPEC.
+    fn builtin(model: Option<String>) -> Self {
+        Self {
+            id: DEFAULT_AGENT.to_owned(),
+            name: Some("Assistant".to_owned()),
+            instructions: Some(DEFAULT_INSTRUCTIONS.to_owned()),
+            model,
+            tools: vec![AskUser::NAME.to_owned()],
+            max_steps: None,
+            settings: ModelSettings::default(),
         }
     }
 
@@ -114,8 +128,25 @@ impl AgentDefinition {
                     .unwrap_or_default(),
                 first_step_tool_choice: agent.first_step_tool_choice.clone().map(|choice| choice.0),
             },
-            builtin: false,
         })
+    }
+
+    /// The model settings used with the model `spec`. On the embedded local model an agent
+    /// with `ask_user` is made to ask first (`first_step_tool_choice = { tool = "ask_user" }`),
+    /// since at 135M parameters that model, left to choose, always answers in text, unless the
+    /// agent sets `first_step_tool_choice` itself or `tool_choice = "none"`.
+    pub(crate) fn settings_for(&self, spec: &str) -> ModelSettings {
+        let mut settings = self.settings.clone();
+        let local = matches!(ModelSpec::parse(spec), Ok(ModelSpec::Local(_)));
+        let asks = self.tools.iter().any(|tool| tool == AskUser::NAME);
+        if local
+            && asks
+            && settings.first_step_tool_choice.is_none()
+            && settings.tool_choice != ToolChoice::None
+        {
+            settings.first_step_tool_choice = Some(ToolChoice::Tool(AskUser::NAME.to_owned()));
+        }
+        settings
     }
 
     /// Builds the agent with this model (recording `spec` with its runs) and store.
@@ -128,12 +159,7 @@ impl AgentDefinition {
         spec: &str,
         store: Arc<dyn RunStore>,
     ) -> anyhow::Result<Agent> {
-        let mut settings = self.settings.clone();
-        if self.builtin && spec.starts_with("local") && settings.first_step_tool_choice.is_none() {
-            // At 135M parameters the local model, left to choose, always answers in text; the
-            // built-in agent makes it ask first.
-            settings.first_step_tool_choice = Some(ToolChoice::Tool(AskUser::NAME.to_owned()));
-        }
+        let settings = self.settings_for(spec);
         let mut builder = Agent::builder(self.id.as_str())
             .shared_model(model)
             .model_spec(spec)
@@ -163,5 +189,83 @@ fn builtin_tool(name: &str) -> anyhow::Result<Arc<dyn DynTool>> {
             "unknown tool {other:?}; known tools: {}",
             crate::config::KNOWN_TOOLS.join(", ")
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    fn loaded(text: &str) -> LoadedConfig {
+        LoadedConfig {
+            config: parse(text).unwrap(),
+            ..LoadedConfig::default()
+        }
+    }
+
+    fn ask_first() -> Option<ToolChoice> {
+        Some(ToolChoice::Tool("ask_user".to_owned()))
+    }
+
+    #[test]
+    fn issue7_fault11_configured_agents_on_the_local_model_ask_first() {
+        let config = loaded(
+            r#"
+            [agents.planner]
+            instructions = "Plan."
+            [agents.chooser]
+            first_step_tool_choice = "auto"
+            [agents.silent]
+            tools = []
+            [agents.quiet]
+            tool_choice = "none"
+            "#,
+        );
+        let planner = AgentDefinition::find(&config, "planner").unwrap();
+        assert_eq!(
+            planner.settings_for("local").first_step_tool_choice,
+            ask_first()
+        );
+        assert_eq!(
+            planner
+                .settings_for("local:/models/x.gguf")
+                .first_step_tool_choice,
+            ask_first()
+        );
+        assert_eq!(
+            planner.settings_for("openai:gpt-4o").first_step_tool_choice,
+            None
+        );
+        let chooser = AgentDefinition::find(&config, "chooser").unwrap();
+        assert_eq!(
+            chooser.settings_for("local").first_step_tool_choice,
+            Some(ToolChoice::Auto)
+        );
+        for id in ["silent", "quiet"] {
+            let agent = AgentDefinition::find(&config, id).unwrap();
+            assert_eq!(
+                agent.settings_for("local").first_step_tool_choice,
+                None,
+                "{id}"
+            );
+        }
+        let builtin = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
+        assert_eq!(
+            builtin.settings_for("local").first_step_tool_choice,
+            ask_first()
+        );
+    }
+
+    #[test]
+    fn issue7_fault4_an_assistant_table_changes_only_what_it_sets() {
+        let config = loaded("[agents.assistant]\nmax_steps = 20\n");
+        let assistant = AgentDefinition::find(&config, DEFAULT_AGENT).unwrap();
+        assert_eq!(assistant.max_steps, Some(20));
+        assert_eq!(
+            assistant.instructions.as_deref(),
+            Some(DEFAULT_INSTRUCTIONS)
+        );
+        assert_eq!(assistant.tools, ["ask_user"]);
     }
 }

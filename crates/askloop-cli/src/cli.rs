@@ -9,12 +9,15 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Exit statuses, shown at the end of `--help`.
 const EXIT_STATUS_HELP: &str = "\
 Exit status:
-  0    done: the run finished, or it is suspended waiting for an answer (no terminal, or --json)
+  0    done: the run finished (also when it stopped at its step limit, which is said on
+       stderr), or it is suspended waiting for an answer (no terminal, or --json)
   1    failure: the model or the store failed, or another process resumed the run first
   2    invalid input: bad flags or askloop.toml, an answer the question does not accept, an
-       unknown run or tool call id, or a run that is not in a state to do this
-  130  interrupted (Ctrl-C); the run stays consistent: `askloop runs continue` retries a
-       cancelled step, `askloop resume` answers a question that was left open";
+       unknown run or tool call id, a question that was already answered (a repeated
+       `resume … --tool-call-id ID`: nothing changed), or a run not in a state to do this
+  130  interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP); the run stays
+       consistent: `askloop runs continue` retries a cancelled step, `askloop resume`
+       answers a question that was left open";
 
 /// The `askloop` command.
 #[derive(Debug, Parser)]
@@ -36,13 +39,15 @@ pub(crate) struct Cli {
 /// Flags every subcommand accepts.
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
-    /// Where runs are kept: `sqlite://PATH` or `memory`
-    /// [default: sqlite://DATA_DIR/askloop.db, DATA_DIR being $ASKLOOP_DATA_DIR or the platform
-    /// data folder, e.g. ~/.local/share/askloop]
-    #[arg(long, global = true, env = "ASKLOOP_STORE", value_name = "URL")]
+    /// Where runs are kept: `sqlite://PATH` or `memory` [default: $ASKLOOP_STORE, then
+    /// askloop.toml's `store`, then sqlite://DATA_DIR/askloop.db, DATA_DIR being
+    /// $ASKLOOP_DATA_DIR or the platform data folder, e.g. ~/.local/share/askloop]
+    // Not clap's `env`: the variable is read only when the flag is absent, so the flag
+    // overrides a bad value (clap would parse a global flag's variable first).
+    #[arg(long, global = true, value_name = "URL")]
     pub(crate) store: Option<StoreUrl>,
-    /// The agents file to read [default: ./askloop.toml when it exists]
-    #[arg(long, global = true, env = "ASKLOOP_CONFIG", value_name = "PATH")]
+    /// The agents file to read [default: $ASKLOOP_CONFIG, then ./askloop.toml when it exists]
+    #[arg(long, global = true, value_name = "PATH")]
     pub(crate) config: Option<PathBuf>,
 }
 

@@ -11,13 +11,16 @@
 //! tools = ["ask_user"]                    # the default; the only built-in tool now
 //! max_steps = 8
 //! temperature = 0.2
+//! top_p = 0.9
 //! max_tokens = 1024
+//! seed = 7
 //! tool_choice = "auto"                    # "auto" | "required" | "none" | { tool = "ask_user" }
 //! first_step_tool_choice = { tool = "ask_user" }
 //! ```
 //!
 //! Unknown keys are errors. Relative paths in `model` and `store` are relative to the file's
-//! folder.
+//! folder. `[agents.assistant]` changes the built-in agent (see
+//! [`crate::agent::AgentDefinition::find`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -151,7 +154,7 @@ impl LoadedConfig {
 }
 
 /// Parses and checks a file's text, reporting every problem found after parsing.
-fn parse(text: &str) -> Result<Config, String> {
+pub(crate) fn parse(text: &str) -> Result<Config, String> {
     let config: Config = toml::from_str(text).map_err(|error| {
         let location = error
             .span()

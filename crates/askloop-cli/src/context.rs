@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop_core::{Agent, RunId, RunState, RunStore};
-use askloop_store::{OpenOptions, StoreUrl, default_store_url, open_store};
+use askloop_core::{Agent, MemoryStore, ResumeError, RunId, RunState, RunStore, StoreError};
+use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
 
 use crate::agent::AgentDefinition;
 use crate::cli::GlobalArgs;
@@ -16,6 +16,30 @@ use crate::model::{build_model, resolve_spec};
 
 /// The environment variable holding the default model SPEC.
 pub(crate) const MODEL_ENV: &str = "ASKLOOP_MODEL";
+/// The environment variable holding the store URL when `--store` is not given.
+pub(crate) const STORE_ENV: &str = "ASKLOOP_STORE";
+/// The environment variable holding the agents file when `--config` is not given.
+pub(crate) const CONFIG_ENV: &str = "ASKLOOP_CONFIG";
+
+/// What a command does with the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Only reads (`runs list`, `runs show`): opened read-only, nothing is created; a missing
+    /// database reads as empty.
+    Read,
+    /// Changes existing runs (`resume`, `runs continue`): nothing is created for a database
+    /// that does not exist (the run cannot be there).
+    Update,
+    /// Starts runs (`run`, `chat`): the database and its folder are created when missing.
+    Create,
+}
+
+/// The value of an environment variable, `None` when unset or empty.
+pub(crate) fn env_value(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
+}
 
 /// The loaded config and the opened store.
 pub(crate) struct Context {
@@ -27,24 +51,38 @@ pub(crate) struct Context {
     pub(crate) store: Arc<dyn RunStore>,
     /// Whether `store_url` is the default one (so commands printed for later need no `--store`).
     store_is_default: bool,
+    /// Whether the database did not exist (and was not created): `store` is then empty.
+    store_missing: bool,
     /// The `--config` given, absolute.
     explicit_config: Option<PathBuf>,
 }
 
 impl Context {
-    /// Reads askloop.toml and opens the store: `--store` / `ASKLOOP_STORE`, else the file's
+    /// Reads askloop.toml and opens the store for `access`: `--store`, else `ASKLOOP_STORE`
+    /// (read only when the flag is absent, so the flag overrides a bad value), else the file's
     /// `store`, else the default SQLite file in the data folder.
     ///
     /// # Errors
     /// Invalid input for a bad config or store URL; the store's open errors.
-    pub(crate) async fn open(global: &GlobalArgs) -> anyhow::Result<Self> {
+    pub(crate) async fn open(global: &GlobalArgs, access: Access) -> anyhow::Result<Self> {
         let current_dir = std::env::current_dir()?;
-        let config = LoadedConfig::load(global.config.as_deref())?;
+        let config_path = global
+            .config
+            .clone()
+            .or_else(|| env_value(CONFIG_ENV).map(PathBuf::from));
+        let config = LoadedConfig::load(config_path.as_deref())?;
         let default_url = default_store_url()
             .ok()
             .map(|url| absolute(url, &current_dir));
-        let store_url = match (&global.store, &config.config.store) {
-            (Some(url), _) => absolute(url.clone(), &current_dir),
+        let flag_or_env = match &global.store {
+            Some(url) => Some(url.clone()),
+            None => env_value(STORE_ENV)
+                .map(|text| text.parse::<StoreUrl>())
+                .transpose()
+                .map_err(|error| invalid(format!("invalid {STORE_ENV}: {error}")))?,
+        };
+        let store_url = match (flag_or_env, &config.config.store) {
+            (Some(url), _) => absolute(url, &current_dir),
             (None, Some(text)) => {
                 let url: StoreUrl = text.parse().map_err(|error| {
                     invalid(format!("invalid `store` in askloop.toml: {error}"))
@@ -53,13 +91,28 @@ impl Context {
             }
             (None, None) => absolute(default_store_url()?, &current_dir),
         };
-        let store = open_store(&store_url, &OpenOptions::default()).await?;
+        let options = match access {
+            Access::Read => OpenOptions::new().read_only(true),
+            Access::Update => OpenOptions::new().create_if_missing(false),
+            Access::Create => OpenOptions::new(),
+        };
+        let (store, store_missing): (Arc<dyn RunStore>, bool) =
+            match open_store(&store_url, &options).await {
+                Ok(store) => (store, false),
+                // Nothing to read or update: an empty store answers "not found" without
+                // creating the file.
+                Err(OpenError::NotFound { .. }) if access != Access::Create => {
+                    (Arc::new(MemoryStore::new()), true)
+                }
+                Err(error) => return Err(error.into()),
+            };
         Ok(Self {
             store_is_default: default_url.as_ref() == Some(&store_url),
+            store_missing,
             store_url,
             store,
             config,
-            explicit_config: global.config.as_ref().map(|path| current_dir.join(path)),
+            explicit_config: config_path.map(|path| current_dir.join(path)),
         })
     }
 
@@ -104,15 +157,46 @@ impl Context {
     /// Loads a stored run.
     ///
     /// # Errors
-    /// The store's error (not found: exit status 2).
+    /// Invalid input (exit status 2) naming the store for an unknown run; the store's errors.
     pub(crate) async fn load_run(&self, run_id: &RunId) -> anyhow::Result<RunState> {
-        Ok(self.store.load_run(run_id).await?.state)
+        match self.store.load_run(run_id).await {
+            Ok(stored) => Ok(stored.state),
+            Err(StoreError::NotFound { .. }) => Err(self.run_not_found(run_id)),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// "run X not found in URL", saying when there is no database there at all.
+    pub(crate) fn run_not_found(&self, run_id: &RunId) -> anyhow::Error {
+        let missing = if self.store_missing {
+            " (there is no database there yet)"
+        } else {
+            ""
+        };
+        invalid(format!(
+            "run {run_id} not found in {}{missing}",
+            self.store_url
+        ))
+    }
+
+    /// A refused resume or continue, with "not found" naming the store.
+    pub(crate) fn refused(&self, error: ResumeError) -> anyhow::Error {
+        match &error {
+            ResumeError::RunNotFound { run_id } => self.run_not_found(run_id),
+            _ => error.into(),
+        }
+    }
+
+    /// Whether the store's database did not exist when the command started.
+    pub(crate) fn store_is_missing(&self) -> bool {
+        self.store_missing
     }
 
     /// The start of a command that reaches the same store and agents from another process:
-    /// `askloop`, plus `--store URL` and `--config PATH` when they are not the defaults.
+    /// this program as it can be typed (see [`program`]), plus `--store URL` and `--config
+    /// PATH` when they are not the defaults.
     pub(crate) fn command_prefix(&self) -> String {
-        let mut command = "askloop".to_owned();
+        let mut command = program();
         if !self.store_is_default {
             command.push_str(" --store ");
             command.push_str(&shell_quote(&self.store_url.to_string()));
@@ -142,10 +226,7 @@ impl Context {
         if let Some(spec) = recorded {
             return Ok(spec.to_owned());
         }
-        if let Some(spec) = std::env::var(MODEL_ENV)
-            .ok()
-            .filter(|spec| !spec.trim().is_empty())
-        {
+        if let Some(spec) = env_value(MODEL_ENV) {
             return resolve_spec(&spec, &current_dir);
         }
         if let Some(spec) = &definition.model {
@@ -168,6 +249,34 @@ impl Context {
         definition.build(model, spec, self.store.clone())
     }
 }
+
+/// This program as a command that works when pasted in a shell: `askloop` when the `askloop`
+/// found on `PATH` is this very file, otherwise this executable's own path, quoted (e.g. after
+/// `cargo run`, or when another askloop comes first on `PATH`).
+pub(crate) fn program() -> String {
+    let Some(exe) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.canonicalize().ok())
+    else {
+        return "askloop".to_owned();
+    };
+    let on_path = std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(PROGRAM_NAME))
+        .find(|candidate| candidate.is_file());
+    match on_path.and_then(|found| found.canonicalize().ok()) {
+        Some(found) if found == exe => "askloop".to_owned(),
+        _ => shell_quote(&exe.display().to_string()),
+    }
+}
+
+/// The binary's file name.
+const PROGRAM_NAME: &str = if cfg!(windows) {
+    "askloop.exe"
+} else {
+    "askloop"
+};
 
 /// The URL with a relative SQLite path made absolute against `base`.
 fn absolute(url: StoreUrl, base: &Path) -> StoreUrl {

@@ -4,20 +4,31 @@
 //! |---|---|
 //! | 0 | done (finished, or suspended without a terminal) |
 //! | 1 | the model or the store failed, or another process resumed the run first |
-//! | 2 | invalid input: flags, askloop.toml, the answer, an unknown id, a run in the wrong state |
-//! | 130 | interrupted (Ctrl-C) |
+//! | 2 | invalid input: flags, askloop.toml, the answer, an unknown id, a question already answered, a run in the wrong state |
+//! | 129 | hung up (SIGHUP) |
+//! | 130 | interrupted (Ctrl-C, SIGINT) |
+//! | 143 | terminated (SIGTERM) |
+//!
+//! The status is chosen from the error's type ([`InvalidInput`], [`RunFailed`],
+//! [`Interrupted`], core's [`ResumeError`] and [`StoreError`] variants), never from its text.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use askloop_core::{ResumeError, StoreError};
 
+use crate::format::escape_controls;
+
 /// Exit status of a failure.
 pub(crate) const FAILURE: u8 = 1;
 /// Exit status of invalid input.
 pub(crate) const INVALID_INPUT: u8 = 2;
-/// Exit status after Ctrl-C.
+/// Exit status after SIGHUP (128 + 1).
+pub(crate) const HUNG_UP: u8 = 129;
+/// Exit status after Ctrl-C (SIGINT, 128 + 2).
 pub(crate) const INTERRUPTED: u8 = 130;
+/// Exit status after SIGTERM (128 + 15).
+pub(crate) const TERMINATED: u8 = 143;
 
 /// Something the user gave is wrong (a flag, the config, an answer, an id): exit status 2.
 #[derive(Debug)]
@@ -36,12 +47,11 @@ pub(crate) fn invalid(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(InvalidInput(message.into()))
 }
 
-/// A run's stream ended with an error; the run is recorded as failed (exit 1, or 130 when it
-/// was cancelled by Ctrl-C).
+/// A run's stream ended with an error; the run is recorded as failed when the store allowed.
 #[derive(Debug)]
 pub(crate) struct RunFailed {
-    /// The agent error's stable code (`"model_error"`, `"cancelled"`, …).
-    pub(crate) code: &'static str,
+    /// The exit status: [`FAILURE`], or the signal's status when a signal cancelled the run.
+    pub(crate) status: u8,
     /// The whole line to print.
     pub(crate) message: String,
 }
@@ -76,11 +86,7 @@ pub(crate) fn exit_status(error: &anyhow::Error) -> u8 {
             return INTERRUPTED;
         }
         if let Some(failed) = cause.downcast_ref::<RunFailed>() {
-            return if failed.code == "cancelled" {
-                INTERRUPTED
-            } else {
-                FAILURE
-            };
+            return failed.status;
         }
         if let Some(refused) = cause.downcast_ref::<ResumeError>() {
             return match refused {
@@ -104,13 +110,29 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
+/// The error and its causes as one line, `outer: cause: root cause`, each cause once: a cause
+/// whose text the previous one already contains (a message that embeds its source) is left
+/// out. Newlines become spaces.
+pub(crate) fn one_line(error: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string().replace(['\n', '\r'], " ");
+        let text = text.trim();
+        if text.is_empty() || parts.last().is_some_and(|last| last.contains(text)) {
+            continue;
+        }
+        parts.push(text.to_owned());
+    }
+    parts.join(": ")
+}
+
 /// Prints `error: …` as one line on stderr and returns the exit status.
 pub(crate) fn report(error: &anyhow::Error) -> ExitCode {
     if is_broken_pipe(error) {
         return ExitCode::SUCCESS;
     }
-    let line = format!("{error:#}").replace('\n', " ");
-    let _ = writeln!(std::io::stderr(), "error: {line}");
+    let line = one_line(error);
+    let _ = writeln!(std::io::stderr(), "error: {}", escape_controls(&line));
     ExitCode::from(exit_status(error))
 }
 
@@ -130,6 +152,11 @@ mod tests {
             run_id: RunId::new("r"),
         });
         assert_eq!(exit_status(&conflict), FAILURE);
+        let repeated = anyhow::Error::new(ResumeError::AlreadyAnswered {
+            run_id: RunId::new("r"),
+            tool_call_id: "c1".into(),
+        });
+        assert_eq!(exit_status(&repeated), INVALID_INPUT);
     }
 
     #[test]
@@ -140,11 +167,27 @@ mod tests {
     }
 
     #[test]
-    fn a_cancelled_run_exits_like_an_interrupt() {
+    fn a_run_failed_by_a_signal_exits_with_its_status() {
         let error = anyhow::Error::new(RunFailed {
-            code: "cancelled",
+            status: TERMINATED,
             message: "cancelled".into(),
         });
-        assert_eq!(exit_status(&error), INTERRUPTED);
+        assert_eq!(exit_status(&error), TERMINATED);
+    }
+
+    #[test]
+    fn issue7_errors_every_cause_is_printed_once() {
+        // A message that embeds its source, as sqlx's database errors do.
+        let root = std::io::Error::other("(code: 14) unable to open database file");
+        let error = anyhow::Error::new(root)
+            .context("error returned from database: (code: 14) unable to open database file")
+            .context("cannot open store sqlite:///x.db");
+        assert_eq!(
+            one_line(&error),
+            "cannot open store sqlite:///x.db: error returned from database: (code: 14) unable \
+             to open database file"
+        );
+        let nested = anyhow::anyhow!("root\ncause").context("outer");
+        assert_eq!(one_line(&nested), "outer: root cause");
     }
 }

@@ -1,7 +1,47 @@
-//! Text for people: questions, resume commands, times, shell quoting, short JSON.
+//! Text for people: questions, resume commands, times, shell quoting, short JSON, and
+//! [`escape_controls`], which every line printed for people goes through.
+
+use std::borrow::Cow;
 
 use askloop_core::{AskUserQuestion, PendingToolCall, SelectionMode, ToolResult};
 use serde_json::Value;
+
+/// Whether printing `c` raw could drive the terminal rather than show text: C0 controls
+/// (ESC, CR, BEL, backspace, …) except newline and tab, DEL, C1 controls (U+0080 to U+009F,
+/// where U+009B is a one-character CSI), and the bidirectional overrides and isolates, which
+/// make text display in another order than it reads.
+fn is_terminal_control(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text from a model, a question, an id or an error made safe for a terminal: every character
+/// that could drive it ([`is_terminal_control`]) is written as a Rust escape (ESC as
+/// `\u{1b}`, CR as `\r`); newlines and tabs stay. The one function human output goes
+/// through; `--json` output does not (JSON escapes what it must itself).
+pub(crate) fn escape_controls(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_terminal_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_terminal_control(c) {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// Whether `text` shows nothing: only whitespace, controls and zero-width characters.
+pub(crate) fn is_blank(text: &str) -> bool {
+    text.chars().all(|c| {
+        c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}')
+    })
+}
 
 /// The `ask_user` question of a pending call, if it is one.
 pub(crate) fn ask_user_question(call: &PendingToolCall) -> Option<AskUserQuestion> {
@@ -26,7 +66,7 @@ pub(crate) fn question_lines(call: &PendingToolCall) -> Vec<String> {
     };
     let mut lines = vec![format!("{}{hint}", question.question)];
     for (index, option) in question.options.iter().flatten().enumerate() {
-        match &option.description {
+        match option_description(&option.description) {
             Some(description) => {
                 lines.push(format!("  {}. {} - {description}", index + 1, option.label));
             }
@@ -34,6 +74,11 @@ pub(crate) fn question_lines(call: &PendingToolCall) -> Vec<String> {
         }
     }
     lines
+}
+
+/// An option's description if it shows something (an empty one is no description).
+pub(crate) fn option_description(description: &Option<String>) -> Option<&str> {
+    description.as_deref().filter(|text| !is_blank(text))
 }
 
 /// The `--answer …` / `--answer-json …` part of a command that answers `call`, with an example
@@ -51,30 +96,76 @@ pub(crate) fn answer_example(call: &PendingToolCall) -> String {
         .unwrap_or_default();
     match question.selection_mode {
         None => "--answer 'your answer'".to_owned(),
+        // A label a terminal cannot show as typed goes as JSON, whose escapes are plain text.
+        Some(SelectionMode::SingleSelect) if escape_controls(&first_label) != first_label => {
+            format!(
+                "--answer-json {}",
+                shell_quote(&plain_json(&first_label.into()))
+            )
+        }
         Some(SelectionMode::SingleSelect) => format!("--answer {}", shell_quote(&first_label)),
         Some(SelectionMode::MultiSelect) => {
             let labels = Value::from(vec![first_label]);
-            format!("--answer-json {}", shell_quote(&labels.to_string()))
+            format!("--answer-json {}", shell_quote(&plain_json(&labels)))
         }
     }
 }
 
-/// Quotes a word for a POSIX shell when it needs it.
+/// JSON on one line with every character a terminal would not show as typed written as a
+/// `\uXXXX` escape (serde_json escapes only those below U+0020).
+fn plain_json(value: &Value) -> String {
+    let mut json = String::new();
+    for c in value.to_string().chars() {
+        if is_terminal_control(c) {
+            json.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            json.push(c);
+        }
+    }
+    json
+}
+
+/// Quotes a word for a POSIX shell when it needs it (with `shlex`). A word holding a NUL byte,
+/// which no command line can carry, is quoted with the NUL left in (the command cannot work
+/// as pasted whatever we print).
 pub(crate) fn shell_quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
+    match shlex::try_quote(word) {
+        Ok(quoted) => quoted.into_owned(),
+        Err(_) => format!("'{}'", word.replace('\'', r"'\''")),
     }
 }
 
 /// JSON on one line, cut to about `max` characters.
 pub(crate) fn compact_json(value: &Value, max: usize) -> String {
     truncate(&value.to_string(), max)
+}
+
+/// The text cut to `max` characters, saying how many were left out, e.g.
+/// `abc… [1,234 more characters; --json shows everything]`.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let mut kept: String = text.chars().take(max).collect();
+    kept.push_str(&format!(
+        "… [{} more characters; --json shows everything]",
+        thousands(count - max)
+    ));
+    kept
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(number: usize) -> String {
+    let digits = number.to_string();
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
 }
 
 /// The text cut to `max` characters, with `…` when cut; newlines become spaces.
@@ -89,7 +180,6 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
     }
 }
 
-/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
 /// A tool result in one line, for people: its `content` text (or compact JSON), and whether
 /// it failed, e.g. `ask_user: User answered: main` or `count failed: …`.
 pub(crate) fn result_summary(result: &ToolResult) -> String {
@@ -105,6 +195,7 @@ pub(crate) fn result_summary(result: &ToolResult) -> String {
     format!("{}{verb}: {content}", result.tool_name)
 }
 
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
 pub(crate) fn format_time(ms: u64) -> String {
     let seconds = ms / 1000;
     let days = i64::try_from(seconds / 86_400).unwrap_or(i64::MAX / 2);
@@ -149,8 +240,37 @@ mod tests {
     fn quotes_only_what_needs_it() {
         assert_eq!(shell_quote("main"), "main");
         assert_eq!(shell_quote("two words"), "'two words'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("it's"), r#""it's""#);
+        assert_eq!(shell_quote("$HOME `x`"), "'$HOME `x`'");
         assert_eq!(shell_quote(r#"["a"]"#), r#"'["a"]'"#);
+    }
+
+    #[test]
+    fn issue7_fault8_control_characters_are_escaped_and_text_kept() {
+        assert_eq!(escape_controls("plain\ntext\tok"), "plain\ntext\tok");
+        assert_eq!(
+            escape_controls("\u{1b}]0;title\u{7}\r\u{9b}2J\u{7f}"),
+            r"\u{1b}]0;title\u{7}\r\u{9b}2J\u{7f}"
+        );
+        assert_eq!(escape_controls("a\u{202e}b"), r"a\u{202e}b");
+        assert!(matches!(escape_controls("é ✓"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn blank_means_nothing_visible() {
+        for blank in ["", " \t\n", "\u{200b}", "\u{0}", "\u{feff} "] {
+            assert!(is_blank(blank), "{blank:?}");
+        }
+        assert!(!is_blank(" a "));
+    }
+
+    #[test]
+    fn issue7_fault14_cut_says_how_much_was_left_out() {
+        assert_eq!(cut("short", 10), "short");
+        assert_eq!(
+            cut(&"é".repeat(1_234_567 + 3), 3),
+            "ééé… [1,234,567 more characters; --json shows everything]"
+        );
     }
 
     #[test]

@@ -34,17 +34,82 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default `warn`).
+/// Logs go to stderr. With `RUST_LOG` set, as `tracing`'s usual lines filtered by it; without,
+/// only warnings and errors (of askloop and its libraries, genai's per-request errors aside),
+/// each as one line for people: `warning: MESSAGE`.
 fn init_tracing() {
-    // By default only askloop's own warnings: the final error line already says what failed,
-    // and genai logs every retried request at ERROR level.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,genai=off"));
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .init();
+        return;
+    }
+    // The final error line already says what failed, and genai logs every retried request at
+    // ERROR level.
     tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,genai=off"))
+        .event_format(HumanLine)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// A log event as one line for people: `warning: MESSAGE (key=value, …)`, with no time,
+/// level column or target, newlines flattened and control characters escaped.
+struct HumanLine;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for HumanLine
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _context: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let kind = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            _ => "debug",
+        };
+        let mut fields = EventFields::default();
+        event.record(&mut fields);
+        let mut line = fields.message;
+        if !fields.others.is_empty() {
+            line.push_str(&format!(" ({})", fields.others.join(", ")));
+        }
+        let line = line.replace(['\n', '\r'], " ");
+        writeln!(writer, "{kind}: {}", format::escape_controls(line.trim()))
+    }
+}
+
+/// An event's message and its other fields as `key=value`.
+#[derive(Default)]
+struct EventFields {
+    message: String,
+    others: Vec<String>,
+}
+
+impl tracing::field::Visit for EventFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.others.push(format!("{}={value:?}", field.name()));
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_owned();
+        } else {
+            self.others.push(format!("{}={value}", field.name()));
+        }
+    }
 }
 
 /// Runs one command. The command runs on this thread; one worker thread runs the Ctrl-C

@@ -1,12 +1,13 @@
 //! Where a run's chunks go: text to stdout and tool activity to stderr for people, or one wire
-//! JSON line per chunk on stdout (`--json`).
+//! JSON line per chunk on stdout (`--json`). Everything printed for people passes
+//! [`escape_controls`], so a model's text cannot drive the terminal.
 
 use std::io::Write;
 
 use askloop_core::{Chunk, RunId, wire};
 use serde_json::Value;
 
-use crate::format::{compact_json, result_summary};
+use crate::format::{compact_json, escape_controls, result_summary};
 
 /// How chunks are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +78,8 @@ impl Output {
         stdout.flush()
     }
 
-    /// Prints text on stdout as it comes.
+    /// Prints text on stdout as it comes: for people with its control characters escaped, as
+    /// it is in JSON mode (a JSON document).
     ///
     /// # Errors
     /// Writing to stdout failed.
@@ -85,6 +87,10 @@ impl Output {
         if text.is_empty() {
             return Ok(());
         }
+        let text = match self.mode {
+            Mode::Human => escape_controls(text),
+            Mode::Json => text.into(),
+        };
         let mut stdout = self.stdout.lock();
         stdout.write_all(text.as_bytes())?;
         stdout.flush()?;
@@ -113,8 +119,9 @@ impl Output {
         self.text("\n")
     }
 
-    /// A line for people on stderr (after finishing stdout's current line). Failing to write
-    /// to stderr is ignored: there is nowhere left to say so.
+    /// A line for people on stderr (after finishing stdout's current line), control
+    /// characters escaped, in either mode. Failing to write to stderr is ignored: there is
+    /// nowhere left to say so.
     ///
     /// # Errors
     /// Finishing stdout's line failed.
@@ -122,7 +129,7 @@ impl Output {
         if self.mode == Mode::Human {
             self.end_line()?;
         }
-        let _ = writeln!(std::io::stderr(), "{line}");
+        let _ = writeln!(std::io::stderr(), "{}", escape_controls(line));
         Ok(())
     }
 }

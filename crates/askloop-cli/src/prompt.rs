@@ -1,5 +1,6 @@
 //! Asking a pending question inline: with inquire on a terminal (text, select, multi-select), or
-//! line by line from a non-terminal stdin (`askloop chat` fed by a pipe).
+//! line by line from a non-terminal stdin (`askloop chat` fed by a pipe). Every prompt names the
+//! tool call it answers, and the answer is sent for that call only.
 
 use std::io::BufRead;
 
@@ -8,7 +9,9 @@ use inquire::validator::Validation;
 use inquire::{InquireError, MultiSelect, Select, Text};
 use serde_json::Value;
 
-use crate::format::{ask_user_question, question_lines};
+use crate::format::{
+    ask_user_question, escape_controls, is_blank, option_description, question_lines,
+};
 use crate::output::Output;
 
 /// Who answers questions.
@@ -33,11 +36,17 @@ pub(crate) enum Asked {
 }
 
 impl Answerer {
-    /// Asks `call`'s question.
+    /// Asks `call`'s question; `show_question` false when it was just shown and an answer was
+    /// refused (a prompt on the terminal shows it again anyway).
     ///
     /// # Errors
     /// The terminal or stdin failed.
-    pub(crate) fn ask(&self, call: &PendingToolCall, output: &mut Output) -> anyhow::Result<Asked> {
+    pub(crate) fn ask(
+        &self,
+        call: &PendingToolCall,
+        output: &mut Output,
+        show_question: bool,
+    ) -> anyhow::Result<Asked> {
         match self {
             Self::Nobody => Ok(Asked::Unanswered),
             Self::Terminal => {
@@ -50,20 +59,31 @@ impl Answerer {
                     Err(error) => Err(error.into()),
                 }
             }
-            Self::Lines => ask_by_lines(call, output),
+            Self::Lines => ask_by_lines(call, output, show_question),
         }
     }
 }
 
-/// One option as a select prompt shows it.
+/// One option as a select prompt shows it: `label - description`, control characters
+/// escaped.
 struct Choice(AskUserOption);
 
 impl std::fmt::Display for Choice {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0.description {
-            Some(description) => write!(formatter, "{} - {description}", self.0.label),
-            None => formatter.write_str(&self.0.label),
+        let label = escape_controls(&self.0.label);
+        match option_description(&self.0.description) {
+            Some(description) => write!(formatter, "{label} - {}", escape_controls(description)),
+            None => formatter.write_str(&label),
         }
+    }
+}
+
+/// The help line under a prompt: inquire's keys, and the call the answer goes to.
+fn help(keys: Option<&str>, call: &PendingToolCall) -> String {
+    let id = escape_controls(call.tool_call_id.as_str());
+    match keys {
+        Some(keys) => format!("{keys}; answers tool call {id}"),
+        None => format!("answers tool call {id}"),
     }
 }
 
@@ -71,9 +91,12 @@ fn ask_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
     let Some(question) = ask_user_question(call) else {
         let message = format!(
             "{} asks {} - answer as JSON:",
-            call.tool_name, call.suspend_payload
+            escape_controls(&call.tool_name),
+            escape_controls(&call.suspend_payload.to_string())
         );
+        let help = help(None, call);
         let text = Text::new(&message)
+            .with_help_message(&help)
             .with_validator(|input: &str| {
                 Ok(match serde_json::from_str::<Value>(input) {
                     Ok(_) => Validation::Valid,
@@ -92,11 +115,14 @@ fn ask_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
             .map(Choice)
             .collect::<Vec<_>>()
     };
+    let message = escape_controls(&question.question);
     match question.selection_mode {
         None => {
-            let text = Text::new(&question.question)
+            let help = help(None, call);
+            let text = Text::new(&message)
+                .with_help_message(&help)
                 .with_validator(|input: &str| {
-                    Ok(if input.trim().is_empty() {
+                    Ok(if is_blank(input) {
                         Validation::Invalid("the answer is empty".into())
                     } else {
                         Validation::Valid
@@ -106,17 +132,21 @@ fn ask_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
             Ok(Value::String(text))
         }
         Some(SelectionMode::SingleSelect) => {
-            let choice = Select::new(&question.question, choices())
-                .with_formatter(&|option| option.value.0.label.clone())
+            let help = help(Select::<Choice>::DEFAULT_HELP_MESSAGE, call);
+            let choice = Select::new(&message, choices())
+                .with_help_message(&help)
+                .with_formatter(&|option| escape_controls(&option.value.0.label).into_owned())
                 .prompt()?;
             Ok(Value::String(choice.0.label))
         }
         Some(SelectionMode::MultiSelect) => {
-            let chosen = MultiSelect::new(&question.question, choices())
+            let help = help(MultiSelect::<Choice>::DEFAULT_HELP_MESSAGE, call);
+            let chosen = MultiSelect::new(&message, choices())
+                .with_help_message(&help)
                 .with_formatter(&|options| {
                     options
                         .iter()
-                        .map(|option| option.value.0.label.as_str())
+                        .map(|option| escape_controls(&option.value.0.label).into_owned())
                         .collect::<Vec<_>>()
                         .join(", ")
                 })
@@ -140,10 +170,17 @@ fn ask_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
     }
 }
 
-fn ask_by_lines(call: &PendingToolCall, output: &mut Output) -> anyhow::Result<Asked> {
-    for line in question_lines(call) {
-        output.line(&line)?;
+fn ask_by_lines(
+    call: &PendingToolCall,
+    output: &mut Output,
+    show_question: bool,
+) -> anyhow::Result<Asked> {
+    if show_question {
+        for line in question_lines(call) {
+            output.line(&line)?;
+        }
     }
+    output.line(&line_prompt(call))?;
     let stdin = std::io::stdin();
     loop {
         let mut line = String::new();
@@ -157,7 +194,26 @@ fn ask_by_lines(call: &PendingToolCall, output: &mut Output) -> anyhow::Result<A
     }
 }
 
-/// Reads one typed line as an answer to `call`.
+/// The line that asks for the answer of `call` on stdin, naming the call.
+fn line_prompt(call: &PendingToolCall) -> String {
+    let id = &call.tool_call_id;
+    let Some(question) = ask_user_question(call) else {
+        return format!("answer tool call {id} (JSON, or text):");
+    };
+    match question.selection_mode {
+        None => format!("answer tool call {id}:"),
+        Some(SelectionMode::SingleSelect) => {
+            format!("answer tool call {id} with a label or its number:")
+        }
+        Some(SelectionMode::MultiSelect) => format!(
+            "answer tool call {id} with one or more labels or numbers, separated by commas:"
+        ),
+    }
+}
+
+/// Reads one typed line as an answer to `call`: the whole line is matched against the labels
+/// first (a label may hold a comma), then, for a multi-select question, its comma-separated
+/// parts, each once.
 fn parse_line_answer(call: &PendingToolCall, line: &str) -> Result<Value, String> {
     let Some(question) = ask_user_question(call) else {
         return Ok(serde_json::from_str(line).unwrap_or_else(|_| Value::String(line.to_owned())));
@@ -168,42 +224,56 @@ fn parse_line_answer(call: &PendingToolCall, line: &str) -> Result<Value, String
         .flatten()
         .map(|option| option.label.as_str())
         .collect();
-    let label = |word: &str| -> Result<Value, String> {
+    let find = |word: &str| -> Option<&str> {
         let word = word.trim();
-        if let Some(found) = labels.iter().find(|label| **label == word) {
-            return Ok(Value::String((*found).to_owned()));
+        if let Some(found) = labels.iter().find(|label| label.trim() == word) {
+            return Some(found);
         }
         match word.parse::<usize>() {
-            Ok(number) if (1..=labels.len()).contains(&number) => {
-                Ok(Value::String(labels[number - 1].to_owned()))
-            }
-            _ => Err(format!(
-                "{word:?} is not one of the labels {} or their numbers 1 to {}",
-                labels
-                    .iter()
-                    .map(|label| format!("{label:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                labels.len()
-            )),
+            Ok(number) if (1..=labels.len()).contains(&number) => Some(labels[number - 1]),
+            _ => None,
         }
     };
+    let not_a_label = |word: &str| {
+        format!(
+            "{:?} is not one of the labels {} or their numbers 1 to {}",
+            word.trim(),
+            labels
+                .iter()
+                .map(|label| format!("{label:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            labels.len()
+        )
+    };
     match question.selection_mode {
-        None if line.is_empty() => Err("the answer is empty".to_owned()),
+        None if is_blank(line) => Err("the answer is empty".to_owned()),
         None => Ok(Value::String(line.to_owned())),
-        Some(SelectionMode::SingleSelect) => label(line),
-        Some(SelectionMode::MultiSelect) => line
-            .split(',')
-            .filter(|word| !word.trim().is_empty())
-            .map(label)
-            .collect::<Result<Vec<_>, _>>()
-            .and_then(|chosen| {
-                if chosen.is_empty() {
-                    Err("select at least one label".to_owned())
-                } else {
-                    Ok(Value::Array(chosen))
+        Some(SelectionMode::SingleSelect) => find(line)
+            .map(|label| Value::String(label.to_owned()))
+            .ok_or_else(|| not_a_label(line)),
+        Some(SelectionMode::MultiSelect) => {
+            if let Some(label) = find(line) {
+                return Ok(Value::Array(vec![Value::String(label.to_owned())]));
+            }
+            let mut chosen: Vec<&str> = Vec::new();
+            for word in line.split(',').filter(|word| !is_blank(word)) {
+                let label = find(word).ok_or_else(|| not_a_label(word))?;
+                if chosen.contains(&label) {
+                    return Err(format!("{label:?} is chosen twice; name each label once"));
                 }
-            }),
+                chosen.push(label);
+            }
+            if chosen.is_empty() {
+                return Err("select at least one label".to_owned());
+            }
+            Ok(Value::Array(
+                chosen
+                    .into_iter()
+                    .map(|label| Value::String(label.to_owned()))
+                    .collect(),
+            ))
+        }
     }
 }
 
@@ -243,5 +313,40 @@ mod tests {
         let text = call(json!({"question": "Q"}));
         assert_eq!(parse_line_answer(&text, "Lisbon"), Ok(json!("Lisbon")));
         assert!(parse_line_answer(&text, "").is_err());
+        assert!(parse_line_answer(&text, "\u{200b}").is_err());
+    }
+
+    #[test]
+    fn issue7_fault2_a_label_with_a_comma_matches_as_a_whole() {
+        let multi = call(
+            json!({"question": "Q", "options": [{"label": "a, b"}, {"label": "c"}], "selectionMode": "multi_select"}),
+        );
+        assert_eq!(parse_line_answer(&multi, "a, b"), Ok(json!(["a, b"])));
+        assert_eq!(parse_line_answer(&multi, "c"), Ok(json!(["c"])));
+        assert_eq!(parse_line_answer(&multi, "c, 1"), Ok(json!(["c", "a, b"])));
+        let single = call(
+            json!({"question": "Q", "options": [{"label": "x, y"}, {"label": "z"}], "selectionMode": "single_select"}),
+        );
+        assert_eq!(parse_line_answer(&single, " x, y "), Ok(json!("x, y")));
+    }
+
+    #[test]
+    fn issue7_fault3_a_duplicate_selection_is_refused_with_a_reason() {
+        let multi = call(
+            json!({"question": "Q", "options": [{"label": "eu"}, {"label": "us"}], "selectionMode": "multi_select"}),
+        );
+        let problem = parse_line_answer(&multi, "eu, eu").unwrap_err();
+        assert!(problem.contains(r#""eu" is chosen twice"#), "{problem}");
+        let problem = parse_line_answer(&multi, "eu, 1").unwrap_err();
+        assert!(problem.contains("twice"), "{problem}");
+    }
+
+    #[test]
+    fn issue7_fault12_the_line_prompt_names_the_call() {
+        let single = call(
+            json!({"question": "Q", "options": [{"label": "a"}], "selectionMode": "single_select"}),
+        );
+        assert!(line_prompt(&single).contains("tool call c1"));
+        assert!(help(Some("keys"), &single).ends_with("answers tool call c1"));
     }
 }

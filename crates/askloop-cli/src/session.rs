@@ -1,12 +1,16 @@
 //! Following a run to its end: print its chunks, and at each suspension ask the questions inline
 //! and resume, or leave the run suspended and say how to answer it later.
 
-use askloop_core::{Agent, AgentError, AgentStream, Chunk, PendingToolCall, RunId, wire};
+use askloop_core::{
+    Agent, AgentError, AgentStream, Chunk, FinishReason, ModelError, PendingToolCall, ResumeError,
+    RunId, StoreError, ToolCall, ToolCallId, wire,
+};
 use futures::StreamExt;
+use serde_json::Value;
 
 use crate::context::Context;
-use crate::exit::{Interrupted, RunFailed};
-use crate::format::{answer_example, question_lines};
+use crate::exit::{FAILURE, HUNG_UP, INTERRUPTED, Interrupted, RunFailed, TERMINATED};
+use crate::format::{answer_example, question_lines, shell_quote, truncate};
 use crate::interrupt::Interrupt;
 use crate::output::{Mode, Output};
 use crate::prompt::{Answerer, Asked};
@@ -20,6 +24,16 @@ pub(crate) enum Ended {
     Suspended,
 }
 
+/// Whether the stream being followed belongs to a run already stored (a resumed or continued
+/// run) or to a new one, stored only once its `start` chunk arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// `Agent::stream`: nothing is stored before the `start` chunk.
+    New,
+    /// `resume_stream` / `continue_stream`: the run is stored.
+    Stored,
+}
+
 /// One agent's runs as this command follows them.
 pub(crate) struct Session<'a> {
     /// The store and config.
@@ -30,13 +44,16 @@ pub(crate) struct Session<'a> {
     pub(crate) output: Output,
     /// Who answers questions.
     pub(crate) answerer: Answerer,
-    /// Ctrl-C.
+    /// Ctrl-C, SIGTERM, SIGHUP.
     pub(crate) interrupt: Interrupt,
+    /// Say which call the next tool result answers (`answered c1: "Which repo?"`): set when
+    /// an answer was given by run id alone.
+    pub(crate) announce_answered: bool,
 }
 
 impl<'a> Session<'a> {
     /// A session printing in `mode`, asking on the terminal when there is one (and not
-    /// `--json`), with the Ctrl-C handler installed.
+    /// `--json`), with the signal handler installed.
     pub(crate) fn new(context: &'a Context, agent: Agent, mode: Mode) -> Self {
         let answerer = if mode == Mode::Human && is_terminal() {
             Answerer::Terminal
@@ -49,6 +66,7 @@ impl<'a> Session<'a> {
             output: Output::new(mode),
             answerer,
             interrupt: Interrupt::install(),
+            announce_answered: false,
         }
     }
 
@@ -58,21 +76,28 @@ impl<'a> Session<'a> {
     /// # Errors
     /// [`RunFailed`] when the run fails; [`Interrupted`] when the person stops a prompt; resume
     /// refusals; output and store errors.
-    pub(crate) async fn follow(&mut self, stream: AgentStream) -> anyhow::Result<Ended> {
+    pub(crate) async fn follow(
+        &mut self,
+        stream: AgentStream,
+        origin: Origin,
+    ) -> anyhow::Result<Ended> {
         let run_id = stream.run_id().clone();
-        if self.drain(stream).await? {
+        if self.drain(stream, origin).await? {
             return Ok(Ended::Finished);
         }
         self.answer_pending(&run_id).await
     }
 
     /// While run `run_id` is suspended and someone can answer: asks its first pending question,
-    /// resumes with the answer and prints the resumed stream. Without anyone to answer, prints
+    /// resumes with the answer (naming the call it answers) and prints the resumed stream; an
+    /// answer the tool refuses is explained and asked again. Without anyone to answer, prints
     /// the questions and how to answer them later.
     ///
     /// # Errors
     /// As [`Session::follow`].
     pub(crate) async fn answer_pending(&mut self, run_id: &RunId) -> anyhow::Result<Ended> {
+        // The call whose question was last shown, so a retry does not print it again.
+        let mut shown: Option<ToolCallId> = None;
         loop {
             let state = self.context.load_run(run_id).await?;
             let pending = state.pending_tool_calls();
@@ -81,31 +106,44 @@ impl<'a> Session<'a> {
                     .note(&format!("run {run_id} is {}", state.status))?;
                 return Ok(Ended::Suspended);
             };
-            if pending.len() > 1 && self.output.mode() == Mode::Human {
+            let repeat = shown.as_ref() == Some(&call.tool_call_id);
+            if pending.len() > 1 && !repeat && self.output.mode() == Mode::Human {
                 self.output
                     .note(&format!("{} questions are waiting", pending.len()))?;
             }
             let asked = if self.output.mode() == Mode::Json {
                 Asked::Unanswered
             } else {
-                self.answerer.ask(call, &mut self.output)?
+                self.answerer.ask(call, &mut self.output, !repeat)?
             };
+            if !matches!(self.answerer, Answerer::Nobody) {
+                shown = Some(call.tool_call_id.clone());
+            }
             match asked {
                 Asked::Answer(answer) => {
-                    let stream = self
+                    match self
                         .agent
                         .resume_stream(answer, run_id, Some(&call.tool_call_id))
-                        .await?;
-                    if self.drain(stream).await? {
-                        return Ok(Ended::Finished);
+                        .await
+                    {
+                        Ok(stream) => {
+                            if self.drain(stream, Origin::Stored).await? {
+                                return Ok(Ended::Finished);
+                            }
+                        }
+                        // Someone is here to answer again: say why, and ask again.
+                        Err(refused @ ResumeError::InvalidAnswer { .. }) => {
+                            self.output.note(&format!("{refused}; try again"))?;
+                        }
+                        Err(refused) => return Err(self.context.refused(refused)),
                     }
                 }
                 Asked::Unanswered => {
-                    self.print_waiting(run_id, &pending)?;
+                    self.print_waiting(run_id, &pending, shown.as_ref())?;
                     return Ok(Ended::Suspended);
                 }
                 Asked::Stopped => {
-                    self.print_waiting(run_id, &pending)?;
+                    self.print_waiting(run_id, &pending, None)?;
                     return Err(anyhow::Error::new(Interrupted(format!(
                         "stopped; run {run_id} is still waiting for an answer"
                     ))));
@@ -114,23 +152,41 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Prints a stream's chunks; true when it ended with `finish`. Ctrl-C cancels it meanwhile.
-    async fn drain(&mut self, mut stream: AgentStream) -> anyhow::Result<bool> {
+    /// Prints a stream's chunks; true when it ended with `finish`. A signal cancels it
+    /// meanwhile.
+    async fn drain(&mut self, mut stream: AgentStream, origin: Origin) -> anyhow::Result<bool> {
         let run_id = stream.run_id().clone();
         let _watching = self.interrupt.watch(stream.cancel_handle());
+        let mut stored = origin == Origin::Stored;
         let mut finished = false;
+        let mut step_limit = false;
         // If stdout goes away (a closed pipe), the run still runs to its next commit point:
         // stopping mid-stream would leave it `running` until someone continues it.
         let mut write_error = None;
         while let Some(item) = stream.next().await {
             match item {
                 Ok(chunk) => {
+                    stored = true;
                     finished |= matches!(chunk, Chunk::Finish { .. });
+                    step_limit |= matches!(
+                        chunk,
+                        Chunk::Finish {
+                            reason: FinishReason::MaxSteps,
+                            ..
+                        }
+                    );
+                    if let Chunk::ToolResult { call, .. } = &chunk
+                        && std::mem::take(&mut self.announce_answered)
+                    {
+                        self.output.note(&answered_line(call))?;
+                    }
                     if write_error.is_none() {
                         write_error = self.output.chunk(&run_id, &chunk).err();
                     }
                 }
-                Err(error) if write_error.is_none() => return Err(self.failed(&run_id, &error)),
+                Err(error) if write_error.is_none() => {
+                    return Err(self.failed(&run_id, &error, stored));
+                }
                 Err(error) => {
                     return Err(
                         anyhow::Error::new(error).context("the run failed after stdout closed")
@@ -138,18 +194,45 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        match write_error {
-            Some(error) => Err(error.into()),
-            None => Ok(finished),
+        if let Some(error) = write_error {
+            return Err(error.into());
         }
+        if step_limit {
+            self.say_step_limit(&run_id).await?;
+        }
+        Ok(finished)
+    }
+
+    /// Says (on stderr) that the run stopped at its step limit, and what to do.
+    async fn say_step_limit(&mut self, run_id: &RunId) -> anyhow::Result<()> {
+        let state = self.context.load_run(run_id).await?;
+        let file = self.context.config.path.as_ref().map_or_else(
+            || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
+            |path| path.display().to_string(),
+        );
+        let agent = state.agent_id.as_str();
+        let agent_flag = if agent == crate::agent::DEFAULT_AGENT {
+            String::new()
+        } else {
+            format!(" --agent {}", shell_quote(agent))
+        };
+        let steps = state.steps;
+        let plural = if steps == 1 { "" } else { "s" };
+        self.output.note(&format!(
+            "note: run {run_id} stopped at its step limit ({steps} model step{plural}) before \
+             the agent finished; to allow more, set `max_steps` under [agents.{agent}] in \
+             {file}, then go on in the same thread with `{} run{agent_flag} --thread {} …`",
+            self.context.command_prefix(),
+            shell_quote(state.thread_id.as_str()),
+        ))?;
+        Ok(())
     }
 
     /// Reports a stream error (as a wire `error` line with `--json`) and makes the error that
-    /// ends the command.
-    fn failed(&mut self, run_id: &RunId, error: &AgentError) -> anyhow::Error {
-        let code = error.code();
+    /// ends the command. The hint to continue the run is given only for a run that is stored.
+    fn failed(&mut self, run_id: &RunId, error: &AgentError, stored: bool) -> anyhow::Error {
         if self.output.mode() == Mode::Json {
-            let line = wire::error_to_json(run_id, code, &error.to_string());
+            let line = wire::error_to_json(run_id, error.code(), &error.to_string());
             if let Err(write_error) = self.output.json_line(&line) {
                 return write_error.into();
             }
@@ -157,23 +240,48 @@ impl<'a> Session<'a> {
             return write_error.into();
         }
         let prefix = self.context.command_prefix();
-        let message = match code {
-            "conflict" => format!("{error}; another process is running it"),
-            "cancelled" => format!(
-                "cancelled; run {run_id} is saved: retry its step with `{prefix} runs continue {run_id}`"
+        let continue_hint = format!("`{prefix} runs continue {run_id}`");
+        let (status, message) = match error {
+            _ if !stored => (
+                FAILURE,
+                format!("{error}; the run was not stored, so there is nothing to continue"),
             ),
-            _ if !self.context.is_durable() => format!("{error}"),
-            _ => format!("{error}; retry the run's step with `{prefix} runs continue {run_id}`"),
+            AgentError::Store(StoreError::Conflict { .. }) => {
+                (FAILURE, format!("{error}; another process is running it"))
+            }
+            AgentError::Model(ModelError::Cancelled) => {
+                let status = self.interrupt.received().unwrap_or(INTERRUPTED);
+                let by = match status {
+                    TERMINATED => " by SIGTERM",
+                    HUNG_UP => " by SIGHUP",
+                    _ => "",
+                };
+                let saved = if self.context.is_durable() {
+                    format!("; run {run_id} is saved: retry its step with {continue_hint}")
+                } else {
+                    String::new()
+                };
+                (status, format!("cancelled{by}{saved}"))
+            }
+            _ if !self.context.is_durable() => (FAILURE, error.to_string()),
+            _ => (
+                FAILURE,
+                format!("{error}; retry the run's step with {continue_hint}"),
+            ),
         };
-        anyhow::Error::new(RunFailed { code, message })
+        anyhow::Error::new(RunFailed { status, message })
     }
 
-    /// Says (on stdout, for people) which questions the run waits on and how to answer them.
-    fn print_waiting(&mut self, run_id: &RunId, pending: &[PendingToolCall]) -> anyhow::Result<()> {
-        if self.output.mode() == Mode::Json {
-            return Ok(());
-        }
-        print_pending(&mut self.output, self.context, run_id, pending)?;
+    /// Says which questions the run waits on and how to answer them: on stdout for people, or
+    /// only the commands, on stderr, with `--json` (stdout stays JSON lines). The question of
+    /// `shown` was just printed and is not repeated.
+    fn print_waiting(
+        &mut self,
+        run_id: &RunId,
+        pending: &[PendingToolCall],
+        shown: Option<&ToolCallId>,
+    ) -> anyhow::Result<()> {
+        print_pending(&mut self.output, self.context, run_id, pending, shown)?;
         if !self.context.is_durable() {
             self.output.note(
                 "note: the memory store keeps nothing after this process ends, so this run \
@@ -184,13 +292,26 @@ impl<'a> Session<'a> {
     }
 }
 
+/// `answered c1: "Which repo?"`: which call a tool result answers.
+fn answered_line(call: &ToolCall) -> String {
+    let args = call.args.to_value();
+    let what = args
+        .get("question")
+        .and_then(Value::as_str)
+        .map_or_else(|| call.name.clone(), |question| format!("{question:?}"));
+    format!("answered {}: {}", call.id, truncate(&what, 200))
+}
+
 /// Whether a person is at this terminal: stdin and stdout both terminals.
 pub(crate) fn is_terminal() -> bool {
     use std::io::IsTerminal;
     std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
 }
 
-/// Prints each pending question with the command that answers it.
+/// Prints each pending question with the command that answers it, naming its tool call (so a
+/// repeated command is refused as already answered, never applied to the next question). In
+/// JSON mode only the commands are printed, on stderr. The question of `shown` is not
+/// repeated.
 ///
 /// # Errors
 /// Writing to stdout failed.
@@ -199,24 +320,34 @@ pub(crate) fn print_pending(
     context: &Context,
     run_id: &RunId,
     pending: &[PendingToolCall],
+    shown: Option<&ToolCallId>,
 ) -> std::io::Result<()> {
+    let human = output.mode() == Mode::Human;
     let prefix = context.command_prefix();
-    output.line(&format!("run {run_id} is waiting for an answer"))?;
+    if human {
+        output.line(&format!("run {run_id} is waiting for an answer"))?;
+    }
     for call in pending {
-        output.line("")?;
-        for line in question_lines(call) {
-            output.line(&line)?;
+        if human {
+            output.line("")?;
+            if shown != Some(&call.tool_call_id) {
+                for line in question_lines(call) {
+                    output.line(&line)?;
+                }
+            }
         }
-        let tool_call = if pending.len() > 1 {
-            format!(" --tool-call-id {}", call.tool_call_id)
-        } else {
-            String::new()
-        };
         if context.is_durable() {
-            output.line(&format!(
-                "answer with: {prefix} resume {run_id}{tool_call} {}",
+            let command = format!(
+                "answer with: {prefix} resume {} --tool-call-id {} {}",
+                shell_quote(run_id.as_str()),
+                shell_quote(call.tool_call_id.as_str()),
                 answer_example(call)
-            ))?;
+            );
+            if human {
+                output.line(&command)?;
+            } else {
+                output.note(&command)?;
+            }
         }
     }
     Ok(())

@@ -3,6 +3,9 @@
 use askloop_core::{RunId, StoreError};
 
 /// Why a store could not be opened.
+///
+/// A variant's message never repeats its source's: print the whole chain (e.g. with
+/// `anyhow`'s `{:#}`) to see the cause.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
@@ -17,8 +20,15 @@ pub enum OpenError {
         "no data folder is known for the default store; set ASKLOOP_DATA_DIR or pass --store sqlite://PATH"
     )]
     NoDataDir,
+    /// There is no database at the URL, and it was opened read-only or without
+    /// `create_if_missing`.
+    #[error("no database at {url}")]
+    NotFound {
+        /// The store URL.
+        url: String,
+    },
     /// The database's folder could not be created.
-    #[error("cannot create folder {path}: {source}")]
+    #[error("cannot create folder {path}")]
     CreateDir {
         /// The folder.
         path: String,
@@ -27,7 +37,7 @@ pub enum OpenError {
         source: std::io::Error,
     },
     /// The database could not be opened.
-    #[error("cannot open store {url}: {source}")]
+    #[error("cannot open store {url}")]
     Connect {
         /// The store URL.
         url: String,
@@ -36,7 +46,7 @@ pub enum OpenError {
         source: sqlx::Error,
     },
     /// The schema migrations failed (e.g. the file was written by a newer askloop).
-    #[error("cannot migrate store {url}: {source}")]
+    #[error("cannot migrate store {url}")]
     Migrate {
         /// The store URL.
         url: String,
@@ -46,9 +56,13 @@ pub enum OpenError {
     },
 }
 
+/// SQLite's primary result code for a write to a read-only database.
+const SQLITE_READONLY: i32 = 8;
+
 /// Maps a driver error of an operation on `run_id` to a backend-neutral [`StoreError`]:
 /// unique violations become [`StoreError::AlreadyExists`], a missing row
-/// [`StoreError::NotFound`], everything else [`StoreError::Backend`].
+/// [`StoreError::NotFound`], a write to a read-only database [`StoreError::ReadOnly`], everything
+/// else [`StoreError::Backend`].
 pub(crate) fn map_sqlx_error(run_id: &RunId, error: sqlx::Error) -> StoreError {
     match &error {
         sqlx::Error::Database(database) if database.is_unique_violation() => {
@@ -59,6 +73,14 @@ pub(crate) fn map_sqlx_error(run_id: &RunId, error: sqlx::Error) -> StoreError {
         sqlx::Error::RowNotFound => StoreError::NotFound {
             run_id: run_id.clone(),
         },
+        sqlx::Error::Database(database)
+            if database
+                .code()
+                .and_then(|code| code.parse::<i32>().ok())
+                .is_some_and(|code| code & 0xff == SQLITE_READONLY) =>
+        {
+            StoreError::ReadOnly
+        }
         _ => StoreError::Backend {
             source: Box::new(error),
         },

@@ -5,10 +5,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Row;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use sqlx::{ConnectOptions, Row};
 
 use askloop_core::model::Message;
 use askloop_core::store::codec::{
@@ -18,6 +18,7 @@ use askloop_core::store::{ListedRun, RunFilter, RunPage, RunState, StoredRun};
 use askloop_core::{RunId, RunStatus, RunStore, StoreError, ThreadId};
 
 use crate::error::{OpenError, backend, map_sqlx_error};
+use crate::url::OpenOptions;
 
 /// SQLite's `synchronous` setting: how often commits wait for the disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,7 +55,8 @@ impl Synchronous {
     }
 }
 
-/// How many times opening retries after a failed connect or migration (see [`SqliteStore::open`]).
+/// How many times opening for writing retries after a failed connect or migration (see
+/// [`SqliteStore::open_with`]).
 const OPEN_RETRIES: u32 = 8;
 
 /// How long a connection waits for another process's write lock before failing.
@@ -72,12 +74,43 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens the database at `path` (creating the file and its folder if needed), in WAL mode
-    /// with the given `synchronous` setting, and applies the schema migrations.
+    /// with the given `synchronous` setting, and applies the schema migrations. The same as
+    /// [`SqliteStore::open_with`] with default options and this `synchronous` setting.
     ///
     /// # Errors
     /// [`OpenError::CreateDir`], [`OpenError::Connect`], [`OpenError::Migrate`].
     pub async fn open(path: &Path, synchronous: Synchronous) -> Result<Self, OpenError> {
+        Self::open_with(path, &OpenOptions::new().synchronous(synchronous)).await
+    }
+
+    /// Opens the database at `path` as `options` say.
+    ///
+    /// For writing: creates the file and its folder when missing (if
+    /// [`OpenOptions::create_if_missing()`]), switches it to WAL with the `synchronous` setting
+    /// and applies the schema migrations. Read-only ([`OpenOptions::read_only()`]): creates,
+    /// migrates and writes nothing; a database that a writer closed in a folder this process
+    /// cannot write (where SQLite cannot create the WAL's shared-memory file) is opened as
+    /// immutable, since nobody can be writing to it.
+    ///
+    /// SQL statements are never logged, slow ones included (sqlx logs those as multi-line
+    /// warnings by default).
+    ///
+    /// # Errors
+    /// [`OpenError::NotFound`] when the file does not exist and may not be created;
+    /// [`OpenError::CreateDir`], [`OpenError::Connect`], [`OpenError::Migrate`].
+    pub async fn open_with(path: &Path, options: &OpenOptions) -> Result<Self, OpenError> {
         let url = format!("sqlite://{}", path.display());
+        let missing = matches!(path.try_exists(), Ok(false));
+        if missing && (options.read_only || !options.create_if_missing) {
+            return Err(OpenError::NotFound { url });
+        }
+        let connect_options = SqliteConnectOptions::new()
+            .filename(path)
+            .busy_timeout(BUSY_TIMEOUT)
+            .disable_statement_logging();
+        if options.read_only {
+            return Self::open_read_only(connect_options, url).await;
+        }
         if let Some(parent) = path
             .parent()
             .filter(|parent| !parent.as_os_str().is_empty())
@@ -87,15 +120,13 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
+        let connect_options = connect_options
+            .create_if_missing(options.create_if_missing)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(match synchronous {
+            .synchronous(match options.synchronous {
                 Synchronous::Normal => SqliteSynchronous::Normal,
                 Synchronous::Full => SqliteSynchronous::Full,
-            })
-            .busy_timeout(BUSY_TIMEOUT);
+            });
         // One connection per process: SQLite runs one writer at a time anyway, and a single
         // connection keeps its page cache warm (a pool hands connections out in turn, and each
         // would re-read pages the others wrote). Other processes coordinate through the file's
@@ -106,14 +137,7 @@ impl SqliteStore {
         let migrator = sqlx::migrate!("./migrations/sqlite");
         let mut attempt = 0;
         let pool = loop {
-            // `test_before_acquire(false)`: the pool would otherwise ping the connection (one
-            // more round trip to SQLite's worker thread) before every statement.
-            let opened = match SqlitePoolOptions::new()
-                .max_connections(1)
-                .test_before_acquire(false)
-                .connect_with(options.clone())
-                .await
-            {
+            let opened = match pool_options().connect_with(connect_options.clone()).await {
                 Ok(pool) => match migrator.run(&pool).await {
                     Ok(()) => Ok(pool),
                     Err(source) => Err(OpenError::Migrate {
@@ -138,10 +162,66 @@ impl SqliteStore {
         Ok(Self { pool })
     }
 
+    /// Opens an existing database for reading only, as immutable when SQLite cannot set up
+    /// WAL reading (a read-only folder without the `-shm` file).
+    async fn open_read_only(
+        connect_options: SqliteConnectOptions,
+        url: String,
+    ) -> Result<Self, OpenError> {
+        let connect_options = connect_options.read_only(true).create_if_missing(false);
+        let first = match connect_and_read(connect_options.clone()).await {
+            Ok(pool) => return Ok(Self { pool }),
+            Err(error) => error,
+        };
+        if !is_read_only_refusal(&first) {
+            return Err(OpenError::Connect { url, source: first });
+        }
+        // SQLite opens a WAL database read-only only if it can use (or create) the `-shm`
+        // file. When it cannot, no process can be writing to the database either (a writer
+        // needs the same files), so reading it as immutable is safe.
+        match connect_and_read(connect_options.immutable(true)).await {
+            Ok(pool) => Ok(Self { pool }),
+            Err(_) => Err(OpenError::Connect { url, source: first }),
+        }
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// The pool settings: one connection, not pinged before every statement.
+fn pool_options() -> SqlitePoolOptions {
+    // `test_before_acquire(false)`: the pool would otherwise ping the connection (one more
+    // round trip to SQLite's worker thread) before every statement.
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+}
+
+/// Connects and reads the schema, so an unreadable database fails here and not at the first
+/// query.
+async fn connect_and_read(options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    let pool = pool_options().connect_with(options).await?;
+    sqlx::query("SELECT COUNT(*) FROM sqlite_master")
+        .fetch_one(&pool)
+        .await?;
+    Ok(pool)
+}
+
+/// Whether SQLite refused a read-only open for want of write access (`SQLITE_READONLY` or
+/// `SQLITE_CANTOPEN`, with any extended code).
+fn is_read_only_refusal(error: &sqlx::Error) -> bool {
+    const SQLITE_READONLY: i32 = 8;
+    const SQLITE_CANTOPEN: i32 = 14;
+    let sqlx::Error::Database(database) = error else {
+        return false;
+    };
+    database
+        .code()
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, SQLITE_READONLY | SQLITE_CANTOPEN))
 }
 
 fn millis(value: u64) -> i64 {

@@ -14,7 +14,10 @@ use crate::sqlite::{SqliteStore, Synchronous};
 pub const DEFAULT_DB_FILE: &str = "askloop.db";
 
 /// A store location, as given by `--store` or `ASKLOOP_STORE`.
+///
+/// More backends (PostgreSQL) will come, so matching on it needs a wildcard arm.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreUrl {
     /// `memory`: nothing survives the process.
     Memory,
@@ -61,16 +64,76 @@ pub fn default_store_url() -> Result<StoreUrl, OpenError> {
     Ok(StoreUrl::Sqlite(dir.join(DEFAULT_DB_FILE)))
 }
 
-/// How to open a store.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How to open a store: build one with [`OpenOptions::new`] (or `default()`) and its setters.
+///
+/// The defaults open for reading and writing, create the file (and its folder) when missing,
+/// and commit with [`Synchronous::Normal`].
+///
+/// # Example
+/// ```
+/// use askloop_store::{OpenOptions, Synchronous};
+///
+/// let writer = OpenOptions::new().synchronous(Synchronous::Full);
+/// let reader = OpenOptions::new().read_only(true);
+/// assert!(reader.read_only && !writer.read_only);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpenOptions {
-    /// SQLite's `synchronous` setting (default [`Synchronous::Normal`]).
+    /// SQLite's `synchronous` setting; see [`OpenOptions::synchronous()`].
     pub synchronous: Synchronous,
+    /// Whether to open for reading only; see [`OpenOptions::read_only()`].
+    pub read_only: bool,
+    /// Whether to create a missing database; see [`OpenOptions::create_if_missing()`].
+    pub create_if_missing: bool,
 }
 
-/// Opens (creating if needed, and migrating) the store at `url`.
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::Normal,
+            read_only: false,
+            create_if_missing: true,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// The defaults: read-write, create when missing, [`Synchronous::Normal`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// SQLite's `synchronous` setting (default [`Synchronous::Normal`]).
+    #[must_use]
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Open for reading only (default false): nothing is created, migrated or written, and a
+    /// database in a read-only file or folder can still be read. A missing database is then
+    /// [`OpenError::NotFound`], whatever [`OpenOptions::create_if_missing()`] says.
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Create the database (and its folder) when it does not exist (default true); when false,
+    /// a missing database is [`OpenError::NotFound`].
+    #[must_use]
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
+    }
+}
+
+/// Opens the store at `url`: for writing (creating it if allowed, and migrating it), or for
+/// reading only (see [`OpenOptions::read_only()`]). A memory store is always new and empty.
 ///
 /// # Errors
+/// [`OpenError::NotFound`] for a missing database that may not be created;
 /// [`OpenError::CreateDir`], [`OpenError::Connect`], [`OpenError::Migrate`].
 pub async fn open_store(
     url: &StoreUrl,
@@ -78,9 +141,7 @@ pub async fn open_store(
 ) -> Result<Arc<dyn RunStore>, OpenError> {
     match url {
         StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
-        StoreUrl::Sqlite(path) => Ok(Arc::new(
-            SqliteStore::open(path, options.synchronous).await?,
-        )),
+        StoreUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::open_with(path, options).await?)),
     }
 }
 

@@ -8,19 +8,21 @@ use askloop_core::{ResourceId, RunOptions, ThreadId};
 use inquire::{InquireError, Text};
 
 use crate::cli::{ChatArgs, GlobalArgs};
-use crate::context::Context;
-use crate::exit::RunFailed;
+use crate::context::{Access, Context};
+use crate::exit::{FAILURE, INTERRUPTED, RunFailed};
+use crate::format::is_blank;
 use crate::output::Mode;
 use crate::prompt::Answerer;
-use crate::session::{Ended, Session, is_terminal};
+use crate::session::{Ended, Origin, Session, is_terminal};
 
 /// Runs `askloop chat` until the person ends it (Ctrl-D, Esc, `/exit`, or end of stdin).
 ///
 /// # Errors
-/// Invalid input (agent, model, config); store, terminal and output errors. A failed run is
-/// reported and the chat goes on.
+/// Invalid input (agent, model, config); store, terminal and output errors; a run cancelled by
+/// SIGTERM or SIGHUP. A failed run (or one cancelled by Ctrl-C) is reported and the chat goes
+/// on.
 pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let context = Context::open(global).await?;
+    let context = Context::open(global, Access::Create).await?;
     let agent = context
         .agent_for_new_run(&args.agent, args.model.model.as_deref())
         .await?;
@@ -42,7 +44,7 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
             break;
         };
         let input = input.trim();
-        if input.is_empty() {
+        if is_blank(input) {
             continue;
         }
         if input == "/exit" || input == "/quit" {
@@ -52,10 +54,19 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
             thread_id: Some(thread_id.clone()),
             resource_id: resource_id.clone(),
         };
-        match session.follow(agent.stream_with(input, options)).await {
+        match session
+            .follow(agent.stream_with(input, options), Origin::New)
+            .await
+        {
             Ok(Ended::Finished) => {}
             Ok(Ended::Suspended) => return Ok(ExitCode::SUCCESS),
-            Err(error) if error.is::<RunFailed>() => {
+            // A failed run, or one cancelled by Ctrl-C, is reported and the chat goes on;
+            // SIGTERM and SIGHUP end it.
+            Err(error)
+                if error
+                    .downcast_ref::<RunFailed>()
+                    .is_some_and(|failed| matches!(failed.status, FAILURE | INTERRUPTED)) =>
+            {
                 session.output.note(&format!("error: {error}"))?;
             }
             Err(error) => return Err(error),

@@ -6,19 +6,23 @@ use askloop_core::{ResumeError, RunId, RunStatus, ToolCallId};
 use serde_json::Value;
 
 use crate::cli::{GlobalArgs, ResumeArgs};
-use crate::context::Context;
+use crate::context::{Access, Context};
 use crate::exit::invalid;
 use crate::output::Mode;
 use crate::prompt::Answerer;
-use crate::session::Session;
+use crate::session::{Origin, Session};
 
 /// Runs `askloop resume`. The run names its agent and model SPEC, so neither is needed
 /// (`--model` overrides the SPEC).
 ///
+/// With `--tool-call-id`, the answer goes to that call only: repeating the command after it
+/// succeeded is refused as already answered. Without it, the answer goes to the call pending
+/// now, whichever that is, and the command says which question it answered.
+///
 /// # Errors
-/// Invalid input for bad JSON, an answer the question does not accept, unknown ids or a run
-/// that is not suspended (the core's [`ResumeError`]); a conflict when another process resumed
-/// first; the run's failure.
+/// Invalid input for bad JSON, an answer the question does not accept, unknown ids, a call
+/// already answered or a run that is not suspended (the core's [`ResumeError`]); a conflict
+/// when another process resumed first; the run's failure.
 pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let answer = match (args.answer, args.answer_json) {
         (Some(text), _) => Some(Value::String(text)),
@@ -29,7 +33,8 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
         })?),
         (None, None) => None,
     };
-    let context = Context::open(global).await?;
+    // Not read-only: the lookup is followed by the claim, a write, on the same store.
+    let context = Context::open(global, Access::Update).await?;
     let run_id = RunId::new(args.run_id);
     let state = context.load_run(&run_id).await?;
     if state.status == RunStatus::Failed {
@@ -62,20 +67,25 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
         return Ok(ExitCode::SUCCESS);
     };
     let tool_call_id = args.tool_call_id.map(ToolCallId::new);
+    session.announce_answered = tool_call_id.is_none();
     let stream = agent
         .resume_stream(answer, &run_id, tool_call_id.as_ref())
         .await
-        .map_err(refusal)?;
-    session.follow(stream).await?;
+        .map_err(|error| refusal(&context, error))?;
+    session.follow(stream, Origin::Stored).await?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// A refused resume, with a hint where a flag fixes it.
-fn refusal(error: ResumeError) -> anyhow::Error {
+fn refusal(context: &Context, error: ResumeError) -> anyhow::Error {
     match &error {
         ResumeError::Ambiguous { .. } | ResumeError::UnknownToolCall { .. } => {
             invalid(format!("{error}; pass one with --tool-call-id"))
         }
-        _ => error.into(),
+        ResumeError::AlreadyAnswered { run_id, .. } => invalid(format!(
+            "{error}; nothing changed (see `{} runs show {run_id}`)",
+            context.command_prefix()
+        )),
+        _ => context.refused(error),
     }
 }

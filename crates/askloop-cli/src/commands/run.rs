@@ -5,16 +5,25 @@ use std::process::ExitCode;
 use askloop_core::{ResourceId, RunOptions, ThreadId};
 
 use crate::cli::{GlobalArgs, RunArgs};
-use crate::context::Context;
+use crate::context::{Access, Context};
+use crate::exit::invalid;
+use crate::format::is_blank;
 use crate::output::Mode;
-use crate::session::Session;
+use crate::session::{Origin, Session};
 
 /// Runs `askloop run`.
 ///
 /// # Errors
-/// Invalid input (agent, model, config); the run's failure; store and output errors.
+/// Invalid input (a blank prompt, agent, model, config); the run's failure; store and output
+/// errors.
 pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let context = Context::open(global).await?;
+    let prompt = args.prompt.join(" ");
+    if is_blank(&prompt) {
+        return Err(invalid(
+            "the prompt is empty; expected what to ask the agent, e.g. `run \"Help me plan a trip\"`",
+        ));
+    }
+    let context = Context::open(global, Access::Create).await?;
     let agent = context
         .agent_for_new_run(&args.agent, args.model.model.as_deref())
         .await?;
@@ -22,9 +31,9 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
         thread_id: args.thread.map(ThreadId::new),
         resource_id: args.resource.map(ResourceId::new),
     };
-    let stream = agent.stream_with(args.prompt.join(" "), options);
+    let stream = agent.stream_with(prompt, options);
     let mode = if args.json { Mode::Json } else { Mode::Human };
     let mut session = Session::new(&context, agent, mode);
-    session.follow(stream).await?;
+    session.follow(stream, Origin::New).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -10,11 +10,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{ContinueArgs, GlobalArgs, ListArgs, ShowArgs};
-use crate::context::Context;
+use crate::context::{Access, Context};
 use crate::exit::invalid;
-use crate::format::{compact_json, format_time, result_summary, truncate};
+use crate::format::{compact_json, cut, format_time, result_summary, shell_quote, truncate};
 use crate::output::{Mode, Output};
-use crate::session::{Session, print_pending};
+use crate::session::{Origin, Session, print_pending};
+
+/// The most characters `runs show` prints of one field (a payload, a message's text); `--json`
+/// prints everything.
+const SHOW_LIMIT: usize = 2_000;
 
 /// One run as `runs list --json` prints it.
 #[derive(Debug, Serialize)]
@@ -51,12 +55,13 @@ impl<'a> RunSummary<'a> {
     }
 }
 
-/// Runs `askloop runs list`: a table, or one JSON array with `--json`.
+/// Runs `askloop runs list`: a table, or one JSON array with `--json`. Opens the store
+/// read-only: creates nothing, and reads a database in a read-only file or folder.
 ///
 /// # Errors
 /// Store and output errors.
 pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<ExitCode> {
-    let context = Context::open(global).await?;
+    let context = Context::open(global, Access::Read).await?;
     let filter = RunFilter {
         status: args.status.map(RunStatus::from),
         thread_id: args.thread.map(ThreadId::new),
@@ -72,7 +77,12 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
         return Ok(ExitCode::SUCCESS);
     }
     if runs.is_empty() {
-        output.note(&format!("no runs in {}", context.store_url))?;
+        let yet = if context.store_is_missing() {
+            " yet"
+        } else {
+            ""
+        };
+        output.note(&format!("no runs{yet} in {}", context.store_url))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = vec![[
@@ -124,12 +134,13 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
 }
 
 /// Runs `askloop runs show`: status, pending questions with their payloads and resume schemas,
-/// and the messages; with `--json`, the stored run state plus `pending`.
+/// and the messages, each field cut to [`SHOW_LIMIT`] characters; with `--json`, the whole
+/// stored run state plus `pending`. Opens the store read-only, as `runs list` does.
 ///
 /// # Errors
 /// Invalid input for an unknown run; store and output errors.
 pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<ExitCode> {
-    let context = Context::open(global).await?;
+    let context = Context::open(global, Access::Read).await?;
     let state = context.load_run(&RunId::new(args.run_id)).await?;
     let mut output = Output::new(if args.json { Mode::Json } else { Mode::Human });
     let pending = state.pending_tool_calls();
@@ -174,19 +185,22 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
     }
     if !pending.is_empty() {
         output.line("")?;
-        print_pending(&mut output, &context, &state.run_id, &pending)?;
+        print_pending(&mut output, &context, &state.run_id, &pending, None)?;
         for call in &pending {
             output.line("")?;
             output.line(&format!(
                 "tool call {} ({})",
                 call.tool_call_id, call.tool_name
             ))?;
-            output.line(&format!("  payload       {}", call.suspend_payload))?;
+            output.line(&format!(
+                "  payload       {}",
+                cut(&call.suspend_payload.to_string(), SHOW_LIMIT)
+            ))?;
             let schema = call
                 .resume_schema
                 .as_ref()
                 .map_or_else(|| "any JSON".to_owned(), Value::to_string);
-            output.line(&format!("  resume schema {schema}"))?;
+            output.line(&format!("  resume schema {}", cut(&schema, SHOW_LIMIT)))?;
         }
     }
     output.line("")?;
@@ -206,14 +220,16 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-/// A message as lines: `user: …`, `assistant: …`, `assistant calls TOOL {…}`, `tool TOOL: …`.
+/// A message as lines: `user: …`, `assistant: …`, `assistant calls TOOL {…}`, `tool TOOL: …`;
+/// each text on one line, cut to [`SHOW_LIMIT`] characters.
 fn message_lines(message: &Message) -> Vec<String> {
+    let one_line = |text: &str| cut(&text.replace('\n', " "), SHOW_LIMIT);
     match message {
-        Message::User { text } => vec![format!("user: {}", truncate(text, 300))],
+        Message::User { text } => vec![format!("user: {}", one_line(text))],
         Message::Assistant { parts } => parts
             .iter()
             .filter_map(|part| match part {
-                AssistantPart::Text { text } => Some(format!("assistant: {}", truncate(text, 300))),
+                AssistantPart::Text { text } => Some(format!("assistant: {}", one_line(text))),
                 AssistantPart::Reasoning { .. } => None,
                 AssistantPart::ToolCall(call) => Some(tool_call_line(call)),
             })
@@ -245,13 +261,13 @@ fn tool_call_line(call: &ToolCall) -> String {
         return format!(
             "assistant asks (tool call {}): {}{choices}",
             call.id,
-            truncate(&question.question, 200)
+            cut(&question.question.replace('\n', " "), SHOW_LIMIT)
         );
     }
     format!(
         "assistant calls {} {} (tool call {})",
         call.name,
-        compact_json(&args, 200),
+        cut(&args.to_string(), SHOW_LIMIT),
         call.id
     )
 }
@@ -266,15 +282,25 @@ pub(crate) async fn continue_run(
     global: &GlobalArgs,
     args: ContinueArgs,
 ) -> anyhow::Result<ExitCode> {
-    let context = Context::open(global).await?;
+    let context = Context::open(global, Access::Update).await?;
     let run_id = RunId::new(args.run_id);
     let state = context.load_run(&run_id).await?;
     let prefix = context.command_prefix();
     match state.status {
         RunStatus::Suspended => {
+            let call = state
+                .pending_tool_calls()
+                .first()
+                .map(|call| {
+                    format!(
+                        " --tool-call-id {}",
+                        shell_quote(call.tool_call_id.as_str())
+                    )
+                })
+                .unwrap_or_default();
             return Err(invalid(format!(
                 "run {run_id} is suspended, waiting for an answer, not failed: answer it with \
-                 `{prefix} resume {run_id} --answer …` (see `{prefix} runs show {run_id}`)"
+                 `{prefix} resume {run_id}{call} --answer …` (see `{prefix} runs show {run_id}`)"
             )));
         }
         RunStatus::Completed => {
@@ -289,9 +315,12 @@ pub(crate) async fn continue_run(
     let agent = context
         .agent_for_run(&state, args.model.model.as_deref())
         .await?;
-    let stream = agent.continue_stream(&run_id).await?;
+    let stream = agent
+        .continue_stream(&run_id)
+        .await
+        .map_err(|error| context.refused(error))?;
     let mode = if args.json { Mode::Json } else { Mode::Human };
     let mut session = Session::new(&context, agent, mode);
-    session.follow(stream).await?;
+    session.follow(stream, Origin::Stored).await?;
     Ok(ExitCode::SUCCESS)
 }

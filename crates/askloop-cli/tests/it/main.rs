@@ -12,6 +12,7 @@ mod chat;
 mod config;
 #[cfg(unix)]
 mod interrupt;
+mod issue7;
 #[cfg(feature = "local")]
 mod local;
 mod providers;

@@ -79,7 +79,13 @@ fn an_invalid_answer_names_the_labels_and_leaves_the_run_suspended() {
 fn unknown_run_ids_and_tool_call_ids_are_invalid_input() {
     let dir = TestDir::new();
     let out = dir.run(&["resume", "no-such-run", "--answer", "x"]).code(2);
-    assert_eq!(out.stderr, "error: run no-such-run not found\n");
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: run no-such-run not found in {} (there is no database there yet)\n",
+            dir.store_url()
+        )
+    );
 
     let spec = dir.script("ask.json", ASK_THEN_ANSWER);
     let run_id = dir.start_suspended(&spec);

@@ -1,6 +1,6 @@
 //! `askloop run`: JSON and human output, suspension without a terminal, model errors.
 
-use crate::support::{ASK_THEN_ANSWER, JUST_TEXT, TestDir, chunk_types};
+use crate::support::{ASK_THEN_ANSWER, BIN, JUST_TEXT, TestDir, chunk_types};
 
 #[test]
 fn run_json_prints_only_wire_chunks_ending_with_the_suspension() {
@@ -31,7 +31,9 @@ fn run_json_prints_only_wire_chunks_ending_with_the_suspension() {
         suspended["suspendPayload"]["selectionMode"],
         "single_select"
     );
-    assert!(out.stderr.is_empty(), "{}", out.stderr);
+    // The command that answers goes to stderr: stdout holds only JSON lines.
+    assert_eq!(out.stderr_lines().len(), 1, "{}", out.stderr);
+    assert!(out.stderr.starts_with("answer with: "), "{}", out.stderr);
     assert_eq!(dir.show(run_id)["status"], "suspended");
 }
 
@@ -59,10 +61,13 @@ fn run_without_a_terminal_prints_the_question_and_the_resume_command() {
         .find_map(|line| line.strip_prefix("answer with: "))
         .unwrap();
     assert!(
-        command.starts_with("askloop --store sqlite://"),
+        command.starts_with(&format!("{BIN} --store sqlite://")),
         "{command}"
     );
-    assert!(command.ends_with("--answer main"), "{command}");
+    assert!(
+        command.ends_with("--tool-call-id c1 --answer main"),
+        "{command}"
+    );
 
     // The printed command works as printed (split on spaces: no quoting needed here).
     let words: Vec<&str> = command.split(' ').skip(1).collect();

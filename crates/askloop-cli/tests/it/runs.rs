@@ -93,7 +93,10 @@ fn runs_show_prints_status_pending_questions_and_history() {
     }
 
     let missing = dir.run(&["runs", "show", "nope"]).code(2);
-    assert_eq!(missing.stderr, "error: run nope not found\n");
+    assert_eq!(
+        missing.stderr,
+        format!("error: run nope not found in {}\n", dir.store_url())
+    );
 }
 
 #[test]

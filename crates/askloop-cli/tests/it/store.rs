@@ -1,6 +1,6 @@
 //! Choosing the store: `--store`, `ASKLOOP_STORE`, askloop.toml's `store`, the default file.
 
-use crate::support::{ASK_THEN_ANSWER, JUST_TEXT, TestDir, outcome};
+use crate::support::{ASK_THEN_ANSWER, BIN, JUST_TEXT, TestDir, outcome};
 
 #[test]
 fn the_default_store_is_a_sqlite_file_in_the_data_folder() {
@@ -16,7 +16,7 @@ fn the_default_store_is_a_sqlite_file_in_the_data_folder() {
     let human = outcome(dir.command(&["runs", "show", &run_id])).success();
     assert!(
         human.stdout.contains(&format!(
-            "answer with: askloop resume {run_id} --answer main"
+            "answer with: {BIN} resume {run_id} --tool-call-id c1 --answer main"
         )),
         "{}",
         human.stdout

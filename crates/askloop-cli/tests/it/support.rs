@@ -12,6 +12,9 @@ pub const ASK_THEN_ANSWER: &str = r#"{"steps":[
   {"text":"Summary of the repo."}
 ]}"#;
 
+/// The path of the `askloop` binary under test, as the hints print it.
+pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+
 /// A script that just answers.
 pub const JUST_TEXT: &str = r#"{"steps":[{"text":"Hello there."}]}"#;
 
@@ -111,6 +114,49 @@ impl TestDir {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         command
+    }
+
+    /// `sh -c LINE` in this directory, with the environment of [`TestDir::command`]: runs a
+    /// command line as a person would paste it.
+    pub fn shell(&self, line: &str) -> Command {
+        let command = self.command(&[]);
+        let mut shell = Command::new("sh");
+        shell.arg("-c").arg(line).current_dir(self.path());
+        for (name, value) in command.get_envs() {
+            match value {
+                Some(value) => shell.env(name, value),
+                None => shell.env_remove(name),
+            };
+        }
+        shell
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        shell
+    }
+
+    /// Runs `askloop --store <this test's SQLite file> ARGS` with `input` on stdin.
+    pub fn run_with_input(&self, args: &[&str], input: &str) -> Outcome {
+        use std::io::Write;
+
+        let store = self.store_url();
+        let mut full = vec!["--store", store.as_str()];
+        full.extend_from_slice(args);
+        let mut command = self.command(&full);
+        command.stdin(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        Outcome {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(output.stdout).unwrap(),
+            stderr: String::from_utf8(output.stderr).unwrap(),
+        }
     }
 
     /// Runs `askloop --store <this test's SQLite file> ARGS` and waits for it.

@@ -181,3 +181,18 @@ fn escape_at_a_prompt_leaves_the_run_suspended_and_resume_asks_again() {
     assert_eq!(terminal.wait(), Some(0));
     assert_eq!(dir.show(&run_id)["status"], "completed");
 }
+
+#[test]
+fn issue7_fault12_terminal_prompts_name_the_call_they_answer() {
+    let dir = TestDir::new();
+    let spec = format!("scripted:{DEMO}");
+    let mut terminal = Terminal::spawn(&dir, &["run", "--model", &spec, "Help me plan a trip"]);
+    terminal.expect("Where would you like to go?");
+    terminal.expect("answers tool call destination");
+    terminal.send(ENTER);
+    terminal.expect("What should the trip include?");
+    terminal.expect("answers tool call interests");
+    terminal.send(&format!("{SPACE}{ENTER}"));
+    terminal.expect("Here is a three-day outline");
+    assert_eq!(terminal.wait(), Some(0));
+}

@@ -34,14 +34,9 @@ async fn suspended_run_resumes_through_a_second_store_on_the_same_file() {
     assert!(matches!(output.status, RunOutcome::Suspended { .. }));
     drop(first);
 
-    let second = open_store(
-        &url,
-        &OpenOptions {
-            synchronous: Synchronous::Full,
-        },
-    )
-    .await
-    .unwrap();
+    let second = open_store(&url, &OpenOptions::new().synchronous(Synchronous::Full))
+        .await
+        .unwrap();
     let resumed = agent(second.clone())
         .resume_stream(json!("main"), &output.run_id, None)
         .await

@@ -1,0 +1,92 @@
+//! Opening options: read-only opens create nothing and write nothing, a missing database is a
+//! typed error, and open errors do not repeat their causes.
+
+use std::error::Error;
+use std::sync::Arc;
+
+use askloop_core::{Agent, AskUser, RunFilter, RunStore, ScriptedModel, StoreError};
+use askloop_store::{OpenError, OpenOptions, SqliteStore, StoreUrl, open_store};
+
+const SCRIPT: &str = r#"{"steps":[{"text":"Hello."}]}"#;
+
+async fn one_run(store: Arc<dyn RunStore>) {
+    let agent = Agent::builder("assistant")
+        .model(ScriptedModel::from_json(SCRIPT).unwrap())
+        .tool(AskUser)
+        .shared_store(store)
+        .build()
+        .unwrap();
+    agent.generate("Hi").await.unwrap();
+}
+
+#[tokio::test]
+async fn issue7_fault6_read_only_open_of_a_missing_database_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = StoreUrl::Sqlite(dir.path().join("typo/dir/x.db"));
+    let error = open_store(&url, &OpenOptions::new().read_only(true))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(error, OpenError::NotFound { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "no database at sqlite://{}",
+            dir.path().join("typo/dir/x.db").display()
+        )
+    );
+    let error = open_store(&url, &OpenOptions::new().create_if_missing(false))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(error, OpenError::NotFound { .. }), "{error:?}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn issue7_fault6_a_read_only_store_reads_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let writer = SqliteStore::open_with(&path, &OpenOptions::new())
+        .await
+        .unwrap();
+    one_run(Arc::new(writer.clone())).await;
+    writer.close().await;
+
+    let reader = SqliteStore::open_with(&path, &OpenOptions::new().read_only(true))
+        .await
+        .unwrap();
+    let runs = reader.list_runs(&RunFilter::default()).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    let mut copy = runs[0].clone();
+    copy.run_id = askloop_core::RunId::new("another");
+    let error = reader.insert_run(&copy).await.unwrap_err();
+    assert!(matches!(error, StoreError::Backend { .. }), "{error:?}");
+    assert!(format!("{error:?}").contains("readonly"), "{error:?}");
+}
+
+#[tokio::test]
+async fn issue7_errors_open_errors_do_not_repeat_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let error = SqliteStore::open_with(&file.join("sub/x.db"), &OpenOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!("cannot create folder {}", file.join("sub").display())
+    );
+    let source = error.source().unwrap().to_string();
+    assert!(source.contains("os error"), "{source}");
+
+    // A folder where the database file should be: SQLite cannot open it.
+    let error = SqliteStore::open_with(dir.path(), &OpenOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!("cannot open store sqlite://{}", dir.path().display())
+    );
+    assert!(error.source().is_some());
+}
