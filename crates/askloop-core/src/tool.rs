@@ -237,7 +237,7 @@ pub enum ToolError {
         problems: Vec<String>,
     },
     /// The model called a tool the agent does not have.
-    #[error("unknown tool {tool}; available tools: {}", available.join(", "))]
+    #[error("unknown tool {tool}; {}", describe_available(available))]
     UnknownTool {
         /// The name the model used.
         tool: String,
@@ -262,6 +262,14 @@ pub enum ToolError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+fn describe_available(available: &[String]) -> String {
+    if available.is_empty() {
+        "the agent has no tools".to_owned()
+    } else {
+        format!("available tools: {}", available.join(", "))
+    }
 }
 
 /// The erased form of a [`Tool`]: JSON in, JSON out. The agent keeps its tools in this form;
@@ -434,5 +442,24 @@ impl RegisteredTool {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue7_fault10_an_agent_without_tools_says_so() {
+        let error = ToolError::UnknownTool {
+            tool: "ask_user".into(),
+            available: vec![],
+        };
+        assert_eq!(error.to_string(), "unknown tool ask_user; the agent has no tools");
+        let error = ToolError::UnknownTool {
+            tool: "x".into(),
+            available: vec!["a".into(), "b".into()],
+        };
+        assert_eq!(error.to_string(), "unknown tool x; available tools: a, b");
     }
 }
