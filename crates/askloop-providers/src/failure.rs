@@ -466,6 +466,10 @@ mod tests {
         }
         assert_eq!(
             retry_after(&headers("retry-after-ms", "1e20"), now),
+            Some(Duration::from_secs(100_000_000_000_000_000))
+        );
+        assert_eq!(
+            retry_after(&headers("retry-after-ms", "1e23"), now),
             Some(Duration::MAX)
         );
         assert_eq!(
