@@ -8,7 +8,9 @@ use askloop_core::ScriptError;
 #[non_exhaustive]
 pub enum ProviderError {
     /// The provider's API key variable is not set.
-    #[error("{variable} is not set; {provider} models need an API key (export {variable}=...)")]
+    #[error(
+        "{provider} models need an API key and {variable} is not set; expected `export {variable}=...`"
+    )]
     MissingApiKey {
         /// The provider (`"openai"`, `"anthropic"`).
         provider: &'static str,
@@ -17,7 +19,7 @@ pub enum ProviderError {
     },
     /// A base URL variable holds something that is not an `http(s)://` URL.
     #[error(
-        "{variable}={value:?} is not a valid base URL; expected http:// or https:// followed by a host"
+        "the base URL {variable}={value:?} is not valid; expected http:// or https:// followed by a host"
     )]
     InvalidBaseUrl {
         /// The variable (`"OPENAI_BASE_URL"`, …).
