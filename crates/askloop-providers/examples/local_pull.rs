@@ -9,23 +9,22 @@ use askloop_providers::local::{PullProgress, pull_default_model};
 async fn main() -> ExitCode {
     let mut last_percent = u64::MAX;
     let result = pull_default_model(move |progress| match progress {
-        PullProgress::Downloading { downloaded, total } => match total {
-            Some(total) if total > 0 => {
-                let percent = downloaded * 100 / total;
-                if percent != last_percent && percent % 10 == 0 {
-                    eprintln!("downloading: {percent}%");
-                    last_percent = percent;
-                }
+        PullProgress::Downloading { downloaded, total } => {
+            let percent = downloaded * 100 / total.max(1);
+            if percent != last_percent && percent % 10 == 0 {
+                eprintln!("downloading: {percent}%");
+                last_percent = percent;
             }
-            _ if downloaded == 0 => eprintln!("downloading with pip…"),
-            _ => {}
-        },
+        }
         PullProgress::Extracting { done, total } => {
             let percent = done * 100 / total.max(1);
             if percent != last_percent && percent % 25 == 0 {
-                eprintln!("extracting and verifying: {percent}%");
+                eprintln!("assembling and verifying: {percent}%");
                 last_percent = percent;
             }
+        }
+        PullProgress::Waiting { lock } => {
+            eprintln!("another process is fetching the model ({})", lock.display());
         }
         PullProgress::AlreadyPresent { path } => {
             eprintln!("already present and verified: {}", path.display());
@@ -40,7 +39,13 @@ async fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("error: {error}");
+            let mut line = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                line.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("error: {line}");
             ExitCode::FAILURE
         }
     }

@@ -8,7 +8,9 @@ use askloop_core::ScriptError;
 #[non_exhaustive]
 pub enum ProviderError {
     /// The provider's API key variable is not set.
-    #[error("{variable} is not set; {provider} models need an API key (export {variable}=...)")]
+    #[error(
+        "{provider} models need an API key and {variable} is not set; expected `export {variable}=...`"
+    )]
     MissingApiKey {
         /// The provider (`"openai"`, `"anthropic"`).
         provider: &'static str,
@@ -17,7 +19,7 @@ pub enum ProviderError {
     },
     /// A base URL variable holds something that is not an `http(s)://` URL.
     #[error(
-        "{variable}={value:?} is not a valid base URL; expected http:// or https:// followed by a host"
+        "the base URL {variable}={value:?} is not valid; expected http:// or https:// followed by a host"
     )]
     InvalidBaseUrl {
         /// The variable (`"OPENAI_BASE_URL"`, …).
@@ -36,11 +38,12 @@ pub enum ProviderError {
         /// The missing feature (`"local"`).
         feature: &'static str,
     },
-    /// The embedded local model could not be loaded.
-    #[error("cannot load the local model: {0}")]
+    /// The embedded local model could not be loaded; the source is a `LocalModelError` (feature
+    /// `local`).
+    #[error("cannot load the local model")]
     Local(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The HTTP client could not be built.
-    #[error("cannot build the HTTP client for {provider}: {source}")]
+    #[error("cannot build the HTTP client for {provider}")]
     HttpClient {
         /// The provider.
         provider: &'static str,
@@ -72,10 +75,10 @@ pub enum WireError {
         message: String,
     },
     /// The connection failed, or the server took too long (connect, headers, or a silent stream).
-    #[error("{message}")]
+    #[error("{problem}")]
     Transport {
         /// What happened.
-        message: String,
+        problem: TransportProblem,
         /// The HTTP library's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
@@ -87,10 +90,31 @@ pub enum WireError {
         events: usize,
     },
     /// The request could not be prepared.
-    #[error("the request could not be prepared: {source}")]
+    #[error("the request could not be prepared")]
     Request {
         /// The wire library's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// What went wrong in a [`WireError::Transport`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportProblem {
+    /// No connection to the server could be made.
+    #[error("cannot connect to the server")]
+    Connect,
+    /// The server did not answer in time (connect or response headers).
+    #[error("the request timed out")]
+    Timeout,
+    /// The connection failed after it was made.
+    #[error("the connection failed")]
+    Connection,
+    /// The server went silent in the middle of a streamed response.
+    #[error("the response stream went silent for too long")]
+    StreamTimeout,
+    /// Reading the streamed response failed.
+    #[error("the response stream failed")]
+    Stream,
 }

@@ -15,7 +15,8 @@ struct ReasoningBlock {
     signature: String,
 }
 
-/// A tool call being received: its argument text so far.
+/// A tool call being received: its argument text so far. Only the [`ModelEvent::ToolCallDelta`]s
+/// come from these; the complete calls come from genai's capture (see [`EventAssembler`]).
 struct PendingCall {
     id: String,
     name: String,
@@ -25,6 +26,14 @@ struct PendingCall {
 /// Turns one response's genai events into [`ModelEvent`]s. Feed it every event in order; it
 /// returns what to pass on, and the [`ModelEvent::Finish`] (with the assembled tool calls before
 /// it) when the response ends.
+///
+/// Tool calls are never told apart by id: providers may send empty ids, or the same id twice in
+/// one response (issue 7, fault 1). genai's streamed tool-call events carry no stream index, but
+/// its end-of-stream capture keeps one call per OpenAI `index`, per Anthropic content block and
+/// per Ollama `tool_calls` entry; the complete [`ModelEvent::ToolCall`]s are taken from there,
+/// one per call the provider sent, ids as sent (an empty id stays empty). The argument deltas
+/// passed on while streaming are for display only: a piece continues the latest call when its
+/// id and name match and its text extends that call's text, and starts a new call otherwise.
 pub(crate) struct EventAssembler {
     protocol: Protocol,
     reasoning: Option<ReasoningBlock>,
@@ -129,18 +138,20 @@ impl EventAssembler {
         arguments: String,
         out: &mut Vec<ModelEvent>,
     ) {
-        let position = self.calls.iter().position(|call| call.id == id);
-        let call = match position {
-            Some(index) => &mut self.calls[index],
-            None => {
-                self.calls.push(PendingCall {
-                    id,
-                    name,
-                    arguments: String::new(),
-                });
-                let last = self.calls.len() - 1;
-                &mut self.calls[last]
-            }
+        let continues_last = self.calls.last().is_some_and(|call| {
+            call.id == id
+                && (name.is_empty() || call.name == name)
+                && arguments.starts_with(call.arguments.as_str())
+        });
+        if !continues_last {
+            self.calls.push(PendingCall {
+                id,
+                name,
+                arguments: String::new(),
+            });
+        }
+        let Some(call) = self.calls.last_mut() else {
+            return;
         };
         let delta = match arguments.strip_prefix(call.arguments.as_str()) {
             Some(delta) => delta.to_owned(),
@@ -178,21 +189,26 @@ impl EventAssembler {
                 });
             }
         }
-        // Calls genai captured but never streamed piecewise.
-        for call in content
+        // The complete calls: genai's capture, one per call the provider sent (by stream index
+        // or content block), in order. The streamed pieces only stand in if there is none.
+        let captured: Vec<PendingCall> = content
             .map(|content| content.tool_calls())
             .unwrap_or_default()
-        {
-            if !self.calls.iter().any(|pending| pending.id == call.call_id) {
-                self.calls.push(PendingCall {
-                    id: call.call_id.clone(),
-                    name: call.fn_name.clone(),
-                    arguments: argument_text(call.fn_arguments.clone()),
-                });
-            }
-        }
-        let has_calls = !self.calls.is_empty();
-        for call in self.calls.drain(..) {
+            .into_iter()
+            .map(|call| PendingCall {
+                id: call.call_id.clone(),
+                name: call.fn_name.clone(),
+                arguments: argument_text(call.fn_arguments.clone()),
+            })
+            .collect();
+        let calls = if captured.is_empty() {
+            std::mem::take(&mut self.calls)
+        } else {
+            self.calls.clear();
+            captured
+        };
+        let has_calls = !calls.is_empty();
+        for call in calls {
             out.push(ModelEvent::ToolCall(ToolCall {
                 id: call.id.into(),
                 name: call.name,

@@ -1,13 +1,13 @@
 //! Classifies a failed attempt: retry it or not, and which [`ModelError`] it becomes.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use askloop_core::ModelError;
 use genai::webc::StreamTimeout;
 use serde_json::Value;
 
-use crate::error::WireError;
+use crate::error::{TransportProblem, WireError};
 
 /// How much of an error body a message quotes.
 const BODY_EXCERPT: usize = 500;
@@ -95,15 +95,8 @@ impl Failure {
             Ok(reqwest_error) => return Self::from_reqwest(*reqwest_error),
             Err(error) => error,
         };
-        if let Some(timeout) = error.downcast_ref::<StreamTimeout>() {
-            let message = timeout.to_string();
-            return Self::new(
-                FailureKind::Wire(WireError::Transport {
-                    message,
-                    source: error,
-                }),
-                true,
-            );
+        if error.is::<StreamTimeout>() {
+            return Self::transport(TransportProblem::StreamTimeout, error, true);
         }
         if error.is::<std::str::Utf8Error>() {
             return Self::new(
@@ -111,12 +104,17 @@ impl Failure {
                 false,
             );
         }
+        Self::transport(TransportProblem::Stream, error, true)
+    }
+
+    fn transport(
+        problem: TransportProblem,
+        source: Box<dyn std::error::Error + Send + Sync>,
+        retryable: bool,
+    ) -> Self {
         Self::new(
-            FailureKind::Wire(WireError::Transport {
-                message: format!("the response stream failed: {error}"),
-                source: error,
-            }),
-            true,
+            FailureKind::Wire(WireError::Transport { problem, source }),
+            retryable,
         )
     }
 
@@ -125,20 +123,14 @@ impl Failure {
             return Self::from_status(status.as_u16(), "", None);
         }
         let retryable = !error.is_builder() && !error.is_redirect();
-        let message = if error.is_timeout() {
-            "the request timed out".to_owned()
+        let problem = if error.is_timeout() {
+            TransportProblem::Timeout
         } else if error.is_connect() {
-            "cannot connect to the server".to_owned()
+            TransportProblem::Connect
         } else {
-            "the connection failed".to_owned()
+            TransportProblem::Connection
         };
-        Self::new(
-            FailureKind::Wire(WireError::Transport {
-                message: format!("{message}: {error}"),
-                source: Box::new(error),
-            }),
-            retryable,
-        )
+        Self::transport(problem, Box::new(error), retryable)
     }
 
     fn from_webc(error: genai::webc::Error) -> Self {
@@ -167,7 +159,7 @@ impl Failure {
         Self {
             kind: FailureKind::Wire(WireError::Status { status, message }),
             retryable,
-            retry_after: headers.and_then(retry_after),
+            retry_after: headers.and_then(|headers| retry_after(headers, SystemTime::now())),
         }
     }
 
@@ -227,12 +219,16 @@ impl Failure {
                 message,
             },
             FailureKind::Wire(error) => {
+                // The wire error is the source, printed after this by whoever prints the
+                // chain; the message says only what became of the attempts.
                 let message = if emitted > 0 {
-                    format!("{error} (after part of the response was received; not retried)")
+                    "not retried, as part of the response had already arrived".to_owned()
                 } else if attempts > 1 {
-                    format!("gave up after {attempts} attempts: {error}")
+                    format!("gave up after {attempts} attempts")
+                } else if self.retryable {
+                    "no retries allowed".to_owned()
                 } else {
-                    error.to_string()
+                    "not retryable".to_owned()
                 };
                 ModelError::Request {
                     model: context.model.to_owned(),
@@ -241,6 +237,61 @@ impl Failure {
                 }
             }
         }
+    }
+
+    /// What went wrong, in a few words for a person: `rate limited (HTTP 429)`.
+    pub(crate) fn summary(&self) -> String {
+        match &self.kind {
+            FailureKind::Authentication { status, .. } => {
+                format!("authentication failed (HTTP {status})")
+            }
+            FailureKind::Invalid(_) => "invalid response".to_owned(),
+            FailureKind::Wire(WireError::Status { status, .. }) => {
+                let what = match status {
+                    429 => "rate limited",
+                    408 => "request timeout",
+                    409 => "conflict",
+                    503 => "service unavailable",
+                    529 => "overloaded",
+                    500..=599 => "server error",
+                    _ => "request refused",
+                };
+                format!("{what} (HTTP {status})")
+            }
+            FailureKind::Wire(WireError::ErrorEvent { kind, .. }) => match kind.as_deref() {
+                Some("overloaded_error") => "overloaded (error event)".to_owned(),
+                Some("rate_limit_error") => "rate limited (error event)".to_owned(),
+                Some(kind) => format!("error event {kind:?}"),
+                None => "error event".to_owned(),
+            },
+            FailureKind::Wire(error) => error.to_string(),
+        }
+    }
+}
+
+/// The one line a retry is announced with:
+/// `model openai:gpt-4o-mini: rate limited (HTTP 429); retrying in 2.1 s (attempt 2 of 4)`.
+/// `next_attempt` is the 1-based number of the attempt about to be made.
+pub(crate) fn retry_message(
+    model: &str,
+    failure: &Failure,
+    delay: Duration,
+    next_attempt: u32,
+    max_attempts: u32,
+) -> String {
+    format!(
+        "model {model}: {}; retrying in {} (attempt {next_attempt} of {max_attempts})",
+        failure.summary(),
+        human_delay(delay)
+    )
+}
+
+/// `350 ms` below a second, `2.1 s` from there.
+fn human_delay(delay: Duration) -> String {
+    if delay < Duration::from_secs(1) {
+        format!("{} ms", delay.as_millis())
+    } else {
+        format!("{:.1} s", delay.as_secs_f64())
     }
 }
 
@@ -254,7 +305,16 @@ impl fmt::Display for Failure {
                 )
             }
             FailureKind::Invalid(message) => formatter.write_str(message),
-            FailureKind::Wire(error) => write!(formatter, "{error}"),
+            // For the debug log: the whole chain, as nothing prints it after this.
+            FailureKind::Wire(error) => {
+                write!(formatter, "{error}")?;
+                let mut source = std::error::Error::source(error);
+                while let Some(cause) = source {
+                    write!(formatter, ": {cause}")?;
+                    source = cause.source();
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -283,18 +343,42 @@ fn error_message(body: &str) -> String {
     }
 }
 
-/// `retry-after-ms` (OpenAI) or `retry-after` in seconds.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+/// The wait a server asked for: `retry-after-ms` (OpenAI's, milliseconds), else `retry-after`
+/// (seconds, or an HTTP date, counted from `now`). Whatever the headers hold this never panics:
+/// a value that is not a number or date, negative or NaN counts as absent; one too large for a
+/// [`Duration`] (`1e20`, `inf`) saturates, and the [`crate::RetryPolicy`] caps it at its
+/// `max_delay`; a date in the past is no wait.
+pub(crate) fn retry_after(
+    headers: &reqwest::header::HeaderMap,
+    now: SystemTime,
+) -> Option<Duration> {
     let header = |name: &str| {
         headers
             .get(name)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.trim().parse::<f64>().ok())
-            .filter(|value| value.is_finite() && *value >= 0.0)
+            .map(str::trim)
     };
-    header("retry-after-ms")
-        .map(|millis| Duration::from_secs_f64(millis / 1000.0))
-        .or_else(|| header("retry-after").map(Duration::from_secs_f64))
+    if let Some(wait) = header("retry-after-ms").and_then(|text| seconds(text, 1000.0)) {
+        return Some(wait);
+    }
+    let text = header("retry-after")?;
+    seconds(text, 1.0).or_else(|| {
+        let date = httpdate::parse_http_date(text).ok()?;
+        Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+    })
+}
+
+/// A decimal number of `1 / per_second` seconds as a [`Duration`], saturating; `None` for text
+/// that is not a number, for NaN and for negative numbers.
+fn seconds(text: &str, per_second: f64) -> Option<Duration> {
+    let value: f64 = text.parse().ok()?;
+    if value.is_nan() || value < 0.0 {
+        return None;
+    }
+    if value == 0.0 {
+        return Some(Duration::ZERO);
+    }
+    Some(Duration::try_from_secs_f64(value / per_second).unwrap_or(Duration::MAX))
 }
 
 #[cfg(test)]
@@ -336,6 +420,185 @@ mod tests {
             "retry-after",
             reqwest::header::HeaderValue::from_static("2"),
         );
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
+        assert_eq!(
+            retry_after(&headers, SystemTime::now()),
+            Some(Duration::from_secs(2))
+        );
+    }
+
+    fn headers(name: &'static str, value: &str) -> reqwest::header::HeaderMap {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(name, reqwest::header::HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn issue7_retry_after_values_that_overflow_or_make_no_sense_never_panic() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        let cases: [(&str, Option<Duration>); 14] = [
+            ("1e20", Some(Duration::MAX)),
+            ("inf", Some(Duration::MAX)),
+            ("99999999999999999999999999", Some(Duration::MAX)),
+            ("18446744073709551616", Some(Duration::MAX)),
+            ("-1", None),
+            ("-inf", None),
+            ("NaN", None),
+            ("soon", None),
+            ("", None),
+            ("0", Some(Duration::ZERO)),
+            ("2.5", Some(Duration::from_millis(2500))),
+            (
+                "Wed, 21 Oct 2015 07:28:30 GMT",
+                Some(Duration::from_secs(30)),
+            ),
+            ("Tue, 20 Oct 2015 07:28:00 GMT", Some(Duration::ZERO)),
+            (
+                "Fri, 31 Dec 9999 23:59:59 GMT",
+                Some(Duration::from_secs(251_956_888_319)),
+            ),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(
+                retry_after(&headers("retry-after", value), now),
+                expected,
+                "retry-after: {value}"
+            );
+        }
+        assert_eq!(
+            retry_after(&headers("retry-after-ms", "1e20"), now),
+            Some(Duration::from_secs(100_000_000_000_000_000))
+        );
+        assert_eq!(
+            retry_after(&headers("retry-after-ms", "1e23"), now),
+            Some(Duration::MAX)
+        );
+        assert_eq!(
+            retry_after(&headers("retry-after-ms", "1500"), now),
+            Some(Duration::from_millis(1500))
+        );
+        let policy = crate::RetryPolicy::default();
+        let failure = Failure::from_status(429, "", Some(&headers("retry-after", "1e20")));
+        assert_eq!(policy.delay(1, failure.retry_after), policy.max_delay);
+    }
+
+    #[test]
+    fn issue7_retry_is_announced_in_one_human_line() {
+        let failure = Failure::from_status(429, r#"{"error":{"message":"slow down"}}"#, None);
+        assert_eq!(
+            retry_message(
+                "openai:gpt-4o-mini",
+                &failure,
+                Duration::from_millis(2100),
+                2,
+                4
+            ),
+            "model openai:gpt-4o-mini: rate limited (HTTP 429); retrying in 2.1 s (attempt 2 of 4)"
+        );
+        let failure = Failure::from_status(529, "", None);
+        assert_eq!(
+            retry_message(
+                "anthropic:claude",
+                &failure,
+                Duration::from_millis(350),
+                3,
+                4
+            ),
+            "model anthropic:claude: overloaded (HTTP 529); retrying in 350 ms (attempt 3 of 4)"
+        );
+        assert_eq!(
+            retry_message(
+                "ollama:llama3.2",
+                &Failure::cut(0),
+                Duration::from_secs(1),
+                2,
+                4
+            ),
+            "model ollama:llama3.2: the response stream ended before it was complete, after 0 \
+             event(s); retrying in 1.0 s (attempt 2 of 4)"
+        );
+    }
+
+    #[test]
+    fn issue7_a_request_error_prints_each_cause_once() {
+        let failure = Failure::from_status(503, r#"{"error":{"message":"busy"}}"#, None);
+        let context = CallContext {
+            provider: "openai",
+            model: "openai:gpt-4o-mini",
+            key_variable: Some("OPENAI_API_KEY"),
+        };
+        let error = failure.into_model_error(&context, 4, 0);
+        let mut chain = vec![error.to_string()];
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            chain.push(cause.to_string());
+            source = cause.source();
+        }
+        assert_eq!(
+            chain.join(": "),
+            "model openai:gpt-4o-mini request failed: gave up after 4 attempts: HTTP 503: busy"
+        );
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Header values: printable ASCII (what a `HeaderValue` may hold as text), numbers in
+        /// every notation, and dates.
+        fn header_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[ -~]{0,40}",
+                any::<f64>().prop_map(|value| value.to_string()),
+                any::<i128>().prop_map(|value| value.to_string()),
+                any::<u64>().prop_map(|value| format!("{value}e{}", value % 400)),
+                any::<u64>().prop_map(|seconds| httpdate::fmt_http_date(
+                    SystemTime::UNIX_EPOCH + Duration::from_secs(seconds % 253_402_300_799)
+                )),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn retry_after_never_panics_and_the_delay_stays_under_the_cap(
+                name in prop_oneof![Just("retry-after"), Just("retry-after-ms")],
+                value in header_value(),
+                status in any::<u16>(),
+                body in any::<String>(),
+                attempt in any::<u32>(),
+                max_delay_ms in 0u64..60_000,
+            ) {
+                let Ok(value) = reqwest::header::HeaderValue::from_str(&value) else {
+                    return Ok(());
+                };
+                let mut headers = reqwest::header::HeaderMap::new();
+                headers.insert(name, value);
+                let failure = Failure::from_status(status, &body, Some(&headers));
+                let policy = crate::RetryPolicy::new(
+                    4,
+                    Duration::from_millis(500),
+                    Duration::from_millis(max_delay_ms),
+                );
+                prop_assert!(policy.delay(attempt, failure.retry_after) <= policy.max_delay);
+                let _ = failure.summary();
+                let _ = failure.to_string();
+            }
+
+            #[test]
+            fn any_error_event_body_is_classified(body in any::<String>(), kind in "[a-z_]{0,20}") {
+                for text in [
+                    body.clone(),
+                    format!(r#"{{"error":{{"type":"{kind}","message":{body:?}}}}}"#),
+                    format!(r#"{{"type":"error","error":{{"type":"{kind}"}}}}"#),
+                ] {
+                    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                    let failure = Failure::from_error_event(&value);
+                    let _ = failure.summary();
+                    let _ = error_message(&body);
+                }
+            }
+        }
     }
 }

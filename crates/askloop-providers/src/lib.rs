@@ -17,7 +17,9 @@
 //! failures and a stream cut before anything of it was passed on, with exponential backoff and
 //! jitter; after the last attempt it fails with [`askloop_core::ModelError::Request`] whose
 //! source is a [`WireError`]. 401/403 fail at once with
-//! [`askloop_core::ModelError::Authentication`].
+//! [`askloop_core::ModelError::Authentication`]. Each retry is announced by one `tracing` WARN
+//! event of target [`RETRY_TARGET`] whose message is a line for a person, e.g.
+//! `model openai:gpt-4o-mini: rate limited (HTTP 429); retrying in 2.1 s (attempt 2 of 4)`.
 //!
 //! # Example
 //! ```
@@ -50,6 +52,7 @@ mod request;
 mod spec;
 
 pub use build::build_model;
-pub use error::{ProviderError, WireError};
+pub use error::{ProviderError, TransportProblem, WireError};
+pub use model::RETRY_TARGET;
 pub use options::{ProviderOptions, RetryPolicy};
 pub use spec::{ModelSpec, PROVIDERS, SpecError};

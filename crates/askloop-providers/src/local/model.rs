@@ -144,9 +144,10 @@ impl LocalModel {
     }
 
     fn request_error(&self, error: LocalModelError) -> ModelError {
+        // The message says where it failed; the source, printed after it, says why.
         ModelError::Request {
             model: self.inner.model_id.clone(),
-            message: error.to_string(),
+            message: "generation failed".to_owned(),
             source: Some(Box::new(error)),
         }
     }

@@ -26,7 +26,8 @@ async fn missing_api_keys_name_the_variable() {
         assert!(
             error
                 .to_string()
-                .starts_with(&format!("{variable} is not set"))
+                .contains(&format!("{variable} is not set")),
+            "{error}"
         );
     }
 }

@@ -95,6 +95,54 @@ pub(crate) async fn assembles_parallel_tool_calls(wire: &Wire) {
     assert_eq!(finish_of(&events).0, FinishReason::ToolCalls);
 }
 
+/// Issue 7, fault 1: two calls with the same id, empty (`""`) or not, stay two calls with their
+/// own arguments, ids as sent (the agent loop makes ids unique); the streamed argument pieces add
+/// up to both calls' arguments, in order.
+pub(crate) async fn issue7_fault1_calls_with_empty_or_repeated_ids_all_survive(wire: &Wire) {
+    let month = json!({"question": "Which month?"});
+    let seat = json!({"question": "Window or aisle?",
+        "options": [{"label": "Window"}, {"label": "Aisle"}]});
+    for id in ["", "call_same"] {
+        let body = wire.fixtures.same_ids.replace("__ID__", id);
+        let server = wire.server(vec![wire.ok(&body)]).await;
+        let model = wire.model(&server).await;
+        let (events, error) = collect(model.as_ref(), request(ModelSettings::default())).await;
+        assert!(error.is_none(), "{error:?}");
+        let calls = calls_of(&events);
+        assert_eq!(calls.len(), 2, "id {id:?}: {events:#?}");
+        assert_eq!(calls[0].args, ToolArgs::Json(month.clone()), "id {id:?}");
+        assert_eq!(calls[1].args, ToolArgs::Json(seat.clone()), "id {id:?}");
+        assert!(calls.iter().all(|call| call.id.as_str() == id), "{calls:?}");
+        assert!(
+            calls.iter().all(|call| call.name == "ask_user"),
+            "{calls:?}"
+        );
+        let streamed: Vec<Value> = tool_call_texts(&events)
+            .iter()
+            .map(|text| serde_json::from_str(text).unwrap())
+            .collect();
+        assert_eq!(streamed, [month.clone(), seat.clone()], "id {id:?}");
+        assert_eq!(finish_of(&events).0, FinishReason::ToolCalls);
+    }
+}
+
+/// The argument text of each call as the [`ModelEvent::ToolCallDelta`]s stream it: a delta with
+/// a new name, or after a complete JSON value, starts the next call.
+fn tool_call_texts(events: &[ModelEvent]) -> Vec<String> {
+    let mut texts: Vec<String> = Vec::new();
+    for event in events {
+        if let ModelEvent::ToolCallDelta { args_delta, .. } = event {
+            match texts.last_mut() {
+                Some(text) if serde_json::from_str::<Value>(text).is_err() => {
+                    text.push_str(args_delta);
+                }
+                _ => texts.push(args_delta.clone()),
+            }
+        }
+    }
+    texts
+}
+
 /// Arguments that arrive in dozens of pieces (splitting multi-byte characters' neighbours and
 /// escapes) are assembled exactly; each piece is passed on as a tool-call delta.
 pub(crate) async fn assembles_arguments_split_across_chunks(wire: &Wire) {
@@ -378,6 +426,7 @@ macro_rules! conformance {
             streams_text_usage_and_finish,
             assembles_one_tool_call,
             assembles_parallel_tool_calls,
+            issue7_fault1_calls_with_empty_or_repeated_ids_all_survive,
             assembles_arguments_split_across_chunks,
             sends_tools_and_tool_choice,
             authentication_error_is_not_retried,

@@ -13,3 +13,4 @@ mod local;
 mod ollama;
 mod openai;
 mod resume;
+mod retry;

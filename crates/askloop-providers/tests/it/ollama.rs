@@ -9,6 +9,7 @@ crate::conformance::conformance!(OLLAMA;
     streams_text_usage_and_finish,
     assembles_one_tool_call,
     assembles_parallel_tool_calls,
+    issue7_fault1_calls_with_empty_or_repeated_ids_all_survive,
     sends_tools_and_tool_choice,
     authentication_error_is_not_retried,
     bad_request_is_not_retried,

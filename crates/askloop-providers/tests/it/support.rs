@@ -23,6 +23,9 @@ pub(crate) struct Fixtures {
     pub(crate) text: &'static str,
     pub(crate) tool_call: &'static str,
     pub(crate) parallel_tool_calls: &'static str,
+    /// Two `ask_user` calls (`Which month?`, then `Window or aisle?` with two options) whose
+    /// ids are both the placeholder `__ID__`.
+    pub(crate) same_ids: &'static str,
     pub(crate) split_arguments: Option<&'static str>,
     pub(crate) final_text: &'static str,
     pub(crate) malformed: &'static str,
@@ -69,6 +72,7 @@ pub(crate) const OPENAI: Wire = Wire {
         text: include_str!("fixtures/openai/text.sse"),
         tool_call: include_str!("fixtures/openai/tool_call.sse"),
         parallel_tool_calls: include_str!("fixtures/openai/parallel_tool_calls.sse"),
+        same_ids: include_str!("fixtures/openai/same_ids_tool_calls.sse"),
         split_arguments: Some(include_str!("fixtures/openai/split_arguments.sse")),
         final_text: include_str!("fixtures/openai/final_text.sse"),
         malformed: include_str!("fixtures/openai/malformed.sse"),
@@ -111,6 +115,7 @@ pub(crate) const ANTHROPIC: Wire = Wire {
         text: include_str!("fixtures/anthropic/text.sse"),
         tool_call: include_str!("fixtures/anthropic/tool_call.sse"),
         parallel_tool_calls: include_str!("fixtures/anthropic/parallel_tool_calls.sse"),
+        same_ids: include_str!("fixtures/anthropic/same_ids_tool_calls.sse"),
         split_arguments: Some(include_str!("fixtures/anthropic/split_arguments.sse")),
         final_text: include_str!("fixtures/anthropic/final_text.sse"),
         malformed: include_str!("fixtures/anthropic/malformed.sse"),
@@ -152,6 +157,7 @@ pub(crate) const OLLAMA: Wire = Wire {
         text: include_str!("fixtures/ollama/text.ndjson"),
         tool_call: include_str!("fixtures/ollama/tool_call.ndjson"),
         parallel_tool_calls: include_str!("fixtures/ollama/parallel_tool_calls.ndjson"),
+        same_ids: include_str!("fixtures/ollama/same_ids_tool_calls.ndjson"),
         split_arguments: None,
         final_text: include_str!("fixtures/ollama/final_text.ndjson"),
         malformed: include_str!("fixtures/ollama/malformed.ndjson"),

@@ -55,3 +55,35 @@ fn a_folder_names_its_single_gguf_file() {
         Err(LocalModelError::AmbiguousFolder { found: 2, .. })
     ));
 }
+
+/// Issue 7: printed as a chain (`a: b: c`), every cause appears once: no message repeats the
+/// text of its source.
+#[tokio::test]
+async fn issue7_a_load_error_prints_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.gguf");
+    std::fs::write(&path, b"this is not a model file at all").unwrap();
+    let Err(error) = build_model(
+        &ModelSpec::Local(Some(path.clone())),
+        &ProviderOptions::from_env(),
+    )
+    .await
+    else {
+        panic!("a broken file loaded");
+    };
+    let mut messages = vec![error.to_string()];
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        messages.push(cause.to_string());
+        source = cause.source();
+    }
+    assert!(messages.len() >= 3, "{messages:?}");
+    assert_eq!(messages[0], "cannot load the local model");
+    assert_eq!(
+        messages[1],
+        format!("{} is not a valid GGUF model file", path.display())
+    );
+    for pair in messages.windows(2) {
+        assert!(!pair[0].contains(&pair[1]), "{messages:?}");
+    }
+}

@@ -1,11 +1,11 @@
 //! Tests of the embedded local model (feature `local`) on the real default model file.
 //!
-//! They need the default model in the data folder: run `askloop model pull` (or
-//! `cargo run -p askloop-providers --features local --example local_pull`) first. Without it
-//! they fail, naming that command.
+//! They fetch the default model through the first-use path (`fetch_model`, as `askloop model
+//! pull` does) into the data folder, once: later runs find it there.
 
 mod agent;
 mod constrained;
 mod errors;
+mod fetch;
 mod support;
 mod tokenizer;

@@ -1,23 +1,46 @@
-//! Helpers of the local model tests: the model file, one model run at a time, collecting events.
+//! Helpers of the local model tests: the model file (fetched on first use), one model run at a
+//! time, collecting events.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use askloop_core::{
     Agent, AskUser, LanguageModel, ModelError, ModelEvent, ModelRequest, ToolDefinition,
 };
-use askloop_providers::local::{LocalModel, PULL_COMMAND, default_model_path};
+use askloop_providers::local::{LocalModel, pull_default_model};
 use futures::StreamExt;
 use tokio::sync::{Mutex, MutexGuard};
 
-/// The default model file; panics with the command that fetches it when it is missing.
+/// The default model file, fetched through the same first-use path as `askloop model pull`
+/// (once per data folder: a lock file keeps concurrent test processes from fetching twice).
 pub(crate) fn model_path() -> PathBuf {
-    let path = default_model_path().expect("a data folder (set ASKLOOP_DATA_DIR)");
-    assert!(
-        path.is_file(),
-        "the local model is missing at {}; run `{PULL_COMMAND}` (or `cargo run -p askloop-providers --features local --example local_pull`) before these tests",
-        path.display()
-    );
-    path
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        // Tests run on runtimes of their own; the fetch gets one on a thread of its own.
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(pull_default_model(|_| {}))
+        })
+        .join()
+        .unwrap()
+        .unwrap_or_else(|error| panic!("cannot fetch the default model: {}", chain(&error)))
+    })
+    .clone()
+}
+
+/// An error and its sources, joined with `: `.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// The default model, loaded once for the whole test binary.
