@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use askloop_core::{
-    Agent, AskUser, DynTool, LanguageModel, ModelSettings, RunStore, Tool, ToolChoice,
-};
+use askloop_core::model::{LanguageModel, ModelSettings, ToolChoice};
+use askloop_core::{Agent, AskUser, DynTool, RunStore, Tool};
 
 use askloop_providers::ModelSpec;
 
@@ -109,6 +108,18 @@ impl AgentDefinition {
             Some(spec) => Some(resolve_spec(spec, &loaded.base_dir)?),
             None => file_model,
         };
+        let mut settings = ModelSettings::new();
+        settings.temperature = agent.temperature;
+        settings.top_p = agent.top_p;
+        settings.max_tokens = agent.max_tokens;
+        settings.seed = agent.seed;
+        settings.tool_choice = agent
+            .tool_choice
+            .clone()
+            .map(|choice| choice.0)
+            .unwrap_or_default();
+        settings.first_step_tool_choice =
+            agent.first_step_tool_choice.clone().map(|choice| choice.0);
         Ok(Self {
             id: id.to_owned(),
             name: agent.name.clone(),
@@ -116,18 +127,7 @@ impl AgentDefinition {
             model,
             tools: agent.tool_names(),
             max_steps: agent.max_steps,
-            settings: ModelSettings {
-                temperature: agent.temperature,
-                top_p: agent.top_p,
-                max_tokens: agent.max_tokens,
-                seed: agent.seed,
-                tool_choice: agent
-                    .tool_choice
-                    .clone()
-                    .map(|choice| choice.0)
-                    .unwrap_or_default(),
-                first_step_tool_choice: agent.first_step_tool_choice.clone().map(|choice| choice.0),
-            },
+            settings,
         })
     }
 

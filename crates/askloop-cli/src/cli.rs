@@ -186,9 +186,15 @@ pub(crate) struct ListArgs {
     /// Only runs of this thread
     #[arg(long, value_name = "ID")]
     pub(crate) thread: Option<String>,
-    /// At most this many runs
+    /// Only runs of this agent
+    #[arg(long, value_name = "ID")]
+    pub(crate) agent: Option<String>,
+    /// At most this many runs (newest first); the output then says how to list the next ones
     #[arg(long, value_name = "N")]
     pub(crate) limit: Option<usize>,
+    /// Only runs after this position (printed by a previous `--limit` listing)
+    #[arg(long, value_name = "CURSOR")]
+    pub(crate) after: Option<String>,
     /// Print one JSON array instead of a table
     #[arg(long)]
     pub(crate) json: bool,

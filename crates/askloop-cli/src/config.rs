@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use askloop_core::ToolChoice;
+use askloop_core::model::ToolChoice;
 use serde::Deserialize;
 
 use crate::exit::invalid;

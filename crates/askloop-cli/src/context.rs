@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop_core::{Agent, MemoryStore, ResumeError, RunId, RunState, RunStore, StoreError};
+use askloop_core::store::{MemoryStore, RunState};
+use askloop_core::{Agent, ResumeError, RunId, RunStore, StoreError};
 use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
 
 use crate::agent::AgentDefinition;
@@ -143,14 +144,14 @@ impl Context {
         model_flag: Option<&str>,
     ) -> anyhow::Result<Agent> {
         let definition =
-            AgentDefinition::find(&self.config, state.agent_id.as_str()).map_err(|error| {
+            AgentDefinition::find(&self.config, state.agent_id().as_str()).map_err(|error| {
                 invalid(format!(
                     "run {} was started by agent {:?}, which is not defined here: {error:#}",
-                    state.run_id,
-                    state.agent_id.as_str()
+                    state.run_id(),
+                    state.agent_id().as_str()
                 ))
             })?;
-        let spec = self.model_spec(model_flag, state.model.as_deref(), &definition)?;
+        let spec = self.model_spec(model_flag, state.model_spec(), &definition)?;
         self.build(&definition, &spec).await
     }
 
@@ -185,6 +186,12 @@ impl Context {
             ResumeError::RunNotFound { run_id } => self.run_not_found(run_id),
             _ => error.into(),
         }
+    }
+
+    /// Closes the store, so a SQLite file is left without its `-wal` and `-shm` files (a
+    /// database in a read-only folder is then readable).
+    pub(crate) async fn close(&self) {
+        self.store.close().await;
     }
 
     /// Whether the store's database did not exist when the command started.

@@ -3,7 +3,8 @@
 
 use std::borrow::Cow;
 
-use askloop_core::{AskUserQuestion, PendingToolCall, SelectionMode, ToolResult};
+use askloop_core::model::ToolResult;
+use askloop_core::{AskUserQuestion, PendingToolCall, SelectionMode};
 use serde_json::Value;
 
 /// Whether printing `c` raw could drive the terminal rather than show text: C0 controls
@@ -275,12 +276,18 @@ mod tests {
 
     #[test]
     fn examples_match_the_question() {
-        let call = |payload: Value| PendingToolCall {
-            tool_call_id: "c1".into(),
-            tool_name: "ask_user".into(),
-            args: json!({}),
-            suspend_payload: payload,
-            resume_schema: None,
+        let call = |payload: Value| {
+            PendingToolCall::new(
+                &askloop_core::model::ToolCall {
+                    id: "c1".into(),
+                    name: "ask_user".into(),
+                    args: askloop_core::model::ToolArgs::Json(json!({})),
+                },
+                &askloop_core::Suspension {
+                    payload,
+                    resume_schema: None,
+                },
+            )
         };
         let single = call(
             json!({"question": "Q", "options": [{"label": "a b"}], "selectionMode": "single_select"}),

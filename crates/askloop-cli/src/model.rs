@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use askloop_core::LanguageModel;
+use askloop_core::model::LanguageModel;
 use askloop_providers::{ModelSpec, ProviderError, ProviderOptions};
 
 use crate::exit::invalid;

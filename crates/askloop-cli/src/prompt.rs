@@ -284,13 +284,17 @@ mod tests {
     use super::*;
 
     fn call(payload: Value) -> PendingToolCall {
-        PendingToolCall {
-            tool_call_id: "c1".into(),
-            tool_name: "ask_user".into(),
-            args: json!({}),
-            suspend_payload: payload,
-            resume_schema: None,
-        }
+        PendingToolCall::new(
+            &askloop_core::model::ToolCall {
+                id: "c1".into(),
+                name: "ask_user".into(),
+                args: askloop_core::model::ToolArgs::Json(json!({})),
+            },
+            &askloop_core::Suspension {
+                payload,
+                resume_schema: None,
+            },
+        )
     }
 
     #[test]

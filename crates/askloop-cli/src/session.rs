@@ -1,9 +1,10 @@
 //! Following a run to its end: print its chunks, and at each suspension ask the questions inline
 //! and resume, or leave the run suspended and say how to answer it later.
 
+use askloop_core::model::{FinishReason, ModelError, ToolCall};
 use askloop_core::{
-    Agent, AgentError, AgentStream, Chunk, FinishReason, ModelError, PendingToolCall, ResumeError,
-    RunId, StoreError, ToolCall, ToolCallId, wire,
+    Agent, AgentError, AgentStream, Chunk, PendingToolCall, ResumeError, RunId, StoreError,
+    ToolCallId, error_chain_text, wire,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -103,7 +104,7 @@ impl<'a> Session<'a> {
             let pending = state.pending_tool_calls();
             let Some(call) = pending.first() else {
                 self.output
-                    .note(&format!("run {run_id} is {}", state.status))?;
+                    .note(&format!("run {run_id} is {}", state.status()))?;
                 return Ok(Ended::Suspended);
             };
             let repeat = shown.as_ref() == Some(&call.tool_call_id);
@@ -210,20 +211,20 @@ impl<'a> Session<'a> {
             || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
             |path| path.display().to_string(),
         );
-        let agent = state.agent_id.as_str();
+        let agent = state.agent_id().as_str();
         let agent_flag = if agent == crate::agent::DEFAULT_AGENT {
             String::new()
         } else {
             format!(" --agent {}", shell_quote(agent))
         };
-        let steps = state.steps;
+        let steps = state.steps();
         let plural = if steps == 1 { "" } else { "s" };
         self.output.note(&format!(
             "note: run {run_id} stopped at its step limit ({steps} model step{plural}) before \
              the agent finished; to allow more, set `max_steps` under [agents.{agent}] in \
              {file}, then go on in the same thread with `{} run{agent_flag} --thread {} …`",
             self.context.command_prefix(),
-            shell_quote(state.thread_id.as_str()),
+            shell_quote(state.thread_id().as_str()),
         ))?;
         Ok(())
     }
@@ -231,8 +232,9 @@ impl<'a> Session<'a> {
     /// Reports a stream error (as a wire `error` line with `--json`) and makes the error that
     /// ends the command. The hint to continue the run is given only for a run that is stored.
     fn failed(&mut self, run_id: &RunId, error: &AgentError, stored: bool) -> anyhow::Error {
+        let text = error_chain_text(error);
         if self.output.mode() == Mode::Json {
-            let line = wire::error_to_json(run_id, error.code(), &error.to_string());
+            let line = wire::error_to_json(run_id, error.code(), &text);
             if let Err(write_error) = self.output.json_line(&line) {
                 return write_error.into();
             }
@@ -244,10 +246,10 @@ impl<'a> Session<'a> {
         let (status, message) = match error {
             _ if !stored => (
                 FAILURE,
-                format!("{error}; the run was not stored, so there is nothing to continue"),
+                format!("{text}; the run was not stored, so there is nothing to continue"),
             ),
             AgentError::Store(StoreError::Conflict { .. }) => {
-                (FAILURE, format!("{error}; another process is running it"))
+                (FAILURE, format!("{text}; another process is running it"))
             }
             AgentError::Model(ModelError::Cancelled) => {
                 let status = self.interrupt.received().unwrap_or(INTERRUPTED);
@@ -263,10 +265,10 @@ impl<'a> Session<'a> {
                 };
                 (status, format!("cancelled{by}{saved}"))
             }
-            _ if !self.context.is_durable() => (FAILURE, error.to_string()),
+            _ if !self.context.is_durable() => (FAILURE, text),
             _ => (
                 FAILURE,
-                format!("{error}; retry the run's step with {continue_hint}"),
+                format!("{text}; retry the run's step with {continue_hint}"),
             ),
         };
         anyhow::Error::new(RunFailed { status, message })

@@ -28,7 +28,6 @@ pub struct ToolDefinition {
 /// How the model may use tools in one request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "type", content = "name")]
-#[non_exhaustive]
 pub enum ToolChoice {
     /// The model decides (the default).
     #[default]

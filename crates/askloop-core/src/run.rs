@@ -212,7 +212,8 @@ pub struct PendingToolCall {
 }
 
 impl PendingToolCall {
-    pub(crate) fn new(call: &ToolCall, suspension: &Suspension) -> Self {
+    /// The pending call `call`, suspended with `suspension`.
+    pub fn new(call: &ToolCall, suspension: &Suspension) -> Self {
         Self {
             tool_call_id: call.id.clone(),
             tool_name: call.name.clone(),

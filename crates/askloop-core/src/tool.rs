@@ -455,7 +455,10 @@ mod tests {
             tool: "ask_user".into(),
             available: vec![],
         };
-        assert_eq!(error.to_string(), "unknown tool ask_user; the agent has no tools");
+        assert_eq!(
+            error.to_string(),
+            "unknown tool ask_user; the agent has no tools"
+        );
         let error = ToolError::UnknownTool {
             tool: "x".into(),
             available: vec!["a".into(), "b".into()],

@@ -8,26 +8,24 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use askloop_core::{Agent, AskUser, Message, ModelEvent, ModelRequest, ModelSettings, ToolChoice};
+use askloop_core::model::{Message, ModelEvent, ModelRequest, ModelSettings, ToolChoice};
+use askloop_core::{Agent, AskUser};
 use askloop_providers::local::{LocalModel, default_model_path};
 
 fn request(prompt: &str, choice: ToolChoice, max_tokens: u32) -> Result<ModelRequest, String> {
     let agent = Agent::builder("bench")
-        .model(askloop_core::ScriptedModel::from_steps(vec![]))
+        .model(askloop_core::testing::ScriptedModel::from_steps(vec![]))
         .tool(AskUser)
         .build()
         .map_err(|error| error.to_string())?;
-    Ok(ModelRequest {
-        system: None,
-        messages: vec![Message::user(prompt)],
-        tools: agent.tool_definitions().to_vec(),
-        settings: ModelSettings {
-            seed: Some(1),
-            max_tokens: Some(max_tokens),
-            tool_choice: choice,
-            ..ModelSettings::default()
-        },
-    })
+    Ok(ModelRequest::new(vec![Message::user(prompt)])
+        .with_tools(agent.tool_definitions().to_vec())
+        .with_settings(
+            ModelSettings::new()
+                .with_seed(1)
+                .with_max_tokens(max_tokens)
+                .with_tool_choice(choice),
+        ))
 }
 
 /// Time to the first event, time from the first to the last text delta, and text deltas.

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use askloop_core::{LanguageModel, ScriptedModel};
+use askloop_core::model::LanguageModel;
+use askloop_core::testing::ScriptedModel;
 
 use crate::error::ProviderError;
 use crate::model::GenaiModel;
@@ -20,7 +21,8 @@ use crate::spec::ModelSpec;
 /// [`ProviderError::MissingApiKey`] naming the variable to set;
 /// [`ProviderError::InvalidBaseUrl`]; [`ProviderError::HttpClient`];
 /// [`ProviderError::Script`] for an unreadable or invalid script;
-/// [`ProviderError::FeatureDisabled`] for `local` without the `local` feature;
+/// [`ProviderError::FeatureDisabled`] for a provider whose feature (`openai`, `anthropic`,
+/// `ollama`, `local`) this build lacks;
 /// [`ProviderError::Local`] when the local model cannot be loaded.
 ///
 /// # Example
@@ -43,17 +45,28 @@ pub async fn build_model(
     spec: &ModelSpec,
     options: &ProviderOptions,
 ) -> Result<Arc<dyn LanguageModel>, ProviderError> {
+    let hosted = |protocol: Protocol, model: &str, enabled: bool, feature: &'static str| {
+        if !enabled {
+            return Err(ProviderError::FeatureDisabled {
+                spec: spec.to_string(),
+                feature,
+            });
+        }
+        let model: Arc<dyn LanguageModel> = Arc::new(GenaiModel::new(protocol, model, options)?);
+        Ok(model)
+    };
     match spec {
         ModelSpec::OpenAi { model } => {
-            Ok(Arc::new(GenaiModel::new(Protocol::OpenAi, model, options)?))
+            hosted(Protocol::OpenAi, model, cfg!(feature = "openai"), "openai")
         }
-        ModelSpec::Anthropic { model } => Ok(Arc::new(GenaiModel::new(
+        ModelSpec::Anthropic { model } => hosted(
             Protocol::Anthropic,
             model,
-            options,
-        )?)),
+            cfg!(feature = "anthropic"),
+            "anthropic",
+        ),
         ModelSpec::Ollama { model } => {
-            Ok(Arc::new(GenaiModel::new(Protocol::Ollama, model, options)?))
+            hosted(Protocol::Ollama, model, cfg!(feature = "ollama"), "ollama")
         }
         ModelSpec::Scripted(path) => Ok(Arc::new(ScriptedModel::from_file(path)?)),
         ModelSpec::Local(path) => build_local(spec, path.as_deref(), options).await,

@@ -1,7 +1,7 @@
 //! [`ProviderError`] (building a model failed) and [`WireError`] (why a call to a provider failed,
-//! the source of [`askloop_core::ModelError::Request`]).
+//! the source of [`askloop_core::model::ModelError::Request`]).
 
-use askloop_core::ScriptError;
+use askloop_core::testing::ScriptError;
 
 /// Why [`crate::build_model`] could not build a model.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +35,7 @@ pub enum ProviderError {
     FeatureDisabled {
         /// The SPEC.
         spec: String,
-        /// The missing feature (`"local"`).
+        /// The missing feature (`"openai"`, `"anthropic"`, `"ollama"`, `"local"`).
         feature: &'static str,
     },
     /// The embedded local model could not be loaded; the source is a `LocalModelError` (feature
@@ -54,7 +54,7 @@ pub enum ProviderError {
 }
 
 /// What went wrong on the wire in a failed model call. Carried as the `source` of
-/// [`askloop_core::ModelError::Request`], describing the last attempt.
+/// [`askloop_core::model::ModelError::Request`], describing the last attempt.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WireError {

@@ -1,7 +1,7 @@
 //! genai's stream events → askloop's [`ModelEvent`]s: text as it arrives, reasoning blocks with
 //! their signatures, tool calls assembled from their argument pieces, and the finish.
 
-use askloop_core::{FinishReason, ModelEvent, ToolArgs, ToolCall, Usage};
+use askloop_core::model::{FinishReason, ModelEvent, ToolArgs, ToolCall, Usage};
 use genai::chat::{ChatStreamEvent, ContentPart, StopReason, StreamEnd};
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use askloop_core::ModelError;
+use askloop_core::model::ModelError;
 use genai::webc::StreamTimeout;
 use serde_json::Value;
 

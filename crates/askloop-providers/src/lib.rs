@@ -1,12 +1,12 @@
 //! askloop's model providers: OpenAI-compatible servers, Anthropic and Ollama, behind
-//! [`askloop_core::LanguageModel`], and the model SPEC parser every front end shares.
+//! [`askloop_core::model::LanguageModel`], and the model SPEC parser every front end shares.
 //!
 //! This crate sits beside `askloop-store` above `askloop-core`, and depends on core only; the
 //! CLI picks a model with [`ModelSpec`] and [`build_model`], and the `askloop` facade re-exports
 //! this crate. The wire protocols are spoken by [genai](https://docs.rs/genai) 0.7, with the
 //! adapter fixed by the SPEC's provider (never guessed from the model name). genai's types stay
-//! inside this crate: requests are built from askloop's own [`askloop_core::Message`]s at every
-//! call, and responses become [`askloop_core::ModelEvent`]s, so what a run stores is askloop's
+//! inside this crate: requests are built from askloop's own [`askloop_core::model::Message`]s at every
+//! call, and responses become [`askloop_core::model::ModelEvent`]s, so what a run stores is askloop's
 //! versioned format and a run suspended days ago resumes against the same or another process.
 //!
 //! Main types: [`ModelSpec`] (parse `openai:gpt-4o-mini`, `anthropic:…`, `ollama:…`,
@@ -15,9 +15,9 @@
 //!
 //! Every call is retried on rate limits (429), server errors (5xx), timeouts, connection
 //! failures and a stream cut before anything of it was passed on, with exponential backoff and
-//! jitter; after the last attempt it fails with [`askloop_core::ModelError::Request`] whose
+//! jitter; after the last attempt it fails with [`askloop_core::model::ModelError::Request`] whose
 //! source is a [`WireError`]. 401/403 fail at once with
-//! [`askloop_core::ModelError::Authentication`]. Each retry is announced by one `tracing` WARN
+//! [`askloop_core::model::ModelError::Authentication`]. Each retry is announced by one `tracing` WARN
 //! event of target [`RETRY_TARGET`] whose message is a line for a person, e.g.
 //! `model openai:gpt-4o-mini: rate limited (HTTP 429); retrying in 2.1 s (attempt 2 of 4)`.
 //!

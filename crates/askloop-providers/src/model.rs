@@ -6,7 +6,7 @@ use genai::adapter::AdapterKind;
 use genai::resolver::{AuthData, Endpoint};
 use genai::{Client, ModelIden, ServiceTarget, WebConfig};
 
-use askloop_core::{LanguageModel, ModelError, ModelEventStream, ModelRequest};
+use askloop_core::model::{LanguageModel, ModelError, ModelEventStream, ModelRequest};
 
 use crate::error::ProviderError;
 use crate::events::EventAssembler;

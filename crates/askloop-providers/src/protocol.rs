@@ -27,7 +27,7 @@ pub(crate) struct Connection {
 }
 
 impl Protocol {
-    /// The provider name ([`askloop_core::LanguageModel::provider`]).
+    /// The provider name ([`askloop_core::model::LanguageModel::provider`]).
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::OpenAi => "openai",

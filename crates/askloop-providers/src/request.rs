@@ -12,7 +12,7 @@
 //!   none, so a named tool is enforced by offering only that tool, `none` by offering no tools,
 //!   and `required` cannot be enforced (logged).
 
-use askloop_core::{
+use askloop_core::model::{
     AssistantPart, Message, ModelRequest, ModelSettings, ToolArgs, ToolChoice, ToolResult,
 };
 use genai::chat::{
@@ -102,7 +102,7 @@ pub(crate) fn chat_options(
 fn offered_tools<'a>(
     protocol: Protocol,
     request: &'a ModelRequest,
-) -> impl Iterator<Item = &'a askloop_core::ToolDefinition> + 'a {
+) -> impl Iterator<Item = &'a askloop_core::model::ToolDefinition> + 'a {
     let choice = &request.settings.tool_choice;
     if protocol == Protocol::Ollama && *choice == ToolChoice::Required {
         tracing::warn!("ollama has no tool_choice; a required tool call cannot be enforced");
@@ -189,6 +189,8 @@ fn assistant_part(protocol: Protocol, part: &AssistantPart) -> Option<ContentPar
                 thought_signatures: None,
             }))
         }
+        // Kinds of parts added later are not sent until this adapter knows them.
+        _ => None,
     }
 }
 

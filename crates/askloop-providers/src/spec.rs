@@ -14,7 +14,7 @@ use std::str::FromStr;
 /// | `openai:MODEL` | [`ModelSpec::OpenAi`]: any OpenAI-compatible server (see `OPENAI_BASE_URL`) |
 /// | `anthropic:MODEL` | [`ModelSpec::Anthropic`] |
 /// | `ollama:MODEL` | [`ModelSpec::Ollama`]: Ollama's native `/api/chat` |
-/// | `scripted:PATH` | [`ModelSpec::Scripted`]: an [`askloop_core::ScriptedModel`] script file |
+/// | `scripted:PATH` | [`ModelSpec::Scripted`]: an [`askloop_core::testing::ScriptedModel`] script file |
 /// | `local` or `local:PATH` | [`ModelSpec::Local`]: the embedded model (feature `local`) |
 ///
 /// [`fmt::Display`] writes the SPEC back in this form, so it can be recorded with a run and

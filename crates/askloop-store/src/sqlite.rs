@@ -394,4 +394,8 @@ impl RunStore for SqliteStore {
         }
         Ok(messages)
     }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
 }

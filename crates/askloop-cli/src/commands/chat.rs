@@ -23,60 +23,63 @@ use crate::session::{Ended, Origin, Session, is_terminal};
 /// on.
 pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Create).await?;
-    let agent = context
-        .agent_for_new_run(&args.agent, args.model.model.as_deref())
-        .await?;
-    let thread_id = args.thread.map_or_else(ThreadId::generate, ThreadId::new);
-    let resource_id = args.resource.map(ResourceId::new);
-    let terminal = is_terminal();
-    let mut session = Session::new(&context, agent.clone(), Mode::Human);
-    session.answerer = if terminal {
-        Answerer::Terminal
-    } else {
-        Answerer::Lines
-    };
-    session.output.note(&format!(
-        "chatting with {} in thread {thread_id} (Ctrl-D or /exit ends)",
-        agent.name()
-    ))?;
-    loop {
-        let Some(input) = read_message(terminal)? else {
-            break;
+    let result: anyhow::Result<ExitCode> = async {
+        let agent = context
+            .agent_for_new_run(&args.agent, args.model.model.as_deref())
+            .await?;
+        let thread_id = args.thread.map_or_else(ThreadId::generate, ThreadId::new);
+        let resource_id = args.resource.map(ResourceId::new);
+        let terminal = is_terminal();
+        let mut session = Session::new(&context, agent.clone(), Mode::Human);
+        session.answerer = if terminal {
+            Answerer::Terminal
+        } else {
+            Answerer::Lines
         };
-        let input = input.trim();
-        if is_blank(input) {
-            continue;
-        }
-        if input == "/exit" || input == "/quit" {
-            break;
-        }
-        let options = RunOptions {
-            thread_id: Some(thread_id.clone()),
-            resource_id: resource_id.clone(),
-        };
-        match session
-            .follow(agent.stream_with(input, options), Origin::New)
-            .await
-        {
-            Ok(Ended::Finished) => {}
-            Ok(Ended::Suspended) => return Ok(ExitCode::SUCCESS),
-            // A failed run, or one cancelled by Ctrl-C, is reported and the chat goes on;
-            // SIGTERM and SIGHUP end it.
-            Err(error)
-                if error
-                    .downcast_ref::<RunFailed>()
-                    .is_some_and(|failed| matches!(failed.status, FAILURE | INTERRUPTED)) =>
-            {
-                session.output.note(&format!("error: {error}"))?;
+        session.output.note(&format!(
+            "chatting with {} in thread {thread_id} (Ctrl-D or /exit ends)",
+            agent.name()
+        ))?;
+        loop {
+            let Some(input) = read_message(terminal)? else {
+                break;
+            };
+            let input = input.trim();
+            if is_blank(input) {
+                continue;
             }
-            Err(error) => return Err(error),
+            if input == "/exit" || input == "/quit" {
+                break;
+            }
+            let mut options = RunOptions::new().thread(thread_id.clone());
+            options.resource_id = resource_id.clone();
+            match session
+                .follow(agent.stream_with(input, options), Origin::New)
+                .await
+            {
+                Ok(Ended::Finished) => {}
+                Ok(Ended::Suspended) => return Ok(ExitCode::SUCCESS),
+                // A failed run, or one cancelled by Ctrl-C, is reported and the chat goes on;
+                // SIGTERM and SIGHUP end it.
+                Err(error)
+                    if error
+                        .downcast_ref::<RunFailed>()
+                        .is_some_and(|failed| matches!(failed.status, FAILURE | INTERRUPTED)) =>
+                {
+                    session.output.note(&format!("error: {error}"))?;
+                }
+                Err(error) => return Err(error),
+            }
         }
+        session.output.note(&format!(
+            "continue this conversation with `{} chat --thread {thread_id}`",
+            context.command_prefix()
+        ))?;
+        Ok(ExitCode::SUCCESS)
     }
-    session.output.note(&format!(
-        "continue this conversation with `{} chat --thread {thread_id}`",
-        context.command_prefix()
-    ))?;
-    Ok(ExitCode::SUCCESS)
+    .await;
+    context.close().await;
+    result
 }
 
 /// The person's next message; `None` when they end the chat.

@@ -35,45 +35,50 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
     };
     // Not read-only: the lookup is followed by the claim, a write, on the same store.
     let context = Context::open(global, Access::Update).await?;
-    let run_id = RunId::new(args.run_id);
-    let state = context.load_run(&run_id).await?;
-    if state.status == RunStatus::Failed {
-        // Said before the model is built, so a missing key does not hide the real problem.
-        return Err(invalid(format!(
-            "run {run_id} is failed, not suspended; retry its step with `{} runs continue {run_id}`",
-            context.command_prefix()
-        )));
-    }
-    let agent = context
-        .agent_for_run(&state, args.model.model.as_deref())
-        .await?;
-    let mode = if args.json { Mode::Json } else { Mode::Human };
-    let mut session = Session::new(&context, agent.clone(), mode);
-    let Some(answer) = answer else {
-        if args.tool_call_id.is_some() || !matches!(session.answerer, Answerer::Terminal) {
-            return Err(invalid(
-                "no answer given: pass --answer TEXT or --answer-json JSON (on a terminal \
-                 without --json and --tool-call-id, askloop asks the pending questions instead)",
-            ));
+    let result: anyhow::Result<ExitCode> = async {
+        let run_id = RunId::new(args.run_id);
+        let state = context.load_run(&run_id).await?;
+        if state.status() == RunStatus::Failed {
+            // Said before the model is built, so a missing key does not hide the real problem.
+            return Err(invalid(format!(
+                "run {run_id} is failed, not suspended; retry its step with `{} runs continue {run_id}`",
+                context.command_prefix()
+            )));
         }
-        if state.status != RunStatus::Suspended {
-            return Err(ResumeError::NotSuspended {
-                run_id,
-                status: state.status,
+        let agent = context
+            .agent_for_run(&state, args.model.model.as_deref())
+            .await?;
+        let mode = if args.json { Mode::Json } else { Mode::Human };
+        let mut session = Session::new(&context, agent.clone(), mode);
+        let Some(answer) = answer else {
+            if args.tool_call_id.is_some() || !matches!(session.answerer, Answerer::Terminal) {
+                return Err(invalid(
+                    "no answer given: pass --answer TEXT or --answer-json JSON (on a terminal \
+                     without --json and --tool-call-id, askloop asks the pending questions instead)",
+                ));
             }
-            .into());
-        }
-        session.answer_pending(&run_id).await?;
-        return Ok(ExitCode::SUCCESS);
-    };
-    let tool_call_id = args.tool_call_id.map(ToolCallId::new);
-    session.announce_answered = tool_call_id.is_none();
-    let stream = agent
-        .resume_stream(answer, &run_id, tool_call_id.as_ref())
-        .await
-        .map_err(|error| refusal(&context, error))?;
-    session.follow(stream, Origin::Stored).await?;
-    Ok(ExitCode::SUCCESS)
+            if state.status() != RunStatus::Suspended {
+                return Err(ResumeError::NotSuspended {
+                    run_id,
+                    status: state.status(),
+                }
+                .into());
+            }
+            session.answer_pending(&run_id).await?;
+            return Ok(ExitCode::SUCCESS);
+        };
+        let tool_call_id = args.tool_call_id.map(ToolCallId::new);
+        session.announce_answered = tool_call_id.is_none();
+        let stream = agent
+            .resume_stream(answer, &run_id, tool_call_id.as_ref())
+            .await
+            .map_err(|error| refusal(&context, error))?;
+        session.follow(stream, Origin::Stored).await?;
+        Ok(ExitCode::SUCCESS)
+    }
+    .await;
+    context.close().await;
+    result
 }
 
 /// A refused resume, with a hint where a flag fixes it.

@@ -24,16 +24,20 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
         ));
     }
     let context = Context::open(global, Access::Create).await?;
-    let agent = context
-        .agent_for_new_run(&args.agent, args.model.model.as_deref())
-        .await?;
-    let options = RunOptions {
-        thread_id: args.thread.map(ThreadId::new),
-        resource_id: args.resource.map(ResourceId::new),
-    };
-    let stream = agent.stream_with(prompt, options);
-    let mode = if args.json { Mode::Json } else { Mode::Human };
-    let mut session = Session::new(&context, agent, mode);
-    session.follow(stream, Origin::New).await?;
-    Ok(ExitCode::SUCCESS)
+    let result: anyhow::Result<ExitCode> = async {
+        let agent = context
+            .agent_for_new_run(&args.agent, args.model.model.as_deref())
+            .await?;
+        let mut options = RunOptions::new();
+        options.thread_id = args.thread.map(ThreadId::new);
+        options.resource_id = args.resource.map(ResourceId::new);
+        let stream = agent.stream_with(prompt, options);
+        let mode = if args.json { Mode::Json } else { Mode::Human };
+        let mut session = Session::new(&context, agent, mode);
+        session.follow(stream, Origin::New).await?;
+        Ok(ExitCode::SUCCESS)
+    }
+    .await;
+    context.close().await;
+    result
 }

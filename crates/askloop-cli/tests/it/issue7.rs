@@ -470,7 +470,7 @@ async fn issue7_fault10_log_warnings_are_one_human_line_each() {
 
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(400).set_body_string("{\"error\":\n\"bad\"}"))
+        .respond_with(ResponseTemplate::new(429).set_body_string("{\"error\":\n\"busy\"}"))
         .mount(&server)
         .await;
     let dir = TestDir::new();
@@ -485,9 +485,8 @@ async fn issue7_fault10_log_warnings_are_one_human_line_each() {
         .code(1);
     let lines = out.stderr_lines();
     assert!(
-        lines
-            .iter()
-            .any(|line| line.starts_with("warning: model call failed")),
+        lines.iter().any(|line| line
+            .starts_with("warning: model openai:m: rate limited (HTTP 429); retrying in ")),
         "{}",
         out.stderr
     );

@@ -124,8 +124,13 @@ fn the_model_comes_from_askloop_model_when_no_flag_is_given() {
     let out = crate::support::outcome(command).success();
     assert_eq!(out.stdout, "Hello there.\n");
     let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    let run_id = runs[0]["runId"].as_str().unwrap().to_owned();
+    let shown = dir
+        .run(&["runs", "show", "--json", &run_id])
+        .success()
+        .json();
     let expected = format!("scripted:{}", dir.path().join("text.json").display());
-    assert_eq!(runs[0]["model"], expected.as_str());
+    assert_eq!(shown["model"], expected.as_str());
 }
 
 #[test]

@@ -169,6 +169,12 @@ pub trait RunStore: Send + Sync {
     /// # Errors
     /// [`StoreError::Corrupt`] for a bad row; [`StoreError::Backend`].
     async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError>;
+
+    /// Releases the store's connections, waiting for those in use; calls after it may fail.
+    /// Call it before the process exits, so that a file store is left tidy (SQLite folds its
+    /// write-ahead log back into the database and removes its `-wal` and `-shm` files). The
+    /// default does nothing.
+    async fn close(&self) {}
 }
 
 #[async_trait]
@@ -187,5 +193,8 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
     }
     async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
         (**self).thread_messages(thread_id).await
+    }
+    async fn close(&self) {
+        (**self).close().await;
     }
 }

@@ -99,7 +99,7 @@ impl PipProblem {
 ///
 /// Loading errors reach the caller of `build_model` inside
 /// `ProviderError::Local`; errors while generating are the `source` of
-/// [`askloop_core::ModelError::Request`].
+/// [`askloop_core::model::ModelError::Request`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LocalModelError {

@@ -9,7 +9,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use askloop_core::{
+use askloop_core::model::{
     FinishReason, ModelEvent, ModelRequest, ToolArgs, ToolCall, ToolDefinition, Usage,
 };
 use llguidance::api::TopLevelGrammar;

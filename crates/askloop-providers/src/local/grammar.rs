@@ -17,7 +17,7 @@
 //! ([`MAX_ARRAY_ITEMS`]), every object `additionalProperties: false`; JSON whitespace is fixed
 //! to `", "` and `": "`.
 
-use askloop_core::{ToolChoice, ToolDefinition};
+use askloop_core::model::{ToolChoice, ToolDefinition};
 use serde_json::{Map, Value, json};
 
 use crate::local::error::LocalModelError;

@@ -18,7 +18,7 @@
 //!   ([`LocalModelError::ToolCallCutOff`]), never half a call.
 //! - **Sampling**: temperature, top-p and a seed from the request's settings (a fixed seed gives
 //!   the same output), a mild repetition penalty; text streams as
-//!   [`askloop_core::ModelEvent::TextDelta`]s; generation stops at `<|im_end|>` or `max_tokens`.
+//!   [`askloop_core::model::ModelEvent::TextDelta`]s; generation stops at `<|im_end|>` or `max_tokens`.
 //! - **Speed**: the prompt runs in batches through dense f32 copies of the weights (made once at
 //!   load), each new token through Q8_0 weights (requantized from Q4_1, which candle has no SIMD
 //!   kernel for). Complete 64-token blocks of the previous prompt's KV cache are reused, which
@@ -56,7 +56,7 @@ mod tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop_core::LanguageModel;
+use askloop_core::model::LanguageModel;
 
 pub use catalogue::{
     CATALOGUE, CatalogueModel, DEFAULT_MODEL, ExpectedFile, ModelPart, SMOLLM2_135M,

@@ -5,7 +5,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use askloop_core::{LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest};
+use askloop_core::model::{LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest};
 use async_trait::async_trait;
 use candle_core::quantized::gguf_file;
 use llguidance::ParserFactory;

@@ -22,7 +22,7 @@
 use std::fmt::Write as _;
 use std::io;
 
-use askloop_core::{AssistantPart, Message, ModelRequest, ToolArgs, ToolDefinition};
+use askloop_core::model::{AssistantPart, Message, ModelRequest, ToolArgs, ToolDefinition};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -289,7 +289,6 @@ pub(crate) fn render(request: &ModelRequest, tools_section: Option<&str>) -> Str
                             prompt.push_str(text);
                             first = false;
                         }
-                        AssistantPart::Reasoning { .. } => {}
                         AssistantPart::ToolCall(call) => {
                             if !first {
                                 prompt.push('\n');
@@ -299,6 +298,9 @@ pub(crate) fn render(request: &ModelRequest, tools_section: Option<&str>) -> Str
                             prompt.push_str(TOOL_CALL_CLOSE);
                             first = false;
                         }
+                        // Reasoning, and kinds of parts added later, are not in this model's
+                        // prompt.
+                        _ => {}
                     }
                 }
                 prompt.push_str("<|im_end|>\n");
@@ -320,7 +322,7 @@ pub(crate) fn render(request: &ModelRequest, tools_section: Option<&str>) -> Str
 
 #[cfg(test)]
 mod tests {
-    use askloop_core::{ModelSettings, ToolCall, ToolResult};
+    use askloop_core::model::{ModelSettings, ToolCall, ToolResult};
     use serde_json::json;
 
     use super::*;
@@ -334,25 +336,22 @@ mod tests {
                 json!({"question": "Where to?", "options": [{"label": "Lisbon"}]}),
             ),
         };
-        let request = ModelRequest {
-            system: None,
-            messages: vec![
-                Message::user("Help me plan a trip"),
-                Message::Assistant {
-                    parts: vec![AssistantPart::ToolCall(call.clone())],
-                },
-                Message::Tool {
-                    results: vec![ToolResult {
-                        tool_call_id: "c1".into(),
-                        tool_name: "ask_user".into(),
-                        result: json!("User answered: Lisbon"),
-                        is_error: false,
-                    }],
-                },
-            ],
-            tools: vec![],
-            settings: ModelSettings::default(),
-        };
+        let request = ModelRequest::new(vec![
+            Message::user("Help me plan a trip"),
+            Message::Assistant {
+                parts: vec![AssistantPart::ToolCall(call.clone())],
+            },
+            Message::Tool {
+                results: vec![ToolResult {
+                    tool_call_id: "c1".into(),
+                    tool_name: "ask_user".into(),
+                    result: json!("User answered: Lisbon"),
+                    is_error: false,
+                }],
+            },
+        ])
+        .with_tools(vec![])
+        .with_settings(ModelSettings::default());
         assert_eq!(
             render(&request, None),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\

@@ -1,6 +1,6 @@
 //! Anthropic Messages: the conformance scenarios, and thinking blocks with their signatures.
 
-use askloop_core::{ModelEvent, ModelSettings};
+use askloop_core::model::{ModelEvent, ModelSettings};
 
 use crate::support::{ANTHROPIC, calls_of, collect, request};
 

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use askloop_core::ModelSettings;
+use askloop_core::model::ModelSettings;
 use askloop_providers::{ModelSpec, ProviderError, ProviderOptions, build_model};
 
 use crate::support::{collect, request, text_of};

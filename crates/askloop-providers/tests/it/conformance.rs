@@ -4,13 +4,15 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use askloop_core::{FinishReason, ModelError, ModelEvent, ModelSettings, ToolArgs, ToolChoice};
+use askloop_core::model::{
+    FinishReason, ModelError, ModelEvent, ModelSettings, ToolArgs, ToolChoice,
+};
 use askloop_providers::WireError;
 use serde_json::{Value, json};
 
 use crate::support::{Wire, ask_user_definition, bodies, calls_of, collect, request, text_of};
 
-fn finish_of(events: &[ModelEvent]) -> (FinishReason, askloop_core::Usage) {
+fn finish_of(events: &[ModelEvent]) -> (FinishReason, askloop_core::model::Usage) {
     match events.last() {
         Some(ModelEvent::Finish { reason, usage }) => (*reason, *usage),
         other => panic!("the last event is not a finish: {other:?}"),
@@ -179,11 +181,11 @@ pub(crate) async fn sends_tools_and_tool_choice(wire: &Wire) {
     let model = wire.model(&server).await;
     let definition = ask_user_definition();
     assert_eq!(definition.input_schema["required"], json!(["question"]));
-    let settings = |tool_choice| ModelSettings {
-        temperature: Some(0.2),
-        max_tokens: Some(512),
-        tool_choice,
-        ..ModelSettings::default()
+    let settings = |tool_choice| {
+        ModelSettings::new()
+            .with_temperature(0.2)
+            .with_max_tokens(512)
+            .with_tool_choice(tool_choice)
     };
     for choice in [
         ToolChoice::Auto,

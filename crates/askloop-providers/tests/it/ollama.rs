@@ -1,6 +1,6 @@
 //! Ollama's native `/api/chat` (newline-delimited JSON): the scenarios its API has.
 
-use askloop_core::{ModelSettings, ToolChoice};
+use askloop_core::model::{ModelSettings, ToolChoice};
 use serde_json::json;
 
 use crate::support::{OLLAMA, bodies, collect, request};
@@ -28,10 +28,7 @@ async fn tool_choice_none_offers_no_tools() {
     let wire = &OLLAMA;
     let server = wire.server(vec![wire.ok(wire.fixtures.text)]).await;
     let model = wire.model(&server).await;
-    let settings = ModelSettings {
-        tool_choice: ToolChoice::None,
-        ..ModelSettings::default()
-    };
+    let settings = ModelSettings::new().with_tool_choice(ToolChoice::None);
     let (_, error) = collect(model.as_ref(), request(settings)).await;
     assert!(error.is_none(), "{error:?}");
     let body = &bodies(&server).await[0];

@@ -8,7 +8,7 @@ crate::conformance::conformance!(OPENAI);
 /// its ending, and no reasoning parameter is added.
 #[tokio::test]
 async fn model_name_is_sent_as_given() {
-    use askloop_core::ModelSettings;
+    use askloop_core::model::ModelSettings;
     use askloop_providers::{ModelSpec, build_model};
 
     use crate::support::{bodies, collect, request};

@@ -9,10 +9,11 @@ use askloop_providers::build_model;
 use serde_json::{Value, json};
 use wiremock::MockServer;
 
-use crate::support::{ANTHROPIC, JsonStore, OLLAMA, OPENAI, Wire, bodies};
+use crate::support::{ANTHROPIC, OLLAMA, OPENAI, Wire, bodies};
+use askloop_core::store::MemoryStore;
 
 /// A fresh agent with a fresh model over `store`: what another process would build.
-async fn agent(wire: &Wire, server: &MockServer, store: &Arc<JsonStore>) -> Agent {
+async fn agent(wire: &Wire, server: &MockServer, store: &Arc<MemoryStore>) -> Agent {
     let model = build_model(&wire.spec(), &wire.options(server))
         .await
         .unwrap();
@@ -47,7 +48,7 @@ async fn ask_answer_ask_twice(wire: &Wire, first: &'static str) -> (Vec<Value>, 
             wire.ok(wire.fixtures.final_text),
         ])
         .await;
-    let store = Arc::new(JsonStore::default());
+    let store = Arc::new(MemoryStore::new());
 
     let started = agent(wire, &server, &store)
         .await
@@ -227,7 +228,7 @@ async fn failed_call_after_resume_keeps_the_answer(wire: &Wire) {
             wire.ok(wire.fixtures.final_text),
         ])
         .await;
-    let store = Arc::new(JsonStore::default());
+    let store = Arc::new(MemoryStore::new());
     let started = agent(wire, &server, &store)
         .await
         .generate("Plan my trip")
@@ -288,7 +289,7 @@ async fn anthropic_redacted_thinking_survives_a_resume() {
             wire.ok(wire.fixtures.final_text),
         ])
         .await;
-    let store = Arc::new(JsonStore::default());
+    let store = Arc::new(MemoryStore::new());
     let started = agent(wire, &server, &store)
         .await
         .generate("Plan my trip")

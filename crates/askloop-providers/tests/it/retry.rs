@@ -4,7 +4,7 @@
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
-use askloop_core::ModelSettings;
+use askloop_core::model::ModelSettings;
 use askloop_providers::RETRY_TARGET;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;

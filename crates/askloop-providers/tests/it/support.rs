@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use askloop_core::{
-    Agent, AskUser, LanguageModel, MemoryStore, ModelError, ModelEvent, ModelRequest,
-    ModelSettings, RunFilter, RunState, RunStore, ScriptedModel, StoreError, StoredRun,
-    ToolDefinition, Usage,
+use askloop_core::model::{
+    LanguageModel, ModelError, ModelEvent, ModelRequest, ModelSettings, ToolDefinition, Usage,
 };
+use askloop_core::testing::ScriptedModel;
+use askloop_core::{Agent, AskUser};
 use askloop_providers::{ModelSpec, ProviderOptions, RetryPolicy, build_model};
-use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -291,12 +290,10 @@ pub(crate) fn ask_user_definition() -> ToolDefinition {
 
 /// A first-step request: instructions, one user message, the `ask_user` tool.
 pub(crate) fn request(settings: ModelSettings) -> ModelRequest {
-    ModelRequest {
-        system: Some("You plan trips.".into()),
-        messages: vec![askloop_core::Message::user("Plan my trip")],
-        tools: vec![ask_user_definition()],
-        settings,
-    }
+    ModelRequest::new(vec![askloop_core::model::Message::user("Plan my trip")])
+        .with_system("You plan trips.")
+        .with_tools(vec![ask_user_definition()])
+        .with_settings(settings)
 }
 
 /// Streams one model call to its end: the events, and the error that ended it, if any.
@@ -330,7 +327,7 @@ pub(crate) fn text_of(events: &[ModelEvent]) -> String {
 }
 
 /// The complete tool calls.
-pub(crate) fn calls_of(events: &[ModelEvent]) -> Vec<askloop_core::ToolCall> {
+pub(crate) fn calls_of(events: &[ModelEvent]) -> Vec<askloop_core::model::ToolCall> {
     events
         .iter()
         .filter_map(|event| match event {
@@ -398,49 +395,5 @@ async fn read_request(socket: &mut tokio::net::TcpStream) {
                 return;
             }
         }
-    }
-}
-
-/// A [`RunStore`] that passes every run through its stored JSON form, as a database would: what
-/// a resume sees is only what survived serialization.
-#[derive(Default)]
-pub(crate) struct JsonStore {
-    inner: MemoryStore,
-}
-
-fn round_trip(state: &RunState) -> RunState {
-    let text = serde_json::to_string(state).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-#[async_trait]
-impl RunStore for JsonStore {
-    async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
-        self.inner.insert_run(&round_trip(state)).await
-    }
-
-    async fn update_run(&self, state: &RunState, expected_version: u64) -> Result<u64, StoreError> {
-        self.inner
-            .update_run(&round_trip(state), expected_version)
-            .await
-    }
-
-    async fn load_run(&self, run_id: &askloop_core::RunId) -> Result<StoredRun, StoreError> {
-        let stored = self.inner.load_run(run_id).await?;
-        Ok(StoredRun {
-            state: round_trip(&stored.state),
-            version: stored.version,
-        })
-    }
-
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunState>, StoreError> {
-        self.inner.list_runs(filter).await
-    }
-
-    async fn thread_messages(
-        &self,
-        thread_id: &askloop_core::ThreadId,
-    ) -> Result<Vec<askloop_core::Message>, StoreError> {
-        self.inner.thread_messages(thread_id).await
     }
 }

@@ -32,6 +32,9 @@ impl RunStore for TempSqlite {
     async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
         self.store.thread_messages(thread_id).await
     }
+    async fn close(&self) {
+        self.store.close().await;
+    }
 }
 
 async fn fresh_store() -> Arc<dyn RunStore> {

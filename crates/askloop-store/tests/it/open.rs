@@ -4,7 +4,9 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use askloop_core::{Agent, AskUser, RunFilter, RunStore, ScriptedModel, StoreError};
+use askloop_core::store::RunFilter;
+use askloop_core::testing::ScriptedModel;
+use askloop_core::{Agent, AskUser, RunStore, StoreError};
 use askloop_store::{OpenError, OpenOptions, SqliteStore, StoreUrl, open_store};
 
 const SCRIPT: &str = r#"{"steps":[{"text":"Hello."}]}"#;
@@ -57,12 +59,21 @@ async fn issue7_fault6_a_read_only_store_reads_and_refuses_writes() {
         .await
         .unwrap();
     let runs = reader.list_runs(&RunFilter::default()).await.unwrap();
-    assert_eq!(runs.len(), 1);
-    let mut copy = runs[0].clone();
-    copy.run_id = askloop_core::RunId::new("another");
-    let error = reader.insert_run(&copy).await.unwrap_err();
-    assert!(matches!(error, StoreError::Backend { .. }), "{error:?}");
-    assert!(format!("{error:?}").contains("readonly"), "{error:?}");
+    assert_eq!(runs.runs.len(), 1);
+    let stored = reader.load_run(runs.runs[0].run_id()).await.unwrap();
+    let error = reader
+        .update_run(&stored.state, stored.version)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::ReadOnly), "{error:?}");
+    let error = reader.insert_run(&stored.state).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StoreError::ReadOnly | StoreError::AlreadyExists { .. }
+        ),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]

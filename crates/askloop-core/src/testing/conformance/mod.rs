@@ -153,4 +153,7 @@ impl RunStore for YieldingStore {
         tokio::task::yield_now().await;
         result
     }
+    async fn close(&self) {
+        self.inner.close().await;
+    }
 }

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use askloop_core::{
-    Agent, AskUser, AskUserArgs, AskUserQuestion, Chunk, MemoryStore, ModelSettings, RunStore,
-    SchemaValidator, SelectionMode, ToolChoice,
-};
+use askloop_core::model::{ModelSettings, ToolChoice};
+use askloop_core::schema::SchemaValidator;
+use askloop_core::store::MemoryStore;
+use askloop_core::{Agent, AskUser, AskUserArgs, AskUserQuestion, Chunk, RunStore, SelectionMode};
 use askloop_providers::{ModelSpec, ProviderOptions, build_model};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -21,11 +21,11 @@ async fn agent(store: Arc<dyn RunStore>) -> Agent {
         .shared_model(model)
         .model_spec("local")
         .tool(AskUser)
-        .settings(ModelSettings {
-            seed: Some(4),
-            first_step_tool_choice: Some(ToolChoice::Tool("ask_user".into())),
-            ..ModelSettings::default()
-        })
+        .settings(
+            ModelSettings::new()
+                .with_seed(4)
+                .with_first_step_tool_choice(ToolChoice::Tool("ask_user".into())),
+        )
         .shared_store(store)
         .build()
         .unwrap()

@@ -1,10 +1,11 @@
 //! Constrained decoding and sampling on the real model: every tool call is valid, tool choice is
 //! obeyed, budgets end cleanly, and a seed repeats.
 
-use askloop_core::{
+use askloop_core::model::{
     FinishReason, LanguageModel, Message, ModelError, ModelEvent, ModelRequest, ModelSettings,
-    SchemaValidator, ToolCall, ToolChoice, ToolDefinition,
+    ToolCall, ToolChoice, ToolDefinition,
 };
+use askloop_core::schema::SchemaValidator;
 use askloop_providers::local::LocalModelError;
 use serde_json::json;
 
@@ -53,12 +54,9 @@ fn book_table_definition() -> ToolDefinition {
 }
 
 fn request(prompt: &str, tools: Vec<ToolDefinition>, settings: ModelSettings) -> ModelRequest {
-    ModelRequest {
-        system: None,
-        messages: vec![Message::user(prompt)],
-        tools,
-        settings,
-    }
+    ModelRequest::new(vec![Message::user(prompt)])
+        .with_tools(tools)
+        .with_settings(settings)
 }
 
 fn calls(events: &[ModelEvent]) -> Vec<ToolCall> {
@@ -106,11 +104,9 @@ async fn issue_4_twenty_seeded_prompts_give_schema_valid_tool_calls() {
         })
         .collect();
     for (seed, prompt) in PROMPTS.iter().enumerate() {
-        let settings = ModelSettings {
-            seed: Some(seed as u64),
-            tool_choice: ToolChoice::Required,
-            ..ModelSettings::default()
-        };
+        let settings = ModelSettings::new()
+            .with_seed(seed as u64)
+            .with_tool_choice(ToolChoice::Required);
         let events = collect(&model, request(prompt, tools.clone(), settings))
             .await
             .unwrap_or_else(|error| panic!("prompt {seed} {prompt:?}: {error}"));
@@ -120,7 +116,7 @@ async fn issue_4_twenty_seeded_prompts_give_schema_valid_tool_calls() {
         let Some((_, validator)) = validators.iter().find(|(name, _)| *name == call.name) else {
             panic!("prompt {seed}: unknown tool {:?}", call.name);
         };
-        let askloop_core::ToolArgs::Json(args) = &call.args else {
+        let askloop_core::model::ToolArgs::Json(args) = &call.args else {
             panic!("prompt {seed}: arguments are not JSON: {:?}", call.args);
         };
         let problems = validator.problems(args);
@@ -141,11 +137,9 @@ async fn issue_4_twenty_seeded_prompts_give_schema_valid_tool_calls() {
 async fn a_named_tool_choice_calls_that_tool() {
     let _serial = one_at_a_time().await;
     let model = model();
-    let settings = ModelSettings {
-        seed: Some(7),
-        tool_choice: ToolChoice::Tool("book_table".into()),
-        ..ModelSettings::default()
-    };
+    let settings = ModelSettings::new()
+        .with_seed(7)
+        .with_tool_choice(ToolChoice::Tool("book_table".into()));
     let tools = vec![ask_user_definition(), book_table_definition()];
     let events = collect(&model, request("Help me plan a trip", tools, settings))
         .await
@@ -159,11 +153,7 @@ async fn a_named_tool_choice_calls_that_tool() {
 async fn left_to_choose_the_model_answers_in_text() {
     let _serial = one_at_a_time().await;
     let model = model();
-    let settings = ModelSettings {
-        seed: Some(1),
-        max_tokens: Some(48),
-        ..ModelSettings::default()
-    };
+    let settings = ModelSettings::new().with_seed(1).with_max_tokens(48);
     let events = collect(
         &model,
         request("Help me plan a trip", vec![ask_user_definition()], settings),
@@ -178,13 +168,11 @@ async fn left_to_choose_the_model_answers_in_text() {
 async fn a_seed_gives_the_same_streamed_text() {
     let _serial = one_at_a_time().await;
     let model = model();
-    let settings = ModelSettings {
-        seed: Some(42),
-        temperature: Some(0.8),
-        max_tokens: Some(40),
-        tool_choice: ToolChoice::None,
-        ..ModelSettings::default()
-    };
+    let settings = ModelSettings::new()
+        .with_seed(42)
+        .with_temperature(0.8)
+        .with_max_tokens(40)
+        .with_tool_choice(ToolChoice::None);
     let ask = || {
         request(
             "Tell me about Lisbon",
@@ -200,10 +188,7 @@ async fn a_seed_gives_the_same_streamed_text() {
         .filter(|event| matches!(event, ModelEvent::TextDelta(_)))
         .count();
     assert!(deltas > 5, "the text came in {deltas} pieces");
-    let other = ModelSettings {
-        seed: Some(43),
-        ..settings.clone()
-    };
+    let other = ModelSettings::new().with_seed(43);
     let different = collect(
         &model,
         request("Tell me about Lisbon", vec![ask_user_definition()], other),
@@ -217,11 +202,7 @@ async fn a_seed_gives_the_same_streamed_text() {
 async fn text_stops_at_max_tokens_with_length() {
     let _serial = one_at_a_time().await;
     let model = model();
-    let settings = ModelSettings {
-        seed: Some(3),
-        max_tokens: Some(5),
-        ..ModelSettings::default()
-    };
+    let settings = ModelSettings::new().with_seed(3).with_max_tokens(5);
     let events = collect(
         &model,
         request("Write a long poem about the sea", vec![], settings),
@@ -235,12 +216,10 @@ async fn text_stops_at_max_tokens_with_length() {
 async fn a_budget_that_ends_inside_a_tool_call_is_an_error() {
     let _serial = one_at_a_time().await;
     let model = model();
-    let settings = ModelSettings {
-        seed: Some(3),
-        max_tokens: Some(12),
-        tool_choice: ToolChoice::Tool("ask_user".into()),
-        ..ModelSettings::default()
-    };
+    let settings = ModelSettings::new()
+        .with_seed(3)
+        .with_max_tokens(12)
+        .with_tool_choice(ToolChoice::Tool("ask_user".into()));
     let error = collect(
         &model,
         request("Help me plan a trip", vec![ask_user_definition()], settings),
@@ -259,10 +238,7 @@ async fn a_budget_that_ends_inside_a_tool_call_is_an_error() {
 #[tokio::test]
 async fn a_tool_choice_the_tools_cannot_satisfy_is_an_error() {
     let model = model();
-    let named = ModelSettings {
-        tool_choice: ToolChoice::Tool("missing".into()),
-        ..ModelSettings::default()
-    };
+    let named = ModelSettings::new().with_tool_choice(ToolChoice::Tool("missing".into()));
     let Err(error) = model
         .stream(request("Hi", vec![ask_user_definition()], named))
         .await
@@ -273,10 +249,7 @@ async fn a_tool_choice_the_tools_cannot_satisfy_is_an_error() {
         matches!(local_error(&error), LocalModelError::UnknownTool { tool } if tool == "missing"),
         "{error}"
     );
-    let required = ModelSettings {
-        tool_choice: ToolChoice::Required,
-        ..ModelSettings::default()
-    };
+    let required = ModelSettings::new().with_tool_choice(ToolChoice::Required);
     let Err(error) = model.stream(request("Hi", vec![], required)).await else {
         panic!("required without tools was accepted");
     };

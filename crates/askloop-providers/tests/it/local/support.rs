@@ -4,9 +4,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use askloop_core::{
-    Agent, AskUser, LanguageModel, ModelError, ModelEvent, ModelRequest, ToolDefinition,
-};
+use askloop_core::model::{LanguageModel, ModelError, ModelEvent, ModelRequest, ToolDefinition};
+use askloop_core::{Agent, AskUser};
 use askloop_providers::local::{LocalModel, pull_default_model};
 use futures::StreamExt;
 use tokio::sync::{Mutex, MutexGuard};
@@ -58,7 +57,7 @@ pub(crate) async fn one_at_a_time() -> MutexGuard<'static, ()> {
 /// The definitions of `ask_user` as an agent registers it.
 pub(crate) fn ask_user_definition() -> ToolDefinition {
     let agent = Agent::builder("tools")
-        .model(askloop_core::ScriptedModel::from_steps(vec![]))
+        .model(askloop_core::testing::ScriptedModel::from_steps(vec![]))
         .tool(AskUser)
         .build()
         .unwrap();
