@@ -15,7 +15,7 @@
 //! conversation messages), [`store`] (the `RunStore` trait, listing, the stores), [`wire`] (the
 //! JSON form of chunks), [`testing`] (a scripted model), [`providers`] (real models from a SPEC
 //! string, behind features), [`schema`] (JSON Schema checks). What implementing a [`Tool`] needs
-//! is re-exported too ([`async_trait`], [`schemars`], [`serde`], [`serde_json`]), so your
+//! is re-exported too ([`macro@async_trait`], [`schemars`], [`serde`], [`serde_json`]), so your
 //! `Cargo.toml` need not match askloop's versions of them.
 //!
 //! # Example
