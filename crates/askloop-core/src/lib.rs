@@ -84,4 +84,5 @@ pub use paths::{DATA_DIR_ENV, data_dir};
 pub use run::{PendingToolCall, RunFailure, RunStatus, UnknownRunStatus};
 pub use store::{RunStore, StoreError};
 pub use stream::{AgentStream, RunOutcome, RunOutput};
+pub use text::is_blank;
 pub use tool::{DynTool, Execution, ResumeRejection, Suspension, Tool, ToolContext, ToolError};

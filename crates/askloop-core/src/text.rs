@@ -1,10 +1,10 @@
 //! Text checks shared by the core: what counts as blank.
 
-/// Whether `text` shows nothing: every character is whitespace, a control character (NUL, ESC,
+/// Whether `text` shows nothing (the rule every blank check of askloop uses): every character is whitespace, a control character (NUL, ESC,
 /// …) or an invisible format character (zero-width space and joiners, word joiner, byte order
 /// mark, soft hyphen, directional marks and isolates, variation selectors, tag characters, Hangul
 /// fillers). A question or a free-text answer must not be blank.
-pub(crate) fn is_blank(text: &str) -> bool {
+pub fn is_blank(text: &str) -> bool {
     text.chars().all(|character| {
         character.is_whitespace() || character.is_control() || is_invisible(character)
     })
