@@ -1,27 +1,53 @@
-//! `askloop-bench`: measures askloop's durable ask-and-resume cycle.
+//! `askloop-bench`: measures askloop's durable ask-and-resume cycle, and the embedded local
+//! model (`askloop-bench local`, see the `local` module).
 //!
-//! `askloop-bench cycles --n 2000 --store sqlite://PATH --sync normal` runs N full cycles one
-//! after another — stream → `ask_user` suspends → commit → resume with an answer → final text →
-//! finish — with the scripted model, and prints one JSON line:
-//! `{"store":"sqlite","sync":"normal","cycles":2000,"pinned":true,"seconds":…,"cycles_per_s":…,"rss_mb":…,"peak_rss_mb":…}`.
+//! Every subcommand prints JSON lines on stdout (one per figure), and nothing else:
 //!
-//! The cycles are strictly sequential: the runtime thread and the SQLite driver's worker thread
-//! take turns. By default the process runs on one core (`pinned`), as a sequential workload
-//! should be measured: on a 2-core VM, waking the other thread on the other, idle core costs
-//! more than the work itself (about 2,000 cycles/s unpinned when idle, 5,000 pinned). Pass
-//! `--unpinned` to let the OS place the threads.
+//! - `cycles --n N --store URL --sync normal|full [--concurrency C]`: N full cycles — stream →
+//!   `ask_user` suspends → commit → resume with an answer → final text → finish — with the
+//!   scripted model, by C runs at a time (default 1: one after another). One line:
+//!   `{"bench":"cycles","store":"sqlite","sync":"full","cycles":N,"concurrency":C,"pinned":false,
+//!   "seconds":…,"cycles_per_s":…,"fsync_p50_us":…,"fsync_p99_us":…,"rss_mb":…,"peak_rss_mb":…}`.
+//!   `fsync_*` is the disk's own latency, measured in the same run just before the cycles:
+//!   a 4 KiB write and `fsync` of a file in the store's folder, 200 times.
+//! - `long-run --questions 200 --store URL`: one run that asks 200 questions, answered one by one;
+//!   the time of each resume (answer → next question stored) from the first to the last:
+//!   `{"bench":"long-run","questions":200,"resume_first_ms":…,"resume_last_ms":…,
+//!   "first10_mean_ms":…,"last10_mean_ms":…,"ratio_last_first":…,
+//!   "store_commits_first10_mean_ms":…,"store_commits_last10_mean_ms":…,
+//!   "store_load_first10_mean_ms":…,"store_load_last10_mean_ms":…}`; the `store_*` figures are
+//!   the store's own share of a resume (its commits, and its load of the run), timed around
+//!   the store.
+//! - `inbox --runs 100000 --store URL`: fills the store with suspended runs and, at each
+//!   checkpoint (default 1,000 and the total), measures the inbox query — the first page of
+//!   suspended runs (their pending questions), newest first — and the resident memory of a
+//!   fresh process that opens the store and runs that query:
+//!   `{"bench":"inbox","suspended_runs":…,"page":50,"query_ms_first":…,"query_ms_p50":…,
+//!   "rows":…,"probe_rss_mb":…,"probe_peak_rss_mb":…,"filler_rss_mb":…}`.
+//!
+//! No CPU pinning unless `--pin` asks for it (then the process and its threads run on one core,
+//! which on a 2-core VM avoids cross-core wake-ups between the runtime and the store's thread).
+//! The runtime is tokio's multi-threaded one, as `#[tokio::main]` gives, unless
+//! `--current-thread`.
 
+mod local;
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
 use askloop_core::testing::ScriptedModel;
-use askloop_core::{Agent, AskUser, Chunk, RunStore};
+use askloop_core::{
+    Agent, AskUser, Chunk, RunId, RunStatus, RunStore, StoreError, ThreadId, ToolCallId,
+};
 use askloop_store::{OpenOptions, StoreUrl, Synchronous, open_store};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use futures::StreamExt;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[derive(Parser)]
 #[command(name = "askloop-bench", about = "Benchmarks of askloop")]
@@ -30,26 +56,90 @@ struct Cli {
     command: Command,
 }
 
+/// Options every benchmark takes.
+#[derive(Args, Clone)]
+struct Common {
+    /// Store URL: `memory`, `sqlite://PATH` (created if needed) or any URL `--store` takes.
+    #[arg(long, default_value = "memory")]
+    store: String,
+    /// Commit durability: `full` (waits for the disk; the stores' default) or `normal`.
+    #[arg(long, default_value = "full")]
+    sync: Synchronous,
+    /// Run the process on one core (off by default: users' processes are not pinned).
+    #[arg(long)]
+    pin: bool,
+    /// Use tokio's current-thread runtime instead of the multi-threaded one.
+    #[arg(long)]
+    current_thread: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Full ask-and-resume cycles with the scripted model, one after another.
+    /// Full ask-and-resume cycles with the scripted model.
     Cycles {
         /// Number of cycles.
         #[arg(long, default_value_t = 2000)]
         n: usize,
-        /// Store URL: `memory` or `sqlite://PATH` (the file is created if needed).
-        #[arg(long, default_value = "memory")]
-        store: String,
-        /// SQLite `synchronous` setting: `normal` or `full`.
-        #[arg(long, default_value = "normal")]
-        sync: Synchronous,
-        /// Let the OS place the threads instead of running the process on one core.
+        /// Runs in flight at once (each does whole cycles, one after another).
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// One run that asks many questions: time of its first and last resume.
+    LongRun {
+        /// Questions the run asks.
+        #[arg(long, default_value_t = 200)]
+        questions: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The inbox query (pending questions, newest first) and memory over many suspended runs.
+    Inbox {
+        /// Suspended runs in the store at the end.
+        #[arg(long, default_value_t = 100_000)]
+        runs: usize,
+        /// Counts of suspended runs at which to measure (the total is always one).
+        #[arg(long, value_delimiter = ',', default_value = "1000")]
+        checkpoints: Vec<usize>,
+        /// Page size of the inbox query.
+        #[arg(long, default_value_t = 50)]
+        page: usize,
+        /// Runs created at once while filling.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// (Internal) opens the store read-only, runs the inbox query, prints its memory.
+    #[command(hide = true)]
+    InboxProbe {
+        /// Store URL.
         #[arg(long)]
-        unpinned: bool,
+        store: String,
+        /// Page size.
+        #[arg(long, default_value_t = 50)]
+        page: usize,
+    },
+    /// The embedded local model on the built-in agent's first step: TTFT, prefill and decode
+    /// tokens per second, peak RSS, and the time to the question on screen.
+    Local {
+        /// A catalogue name (`smollm2-135m`) or a GGUF path [default: the default model,
+        /// fetched if missing]
+        #[arg(long)]
+        model: Option<String>,
+        /// The `askloop` binary, to time `askloop run "Help me plan a trip"` to the question on
+        /// screen (on a pseudo-terminal through `script`; the model must be downloaded)
+        #[arg(long)]
+        askloop: Option<PathBuf>,
+        /// Also write the prompt text of the first step to this file (for
+        /// `llama-cpp/bench.mjs`, the same measurement on llama.cpp)
+        #[arg(long, value_name = "PATH")]
+        prompt_out: Option<PathBuf>,
     },
 }
 
-const SCRIPT: &str = r#"{"steps":[
+const CYCLE_SCRIPT: &str = r#"{"steps":[
   {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?","options":[{"label":"main"},{"label":"docs"}]}}]},
   {"text":"Summary of main."}]}"#;
 
@@ -67,60 +157,460 @@ fn memory_mb() -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-async fn one_cycle(agent: &Agent) -> anyhow::Result<()> {
-    let mut stream = agent.stream("Summarize my project");
-    let run_id = stream.run_id().clone();
-    let mut suspended = false;
-    while let Some(chunk) = stream.next().await {
-        suspended |= matches!(chunk?, Chunk::ToolCallSuspended { .. });
+fn round(value: f64, places: i32) -> f64 {
+    let scale = 10f64.powi(places);
+    (value * scale).round() / scale
+}
+
+fn ms(duration: Duration) -> f64 {
+    round(duration.as_secs_f64() * 1000.0, 3)
+}
+
+/// The store's kind, as the JSON lines name it: the URL's scheme.
+fn store_kind(url: &str) -> &str {
+    url.split(':').next().unwrap_or(url)
+}
+
+/// The folder the store's data lives in, for the fsync probe (the current folder for stores
+/// that are not files).
+fn store_folder(url: &StoreUrl) -> PathBuf {
+    let text = url.to_string();
+    text.strip_prefix("sqlite://")
+        .map(|path| path.split('?').next().unwrap_or(path))
+        .map(Path::new)
+        .and_then(Path::parent)
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// The disk's write+fsync latency in `folder`: `samples` writes of 4 KiB at offset 0 of a
+/// scratch file, each followed by `fsync`; returns (p50, p99) in microseconds.
+fn fsync_latency_us(folder: &Path, samples: usize) -> anyhow::Result<(f64, f64)> {
+    use std::io::{Seek, SeekFrom, Write};
+    std::fs::create_dir_all(folder)?;
+    let path = folder.join(format!(".askloop-bench-fsync-{}", std::process::id()));
+    let mut file = std::fs::File::create(&path)?;
+    let block = [7u8; 4096];
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = Instant::now();
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&block)?;
+        file.sync_all()?;
+        times.push(started.elapsed().as_secs_f64() * 1e6);
     }
-    if !suspended {
-        bail!("run {run_id} did not suspend");
-    }
-    let mut resumed = agent.resume_stream(json!("main"), &run_id, None).await?;
+    drop(file);
+    std::fs::remove_file(&path)?;
+    times.sort_by(f64::total_cmp);
+    let at = |quantile: f64| times[((times.len() - 1) as f64 * quantile).round() as usize];
+    Ok((round(at(0.5), 1), round(at(0.99), 1)))
+}
+
+async fn open(common: &Common) -> anyhow::Result<(StoreUrl, Arc<dyn RunStore>)> {
+    // `--sync` decides, whatever the URL says.
+    let url = common
+        .store
+        .parse::<StoreUrl>()?
+        .with_synchronous(common.sync);
+    let store = open_store(&url, &OpenOptions::new())
+        .await
+        .with_context(|| format!("cannot open {url}"))?;
+    Ok((url, store))
+}
+
+fn agent(store: Arc<dyn RunStore>, script: &str, max_steps: u32) -> anyhow::Result<Agent> {
+    Ok(Agent::builder("assistant")
+        .model(ScriptedModel::from_json(script)?)
+        .tool(AskUser)
+        .max_steps(max_steps)
+        .shared_store(store)
+        .build()?)
+}
+
+/// Drains a stream; returns the id of the call it suspended on, if it did, and whether it
+/// finished.
+async fn drain(
+    mut stream: askloop_core::AgentStream,
+) -> anyhow::Result<(Option<ToolCallId>, bool)> {
+    let mut suspended = None;
     let mut finished = false;
-    while let Some(chunk) = resumed.next().await {
-        finished |= matches!(chunk?, Chunk::Finish { .. });
+    while let Some(chunk) = stream.next().await {
+        match chunk? {
+            Chunk::ToolCallSuspended { call, .. } => suspended = Some(call.id),
+            Chunk::Finish { .. } => finished = true,
+            _ => {}
+        }
     }
+    Ok((suspended, finished))
+}
+
+/// Starts a run and drives it to its first question.
+async fn start_suspended(agent: &Agent) -> anyhow::Result<(RunId, ToolCallId)> {
+    let stream = agent.stream("Summarize my project");
+    let run_id = stream.run_id().clone();
+    match drain(stream).await? {
+        (Some(call), _) => Ok((run_id, call)),
+        (None, _) => bail!("run {run_id} did not suspend"),
+    }
+}
+
+async fn one_cycle(agent: &Agent) -> anyhow::Result<()> {
+    let (run_id, call) = start_suspended(agent).await?;
+    let resumed = agent
+        .resume_stream(json!("main"), &run_id, Some(&call))
+        .await?;
+    let (_, finished) = drain(resumed).await?;
     if !finished {
         bail!("run {run_id} did not finish after its resume");
     }
     Ok(())
 }
 
-async fn cycles(n: usize, store_url: &str, sync: Synchronous, pinned: bool) -> anyhow::Result<()> {
-    let url: StoreUrl = store_url.parse()?;
-    let store: Arc<dyn RunStore> = open_store(&url, &OpenOptions::new().synchronous(sync)).await?;
-    let agent = Agent::builder("assistant")
-        .model(ScriptedModel::from_json(SCRIPT)?)
-        .tool(AskUser)
-        .shared_store(store)
-        .build()?;
-    let started = Instant::now();
-    for index in 0..n {
-        one_cycle(&agent)
-            .await
-            .with_context(|| format!("cycle {index}"))?;
+/// Runs `n` cycles with `concurrency` tasks taking cycles from a shared counter.
+async fn run_cycles(agent: Arc<Agent>, n: usize, concurrency: usize) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks = (0..concurrency.max(1)).map(|_| {
+        let agent = agent.clone();
+        let next = next.clone();
+        tokio::spawn(async move {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= n {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                one_cycle(&agent)
+                    .await
+                    .with_context(|| format!("cycle {index}"))?;
+            }
+        })
+    });
+    for result in futures::future::join_all(tasks).await {
+        result??;
     }
+    Ok(())
+}
+
+async fn cycles(n: usize, concurrency: usize, common: Common, pinned: bool) -> anyhow::Result<()> {
+    let (url, store) = open(&common).await?;
+    let (fsync_p50_us, fsync_p99_us) = fsync_latency_us(&store_folder(&url), 200)?;
+    let agent = Arc::new(agent(store.clone(), CYCLE_SCRIPT, 10)?);
+    let started = Instant::now();
+    run_cycles(agent, n, concurrency).await?;
     let seconds = started.elapsed().as_secs_f64();
     let (rss_mb, peak_rss_mb) = memory_mb();
-    let store_kind = match url {
-        StoreUrl::Memory => "memory",
-        StoreUrl::Sqlite(_) => "sqlite",
-        _ => "other",
-    };
-    let line = json!({
-        "store": store_kind,
-        "sync": sync.as_str(),
+    store.close().await;
+    print_line(json!({
+        "bench": "cycles",
+        "store": store_kind(&common.store),
+        "sync": common.sync.as_str(),
         "cycles": n,
+        "concurrency": concurrency,
         "pinned": pinned,
-        "seconds": (seconds * 1000.0).round() / 1000.0,
+        "runtime": runtime_name(&common),
+        "seconds": round(seconds, 3),
         "cycles_per_s": (n as f64 / seconds).round(),
-        "rss_mb": (rss_mb * 10.0).round() / 10.0,
-        "peak_rss_mb": (peak_rss_mb * 10.0).round() / 10.0,
-    });
-    println!("{line}");
+        "fsync_p50_us": fsync_p50_us,
+        "fsync_p99_us": fsync_p99_us,
+        "rss_mb": round(rss_mb, 1),
+        "peak_rss_mb": round(peak_rss_mb, 1),
+    }));
     Ok(())
+}
+
+/// A script that asks `questions` free-text questions, one per step, then answers.
+fn long_script(questions: usize) -> String {
+    let mut steps: Vec<Value> = (1..=questions)
+        .map(|index| {
+            json!({"toolCalls": [{"id": format!("q{index}"), "name": "ask_user",
+                "args": {"question": format!("Question {index}: what next? {}", "x".repeat(200))}}]})
+        })
+        .collect();
+    steps.push(json!({"text": "All answered."}));
+    json!({ "steps": steps }).to_string()
+}
+
+/// A store that times its inner store's commits and loads (for `long-run`).
+struct TimedStore {
+    inner: Arc<dyn RunStore>,
+    commits: std::sync::Mutex<Vec<Duration>>,
+    loads: std::sync::Mutex<Vec<Duration>>,
+}
+
+impl TimedStore {
+    fn take(times: &std::sync::Mutex<Vec<Duration>>) -> Vec<Duration> {
+        std::mem::take(
+            &mut *times
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    fn record(times: &std::sync::Mutex<Vec<Duration>>, started: Instant) {
+        times
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(started.elapsed());
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for TimedStore {
+    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+        self.inner.insert_run(state, lease).await
+    }
+    async fn update_run(
+        &self,
+        state: &RunState,
+        expected_version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
+        let started = Instant::now();
+        let result = self.inner.update_run(state, expected_version, lease).await;
+        Self::record(&self.commits, started);
+        result
+    }
+    async fn renew_lease(
+        &self,
+        run_id: &RunId,
+        expected_version: u64,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .renew_lease(run_id, expected_version, lease)
+            .await
+    }
+    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+        let started = Instant::now();
+        let result = self.inner.load_run(run_id).await;
+        Self::record(&self.loads, started);
+        result
+    }
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
+        self.inner.list_runs(filter).await
+    }
+    async fn thread_history(
+        &self,
+        thread_id: &ThreadId,
+        through: Option<u64>,
+    ) -> Result<ThreadHistory, StoreError> {
+        self.inner.thread_history(thread_id, through).await
+    }
+    async fn close(&self) {
+        self.inner.close().await;
+    }
+}
+
+async fn long_run(questions: usize, common: Common, pinned: bool) -> anyhow::Result<()> {
+    let (_url, inner) = open(&common).await?;
+    let timed = Arc::new(TimedStore {
+        inner,
+        commits: std::sync::Mutex::default(),
+        loads: std::sync::Mutex::default(),
+    });
+    let store: Arc<dyn RunStore> = timed.clone();
+    let steps = u32::try_from(questions + 1)?;
+    let agent = agent(store.clone(), &long_script(questions), steps)?;
+    let (run_id, mut call) = start_suspended(&agent).await?;
+    let mut times = Vec::with_capacity(questions);
+    // Per resume: the store's commit times (claim, suspension) and its load times.
+    let mut commits = Vec::with_capacity(questions);
+    let mut loads = Vec::with_capacity(questions);
+    for index in 1..=questions {
+        TimedStore::take(&timed.commits);
+        TimedStore::take(&timed.loads);
+        let started = Instant::now();
+        let stream = agent
+            .resume_stream(json!(format!("answer {index}")), &run_id, Some(&call))
+            .await?;
+        let (next, finished) = drain(stream).await?;
+        times.push(started.elapsed());
+        commits.push(
+            TimedStore::take(&timed.commits)
+                .into_iter()
+                .sum::<Duration>(),
+        );
+        loads.push(TimedStore::take(&timed.loads).into_iter().sum::<Duration>());
+        match next {
+            Some(next) => call = next,
+            None if finished && index == questions => {}
+            None => bail!("run {run_id} stopped asking at question {index}"),
+        }
+    }
+    let stored = store.load_run(&run_id).await?;
+    if stored.state.status() != RunStatus::Completed {
+        bail!(
+            "run {run_id} is {} after its last answer",
+            stored.state.status().as_str()
+        );
+    }
+    let (rss_mb, _) = memory_mb();
+    store.close().await;
+    let mean = |slice: &[Duration]| {
+        ms(slice.iter().sum::<Duration>() / u32::try_from(slice.len().max(1)).unwrap_or(1))
+    };
+    let first = times.first().copied().unwrap_or_default();
+    let last = times.last().copied().unwrap_or_default();
+    let ten = times.len().min(10);
+    print_line(json!({
+        "bench": "long-run",
+        "store": store_kind(&common.store),
+        "sync": common.sync.as_str(),
+        "questions": questions,
+        "pinned": pinned,
+        "runtime": runtime_name(&common),
+        "resume_first_ms": ms(first),
+        "resume_last_ms": ms(last),
+        "first10_mean_ms": mean(&times[..ten]),
+        "last10_mean_ms": mean(&times[times.len() - ten..]),
+        "ratio_last_first": round(mean(&times[times.len() - ten..]) / mean(&times[..ten]).max(1e-9), 2),
+        "store_commits_first10_mean_ms": mean(&commits[..ten]),
+        "store_commits_last10_mean_ms": mean(&commits[commits.len() - ten..]),
+        "store_load_first10_mean_ms": mean(&loads[..ten]),
+        "store_load_last10_mean_ms": mean(&loads[loads.len() - ten..]),
+        "rss_mb": round(rss_mb, 1),
+    }));
+    Ok(())
+}
+
+/// Times the inbox query: the first page of suspended runs, newest first.
+async fn inbox_query(store: &dyn RunStore, page: usize) -> anyhow::Result<(Duration, usize)> {
+    let started = Instant::now();
+    let listed = store
+        .list_runs(&RunFilter::new().status(RunStatus::Suspended).limit(page))
+        .await?;
+    let elapsed = started.elapsed();
+    let with_questions = listed
+        .runs
+        .iter()
+        .filter_map(|run| run.summary())
+        .filter(|summary| !summary.pending.is_empty())
+        .count();
+    Ok((elapsed, with_questions))
+}
+
+async fn inbox(
+    runs: usize,
+    mut checkpoints: Vec<usize>,
+    page: usize,
+    concurrency: usize,
+    common: Common,
+    pinned: bool,
+) -> anyhow::Result<()> {
+    let (_url, store) = open(&common).await?;
+    let agent = Arc::new(agent(store.clone(), CYCLE_SCRIPT, 10)?);
+    checkpoints.push(runs);
+    checkpoints.retain(|&count| count <= runs);
+    checkpoints.sort_unstable();
+    checkpoints.dedup();
+    let mut made = 0;
+    for checkpoint in checkpoints {
+        let next = Arc::new(AtomicUsize::new(made));
+        let tasks = (0..concurrency.max(1)).map(|_| {
+            let agent = agent.clone();
+            let next = next.clone();
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < checkpoint {
+                    start_suspended(&agent).await?;
+                }
+                Ok::<(), anyhow::Error>(())
+            })
+        });
+        for result in futures::future::join_all(tasks).await {
+            result??;
+        }
+        made = checkpoint;
+        let (first, rows) = inbox_query(store.as_ref(), page).await?;
+        let mut times = Vec::new();
+        for _ in 0..20 {
+            times.push(inbox_query(store.as_ref(), page).await?.0);
+        }
+        times.sort();
+        let (filler_rss_mb, _) = memory_mb();
+        let probe = probe(&common.store, page)?;
+        print_line(json!({
+            "bench": "inbox",
+            "store": store_kind(&common.store),
+            "suspended_runs": checkpoint,
+            "page": page,
+            "rows": rows,
+            "query_ms_first": ms(first),
+            "query_ms_p50": ms(times[times.len() / 2]),
+            "probe_query_ms": probe["query_ms"],
+            "probe_rss_mb": probe["rss_mb"],
+            "probe_peak_rss_mb": probe["peak_rss_mb"],
+            "filler_rss_mb": round(filler_rss_mb, 1),
+            "pinned": pinned,
+        }));
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// Runs `inbox-probe` in a fresh process and returns its JSON line.
+fn probe(store: &str, page: usize) -> anyhow::Result<Value> {
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .args(["inbox-probe", "--store", store, "--page", &page.to_string()])
+        .output()?;
+    if !output.status.success() {
+        bail!(
+            "inbox-probe failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+async fn inbox_probe(store: &str, page: usize) -> anyhow::Result<()> {
+    let url: StoreUrl = store.parse()?;
+    let store = open_store(&url, &OpenOptions::new().read_only(true)).await?;
+    let (elapsed, rows) = inbox_query(store.as_ref(), page).await?;
+    let (rss_mb, peak_rss_mb) = memory_mb();
+    store.close().await;
+    print_line(json!({
+        "query_ms": ms(elapsed),
+        "rows": rows,
+        "rss_mb": round(rss_mb, 1),
+        "peak_rss_mb": round(peak_rss_mb, 1),
+    }));
+    Ok(())
+}
+
+fn print_line(line: Value) {
+    println!("{line}");
+}
+
+fn runtime_name(common: &Common) -> &'static str {
+    if common.current_thread {
+        "current_thread"
+    } else {
+        "multi_thread"
+    }
+}
+
+/// Pins this thread (and so every thread it spawns later) to the first core.
+fn pin() -> bool {
+    core_affinity::get_core_ids()
+        .and_then(|cores| cores.first().copied())
+        .is_some_and(core_affinity::set_for_current)
+}
+
+fn block_on<F: Future<Output = anyhow::Result<()>>>(
+    common: &Common,
+    future: impl FnOnce(bool) -> F,
+) -> anyhow::Result<()> {
+    // Threads inherit the affinity of the thread that spawns them, so pinning this one before
+    // the runtime and the store start pins theirs too.
+    let pinned = common.pin && pin();
+    let runtime = if common.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(future(pinned))
 }
 
 fn main() -> ExitCode {
@@ -128,22 +618,37 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Cycles {
             n,
-            store,
-            sync,
-            unpinned,
-        } => {
-            // Threads inherit the affinity of the thread that spawns them, so pinning this one
-            // before the runtime and the store start pins theirs too.
-            let pinned = !unpinned
-                && core_affinity::get_core_ids()
-                    .and_then(|cores| cores.first().copied())
-                    .is_some_and(core_affinity::set_for_current);
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(anyhow::Error::from)
-                .and_then(|runtime| runtime.block_on(cycles(n, &store, sync, pinned)))
-        }
+            concurrency,
+            common,
+        } => block_on(&common.clone(), |pinned| {
+            cycles(n, concurrency, common, pinned)
+        }),
+        Command::LongRun { questions, common } => block_on(&common.clone(), |pinned| {
+            long_run(questions, common, pinned)
+        }),
+        Command::Inbox {
+            runs,
+            checkpoints,
+            page,
+            concurrency,
+            common,
+        } => block_on(&common.clone(), |pinned| {
+            inbox(runs, checkpoints, page, concurrency, common, pinned)
+        }),
+        Command::InboxProbe { store, page } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(inbox_probe(&store, page))),
+        Command::Local {
+            model,
+            askloop,
+            prompt_out,
+        } => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(local::local(model, askloop, prompt_out))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

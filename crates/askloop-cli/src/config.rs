@@ -10,13 +10,22 @@
 //! model = "scripted:planner.json"         # overrides the top-level model
 //! tools = ["ask_user"]                    # the default; the only built-in tool now
 //! max_steps = 8
+//! max_questions = 2                       # questions (ask_user calls) per run; see below
 //! temperature = 0.2
 //! top_p = 0.9
 //! max_tokens = 1024
 //! seed = 7
 //! tool_choice = "auto"                    # "auto" | "required" | "none" | { tool = "ask_user" }
 //! first_step_tool_choice = { tool = "ask_user" }
+//!
+//! [agents.planner.mcp.fs]                 # an MCP server whose tools the agent gets
+//! command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/notes"]
+//! require_approval = ["write_file"]       # or true (the default) / false; kept, not yet enforced
 //! ```
+//!
+//! `max_questions` is the run's question budget: once spent, `ask_user` is no longer offered
+//! and the model must answer in text. Without it there is no budget, except for the built-in
+//! agent on the local model (see [`crate::agent::AgentDefinition::max_questions_for`]).
 //!
 //! Unknown keys are errors. Relative paths in `model` and `store` are relative to the file's
 //! folder. `[agents.assistant]` changes the built-in agent (see
@@ -28,7 +37,9 @@ use std::path::{Path, PathBuf};
 use askloop_core::model::ToolChoice;
 use serde::Deserialize;
 
-use crate::exit::invalid;
+use askloop_core::is_blank;
+
+use crate::exit::{invalid, invalid_because};
 
 /// The file looked for in the current directory when `--config` is not given.
 pub(crate) const DEFAULT_CONFIG_FILE: &str = "askloop.toml";
@@ -65,6 +76,8 @@ pub(crate) struct AgentConfig {
     pub(crate) tools: Option<Vec<String>>,
     /// Step limit per run.
     pub(crate) max_steps: Option<u32>,
+    /// Question budget per run (calls of tools that ask the user).
+    pub(crate) max_questions: Option<u32>,
     /// Sampling temperature.
     pub(crate) temperature: Option<f32>,
     /// Nucleus sampling mass.
@@ -77,6 +90,9 @@ pub(crate) struct AgentConfig {
     pub(crate) tool_choice: Option<ToolChoiceConfig>,
     /// Tool choice of the first step.
     pub(crate) first_step_tool_choice: Option<ToolChoiceConfig>,
+    /// MCP servers by name (`[agents.ID.mcp.NAME]`): the agent gets all their tools.
+    #[serde(default)]
+    pub(crate) mcp: BTreeMap<String, askloop_mcp::McpServerConfig>,
 }
 
 /// A `tool_choice` value: `"auto"`, `"required"`, `"none"` or `{ tool = "NAME" }`.
@@ -139,7 +155,7 @@ impl LoadedConfig {
             }
         };
         let text = std::fs::read_to_string(&path)
-            .map_err(|error| invalid(format!("cannot read {}: {error}", path.display())))?;
+            .map_err(|error| invalid_because(format!("cannot read {}", path.display()), error))?;
         let config = parse(&text)
             .map_err(|message| invalid(format!("invalid config {}: {message}", path.display())))?;
         let base_dir = path
@@ -179,7 +195,7 @@ pub(crate) fn parse(text: &str) -> Result<Config, String> {
 fn check(config: &Config) -> Vec<String> {
     let mut problems = Vec::new();
     for (id, agent) in &config.agents {
-        if id.trim().is_empty() {
+        if is_blank(id) {
             problems.push("agent ids must be non-empty".to_owned());
         }
         let tools = agent.tool_names();
@@ -195,8 +211,10 @@ fn check(config: &Config) -> Vec<String> {
             ("tool_choice", &agent.tool_choice),
             ("first_step_tool_choice", &agent.first_step_tool_choice),
         ] {
+            // MCP tools are known only once their servers are reached.
             if let Some(ToolChoiceConfig(ToolChoice::Tool(name))) = choice
                 && !tools.contains(name)
+                && agent.mcp.is_empty()
             {
                 problems.push(format!(
                     "agents.{id}.{key}: the agent has no tool {name:?}; its tools: {}",
@@ -204,9 +222,40 @@ fn check(config: &Config) -> Vec<String> {
                 ));
             }
         }
-        if agent.max_steps == Some(0) {
-            problems.push(format!("agents.{id}.max_steps: must be at least 1"));
+        if agent.mcp.keys().any(|name| name.trim().is_empty()) {
+            problems.push(format!("agents.{id}.mcp: server names must be non-empty"));
         }
+        problems.extend(range_problems(id, agent));
+    }
+    problems
+}
+
+/// The numeric settings of one agent that are out of range, each naming its key:
+/// `max_steps` and `max_tokens` at least 1, `temperature` from 0 to 2, `top_p` above 0 and at
+/// most 1 (`seed` is any unsigned 64-bit number, which TOML parsing checks).
+fn range_problems(id: &str, agent: &AgentConfig) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (key, value) in [
+        ("max_steps", agent.max_steps),
+        ("max_tokens", agent.max_tokens),
+    ] {
+        if value == Some(0) {
+            problems.push(format!("agents.{id}.{key}: must be at least 1, got 0"));
+        }
+    }
+    if let Some(temperature) = agent.temperature
+        && !(0.0..=2.0).contains(&temperature)
+    {
+        problems.push(format!(
+            "agents.{id}.temperature: must be from 0 to 2, got {temperature}"
+        ));
+    }
+    if let Some(top_p) = agent.top_p
+        && !(top_p > 0.0 && top_p <= 1.0)
+    {
+        problems.push(format!(
+            "agents.{id}.top_p: must be above 0 and at most 1, got {top_p}"
+        ));
     }
     problems
 }
@@ -232,6 +281,7 @@ mod tests {
             [agents.planner]
             instructions = "Plan."
             max_steps = 3
+            max_questions = 1
             tool_choice = { tool = "ask_user" }
             first_step_tool_choice = "required"
             "#,
@@ -247,6 +297,7 @@ mod tests {
             Some(ToolChoiceConfig(ToolChoice::Required))
         );
         assert_eq!(planner.tool_names(), ["ask_user"]);
+        assert_eq!(planner.max_questions, Some(1));
     }
 
     #[test]
@@ -270,6 +321,59 @@ mod tests {
         .unwrap_err();
         assert!(error.contains("agents.a.tools"), "{error}");
         assert!(error.contains("agents.b.tool_choice"), "{error}");
+    }
+
+    #[test]
+    fn numeric_settings_out_of_range_name_their_key() {
+        let error = parse(
+            "[agents.a]\nmax_steps = 0\nmax_tokens = 0\ntemperature = -0.5\ntop_p = 1.5\n\
+             [agents.b]\ntemperature = nan\ntop_p = 0.0\n",
+        )
+        .unwrap_err();
+        for key in [
+            "agents.a.max_steps",
+            "agents.a.max_tokens",
+            "agents.a.temperature",
+            "agents.a.top_p",
+            "agents.b.temperature",
+            "agents.b.top_p",
+        ] {
+            assert!(error.contains(key), "{key}: {error}");
+        }
+        let error = parse("[agents.a]\nseed = -1\n").unwrap_err();
+        assert!(error.contains("line 2"), "{error}");
+        assert!(
+            parse("[agents.a]\nmax_steps = 1\nmax_tokens = 1\ntemperature = 2.0\ntop_p = 1.0\nseed = 0\n")
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn mcp_servers_parse_and_their_mistakes_name_the_key() {
+        let config = parse(
+            r#"
+            [agents.files.mcp.fs]
+            command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/notes"]
+            require_approval = ["write_file"]
+            env = { KEY = "value" }
+            [agents.files.mcp.search]
+            url = "http://127.0.0.1:3001/mcp"
+            "#,
+        )
+        .unwrap();
+        let files = &config.agents["files"];
+        assert_eq!(
+            files.mcp["fs"].require_approval,
+            askloop_mcp::RequireApproval::Only(vec!["write_file".into()])
+        );
+        assert_eq!(
+            files.mcp["search"].require_approval,
+            askloop_mcp::RequireApproval::All
+        );
+        let error = parse("[agents.files.mcp.fs]\ncommand = [\"a\"]\nurl = \"http://x/mcp\"\n")
+            .unwrap_err();
+        assert!(error.contains("`command` and `url`"), "{error}");
+        assert!(error.contains("line 1"), "{error}");
     }
 
     #[test]

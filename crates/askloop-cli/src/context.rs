@@ -3,17 +3,19 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use askloop_core::store::{MemoryStore, RunState};
-use askloop_core::{Agent, ResumeError, RunId, RunStore, StoreError};
+use askloop_core::store::{MemoryStore, RunState, StoredRun};
+use askloop_core::{Agent, ResumeError, RunId, RunStore, StoreError, is_blank};
 use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
 
 use crate::agent::AgentDefinition;
 use crate::cli::GlobalArgs;
 use crate::config::LoadedConfig;
-use crate::exit::invalid;
-use crate::format::shell_quote;
+use crate::exit::{invalid, invalid_because};
+use crate::format::{format_time, shell_quote};
 use crate::model::{build_model, resolve_spec};
+use crate::test_hook::Pause;
 
 /// The environment variable holding the default model SPEC.
 pub(crate) const MODEL_ENV: &str = "ASKLOOP_MODEL";
@@ -21,6 +23,9 @@ pub(crate) const MODEL_ENV: &str = "ASKLOOP_MODEL";
 pub(crate) const STORE_ENV: &str = "ASKLOOP_STORE";
 /// The environment variable holding the agents file when `--config` is not given.
 pub(crate) const CONFIG_ENV: &str = "ASKLOOP_CONFIG";
+/// The environment variable holding the lease duration in milliseconds (default 30 s): how
+/// long after this process dies another one may take over the run it was driving.
+pub(crate) const LEASE_ENV: &str = "ASKLOOP_LEASE_MS";
 
 /// What a command does with the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,9 +42,7 @@ pub(crate) enum Access {
 
 /// The value of an environment variable, `None` when unset or empty.
 pub(crate) fn env_value(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
-        .filter(|value| !value.trim().is_empty())
+    std::env::var(name).ok().filter(|value| !is_blank(value))
 }
 
 /// The loaded config and the opened store.
@@ -56,6 +59,14 @@ pub(crate) struct Context {
     store_missing: bool,
     /// The `--config` given, absolute.
     explicit_config: Option<PathBuf>,
+    /// The `--model` given to this command, if any: repeated in the commands it prints.
+    pub(crate) model_flag: Option<String>,
+    /// The MCP servers of the agents built, closed (their processes reaped) by [`Context::close`].
+    mcp: std::sync::Mutex<Vec<askloop_mcp::McpToolset>>,
+    /// The lease of runs this process drives ([`LEASE_ENV`]), when not the default.
+    lease: Option<Duration>,
+    /// The test-only pause point ([`crate::test_hook::PAUSE_ENV`]).
+    pause: Option<Pause>,
 }
 
 impl Context {
@@ -80,13 +91,17 @@ impl Context {
             None => env_value(STORE_ENV)
                 .map(|text| text.parse::<StoreUrl>())
                 .transpose()
-                .map_err(|error| invalid(format!("invalid {STORE_ENV}: {error}")))?,
+                .map_err(|error| invalid_because(format!("invalid {STORE_ENV}"), error))?,
         };
         let store_url = match (flag_or_env, &config.config.store) {
             (Some(url), _) => absolute(url, &current_dir),
             (None, Some(text)) => {
                 let url: StoreUrl = text.parse().map_err(|error| {
-                    invalid(format!("invalid `store` in askloop.toml: {error}"))
+                    let file = config.path.as_ref().map_or_else(
+                        || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
+                        |path| path.display().to_string(),
+                    );
+                    invalid_because(format!("invalid `store` in {file}"), error)
                 })?;
                 absolute(url, &config.base_dir)
             }
@@ -97,6 +112,21 @@ impl Context {
             Access::Update => OpenOptions::new().create_if_missing(false),
             Access::Create => OpenOptions::new(),
         };
+        let lease = env_value(LEASE_ENV)
+            .map(|text| {
+                text.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .map(Duration::from_millis)
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "invalid {LEASE_ENV}: {text:?} (a number of milliseconds, more than 0)"
+                        ))
+                    })
+            })
+            .transpose()?;
+        let pause = Pause::from_env()?;
         let (store, store_missing): (Arc<dyn RunStore>, bool) =
             match open_store(&store_url, &options).await {
                 Ok(store) => (store, false),
@@ -107,6 +137,10 @@ impl Context {
                 }
                 Err(error) => return Err(error.into()),
             };
+        let store = match pause {
+            Some(pause) => pause.wrap_store(store),
+            None => store,
+        };
         Ok(Self {
             store_is_default: default_url.as_ref() == Some(&store_url),
             store_missing,
@@ -114,6 +148,10 @@ impl Context {
             store,
             config,
             explicit_config: config_path.map(|path| current_dir.join(path)),
+            model_flag: None,
+            mcp: std::sync::Mutex::default(),
+            lease,
+            pause,
         })
     }
 
@@ -145,11 +183,14 @@ impl Context {
     ) -> anyhow::Result<Agent> {
         let definition =
             AgentDefinition::find(&self.config, state.agent_id().as_str()).map_err(|error| {
-                invalid(format!(
-                    "run {} was started by agent {:?}, which is not defined here: {error:#}",
-                    state.run_id(),
-                    state.agent_id().as_str()
-                ))
+                invalid_because(
+                    format!(
+                        "run {} was started by agent {:?}, which is not defined here",
+                        state.run_id(),
+                        state.agent_id().as_str()
+                    ),
+                    error,
+                )
             })?;
         let spec = self.model_spec(model_flag, state.model_spec(), &definition)?;
         self.build(&definition, &spec).await
@@ -160,8 +201,16 @@ impl Context {
     /// # Errors
     /// Invalid input (exit status 2) naming the store for an unknown run; the store's errors.
     pub(crate) async fn load_run(&self, run_id: &RunId) -> anyhow::Result<RunState> {
+        Ok(self.load_stored(run_id).await?.state)
+    }
+
+    /// Loads a stored run with its version and lease.
+    ///
+    /// # Errors
+    /// As [`Context::load_run`].
+    pub(crate) async fn load_stored(&self, run_id: &RunId) -> anyhow::Result<StoredRun> {
         match self.store.load_run(run_id).await {
-            Ok(stored) => Ok(stored.state),
+            Ok(stored) => Ok(stored),
             Err(StoreError::NotFound { .. }) => Err(self.run_not_found(run_id)),
             Err(error) => Err(error.into()),
         }
@@ -181,17 +230,40 @@ impl Context {
     }
 
     /// A refused resume or continue, with "not found" naming the store.
+    /// Runs still driven by a live process, and runs whose process stopped, say what happened
+    /// and what to run.
     pub(crate) fn refused(&self, error: ResumeError) -> anyhow::Error {
-        match &error {
-            ResumeError::RunNotFound { run_id } => self.run_not_found(run_id),
-            _ => error.into(),
-        }
+        let prefix = self.command_prefix();
+        let remedy = match &error {
+            ResumeError::RunNotFound { run_id } => return self.run_not_found(run_id),
+            ResumeError::InProgress {
+                run_id,
+                lease_expires_at_ms,
+            } => format!(
+                "its lease runs until {} UTC and is renewed while that process lives: wait for \
+                 it, or, if that process died, continue the run after then with `{prefix} runs \
+                 continue {run_id}` (`{prefix} runs recover` continues every such run)",
+                format_time(*lease_expires_at_ms)
+            ),
+            ResumeError::Interrupted { run_id, .. } => format!(
+                "run `{prefix} runs continue {run_id}` (`{prefix} runs show {run_id}` shows the \
+                 answer it kept)"
+            ),
+            _ => return error.into(),
+        };
+        let line = format!("{error}; {remedy}");
+        anyhow::Error::new(error).context(line)
     }
 
     /// Closes the store, so a SQLite file is left without its `-wal` and `-shm` files (a
-    /// database in a read-only folder is then readable).
+    /// database in a read-only folder is then readable), and the MCP servers of the agents
+    /// built (stdio servers end and are reaped).
     pub(crate) async fn close(&self) {
         self.store.close().await;
+        let toolsets = std::mem::take(&mut *self.mcp.lock().unwrap_or_else(|e| e.into_inner()));
+        for toolset in toolsets {
+            toolset.close().await;
+        }
     }
 
     /// Whether the store's database did not exist when the command started.
@@ -213,6 +285,13 @@ impl Context {
             command.push_str(&shell_quote(&path.display().to_string()));
         }
         command
+    }
+
+    /// A command for the user to paste: [`Context::command_prefix`] and `subcommand` (words
+    /// given as they are, e.g. `runs continue`); add its arguments and flags with
+    /// [`CommandLine`]'s methods.
+    pub(crate) fn command(&self, subcommand: &str) -> CommandLine {
+        CommandLine(format!("{} {subcommand}", self.command_prefix()))
     }
 
     /// Whether runs survive this process (false for the memory store).
@@ -253,7 +332,74 @@ impl Context {
     async fn build(&self, definition: &AgentDefinition, spec: &str) -> anyhow::Result<Agent> {
         crate::commands::model::ensure_available(spec).await?;
         let model = build_model(spec).await?;
-        definition.build(model, spec, self.store.clone())
+        let model = match self.pause {
+            Some(pause) => pause.wrap_model(model),
+            None => model,
+        };
+        let mcp = definition.connect_mcp().await?;
+        self.mcp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(mcp.clone());
+        definition.build(model, spec, self.store.clone(), &mcp, self.lease)
+    }
+}
+
+/// A command printed for the user to paste, built word by word, each value shell-quoted
+/// ([`shell_quote`]). It keeps every flag that finds the same run and agent: build it with
+/// [`Context::command`] (store and config), then [`CommandLine::agent`],
+/// [`CommandLine::model`] and [`CommandLine::flag`] for `--resource`, `--thread` and the
+/// rest, each only when given.
+#[derive(Clone, Debug)]
+pub(crate) struct CommandLine(String);
+
+impl CommandLine {
+    /// Adds one argument, quoted.
+    pub(crate) fn arg(mut self, word: &str) -> Self {
+        self.0.push(' ');
+        self.0.push_str(&shell_quote(word));
+        self
+    }
+
+    /// Adds `NAME VALUE` (the value quoted) when there is a value.
+    pub(crate) fn flag(mut self, name: &str, value: Option<&str>) -> Self {
+        if let Some(value) = value {
+            self.0.push(' ');
+            self.0.push_str(name);
+            self = self.arg(value);
+        }
+        self
+    }
+
+    /// Adds `--agent ID` unless it is the built-in agent (the default).
+    pub(crate) fn agent(self, agent: &str) -> Self {
+        let agent = (agent != crate::agent::DEFAULT_AGENT).then_some(agent);
+        self.flag("--agent", agent)
+    }
+
+    /// Adds `--model SPEC` when one was given, with a relative path in it made absolute (the
+    /// command may be pasted elsewhere).
+    pub(crate) fn model(self, spec: Option<&str>) -> Self {
+        let spec = spec.map(|spec| {
+            std::env::current_dir()
+                .ok()
+                .and_then(|dir| resolve_spec(spec, &dir).ok())
+                .unwrap_or_else(|| spec.to_owned())
+        });
+        self.flag("--model", spec.as_deref())
+    }
+
+    /// Adds text as it is (e.g. `--answer '<your answer>'` or `…`), unquoted.
+    pub(crate) fn raw(mut self, text: &str) -> Self {
+        self.0.push(' ');
+        self.0.push_str(text);
+        self
+    }
+}
+
+impl std::fmt::Display for CommandLine {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.0)
     }
 }
 
@@ -288,7 +434,10 @@ const PROGRAM_NAME: &str = if cfg!(windows) {
 /// The URL with a relative SQLite path made absolute against `base`.
 fn absolute(url: StoreUrl, base: &Path) -> StoreUrl {
     match url {
-        StoreUrl::Sqlite(path) if path.is_relative() => StoreUrl::Sqlite(base.join(path)),
+        StoreUrl::Sqlite { path, synchronous } if path.is_relative() => StoreUrl::Sqlite {
+            path: base.join(path),
+            synchronous,
+        },
         other => other,
     }
 }

@@ -4,18 +4,20 @@
 //! |---|---|
 //! | 0 | done (finished, or suspended without a terminal) |
 //! | 1 | the model or the store failed, or another process resumed the run first |
-//! | 2 | invalid input: flags, askloop.toml, the answer, an unknown id, a question already answered, a run in the wrong state |
+//! | 2 | invalid input: flags, askloop.toml, the answer, an unknown id, a question already answered, a run in the wrong state, a store path that is a folder |
 //! | 129 | hung up (SIGHUP) |
 //! | 130 | interrupted (Ctrl-C, SIGINT) |
 //! | 143 | terminated (SIGTERM) |
 //!
 //! The status is chosen from the error's type ([`InvalidInput`], [`RunFailed`],
-//! [`Interrupted`], core's [`ResumeError`] and [`StoreError`] variants), never from its text.
+//! [`Interrupted`], core's [`ResumeError`] and [`StoreError`] variants, the store's
+//! [`OpenError`] variants), never from its text.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use askloop_core::{ResumeError, StoreError};
+use askloop_store::OpenError;
 
 use crate::format::escape_controls;
 
@@ -31,20 +33,65 @@ pub(crate) const INTERRUPTED: u8 = 130;
 pub(crate) const TERMINATED: u8 = 143;
 
 /// Something the user gave is wrong (a flag, the config, an answer, an id): exit status 2.
+/// It keeps the error that showed the problem, if any, so the report prints each of its
+/// causes once (`invalid config F: cannot read F: No such file …`).
 #[derive(Debug)]
-pub(crate) struct InvalidInput(pub(crate) String);
+pub(crate) struct InvalidInput {
+    /// What is wrong; `None` when the error below says it itself.
+    message: Option<String>,
+    /// The error that showed it.
+    error: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
 
 impl std::fmt::Display for InvalidInput {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(&self.0)
+        match (&self.message, &self.error) {
+            (Some(message), _) => formatter.write_str(message),
+            (None, Some(error)) => std::fmt::Display::fmt(error, formatter),
+            (None, None) => formatter.write_str("invalid input"),
+        }
     }
 }
 
-impl std::error::Error for InvalidInput {}
+impl std::error::Error for InvalidInput {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let error = self.error.as_deref()?;
+        if self.message.is_some() {
+            Some(error)
+        } else {
+            error.source()
+        }
+    }
+}
 
 /// An [`InvalidInput`] error with this message.
 pub(crate) fn invalid(message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(InvalidInput(message.into()))
+    anyhow::Error::new(InvalidInput {
+        message: Some(message.into()),
+        error: None,
+    })
+}
+
+/// An [`InvalidInput`] error with this message, caused by `error` (printed after it, with its
+/// own causes).
+pub(crate) fn invalid_because(
+    message: impl Into<String>,
+    error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+) -> anyhow::Error {
+    anyhow::Error::new(InvalidInput {
+        message: Some(message.into()),
+        error: Some(error.into()),
+    })
+}
+
+/// `error` (its message and its causes) as invalid input.
+pub(crate) fn invalid_error(
+    error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+) -> anyhow::Error {
+    anyhow::Error::new(InvalidInput {
+        message: None,
+        error: Some(error.into()),
+    })
 }
 
 /// A run's stream ended with an error; the run is recorded as failed when the store allowed.
@@ -64,13 +111,20 @@ impl std::fmt::Display for RunFailed {
 
 impl std::error::Error for RunFailed {}
 
-/// The person stopped a prompt (Ctrl-C or Esc); the run stays as it is (exit 130).
+/// A signal or the person stopped the command where nothing needed cancelling (a prompt, a
+/// download); the run stays as it is. Exits with the signal's status (see
+/// [`crate::interrupt`]).
 #[derive(Debug)]
-pub(crate) struct Interrupted(pub(crate) String);
+pub(crate) struct Interrupted {
+    /// [`INTERRUPTED`], [`TERMINATED`] or [`HUNG_UP`].
+    pub(crate) status: u8,
+    /// The whole line to print.
+    pub(crate) message: String,
+}
 
 impl std::fmt::Display for Interrupted {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(&self.0)
+        formatter.write_str(&self.message)
     }
 }
 
@@ -82,19 +136,28 @@ pub(crate) fn exit_status(error: &anyhow::Error) -> u8 {
         if cause.is::<InvalidInput>() {
             return INVALID_INPUT;
         }
-        if cause.is::<Interrupted>() {
-            return INTERRUPTED;
+        if let Some(interrupted) = cause.downcast_ref::<Interrupted>() {
+            return interrupted.status;
         }
         if let Some(failed) = cause.downcast_ref::<RunFailed>() {
             return failed.status;
         }
         if let Some(refused) = cause.downcast_ref::<ResumeError>() {
             return match refused {
-                ResumeError::Conflict { .. } | ResumeError::Store(_) => FAILURE,
+                ResumeError::Conflict { .. }
+                | ResumeError::InProgress { .. }
+                | ResumeError::Interrupted { .. }
+                | ResumeError::Store(_) => FAILURE,
                 _ => INVALID_INPUT,
             };
         }
         if let Some(StoreError::NotFound { .. }) = cause.downcast_ref::<StoreError>() {
+            return INVALID_INPUT;
+        }
+        // A store URL that cannot name a database (the user's flag or setting).
+        if let Some(OpenError::IsDirectory { .. } | OpenError::InvalidUrl { .. }) =
+            cause.downcast_ref::<OpenError>()
+        {
             return INVALID_INPUT;
         }
     }
@@ -155,6 +218,7 @@ mod tests {
         let repeated = anyhow::Error::new(ResumeError::AlreadyAnswered {
             run_id: RunId::new("r"),
             tool_call_id: "c1".into(),
+            same_answer: false,
         });
         assert_eq!(exit_status(&repeated), INVALID_INPUT);
     }
@@ -173,6 +237,23 @@ mod tests {
             message: "cancelled".into(),
         });
         assert_eq!(exit_status(&error), TERMINATED);
+    }
+
+    #[test]
+    fn invalid_input_keeps_its_causes_each_printed_once() {
+        let root = std::io::Error::other("No such file or directory (os error 2)");
+        let error = invalid_because("cannot read /x/askloop.toml", root).context("while starting");
+        assert_eq!(exit_status(&error), INVALID_INPUT);
+        assert_eq!(
+            one_line(&error),
+            "while starting: cannot read /x/askloop.toml: No such file or directory (os error 2)"
+        );
+        // An error taken as it is keeps its message and its own causes.
+        let inner = anyhow::anyhow!("root cause").context("what failed");
+        let boxed: Box<dyn std::error::Error + Send + Sync> = inner.into();
+        let error = invalid_error(boxed);
+        assert_eq!(exit_status(&error), INVALID_INPUT);
+        assert_eq!(one_line(&error), "what failed: root cause");
     }
 
     #[test]

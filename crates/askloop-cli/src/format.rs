@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use askloop_core::model::ToolResult;
-use askloop_core::{AskUserQuestion, PendingToolCall, SelectionMode};
+use askloop_core::{AskUserQuestion, PendingToolCall, SelectionMode, is_blank};
 use serde_json::Value;
 
 /// Whether printing `c` raw could drive the terminal rather than show text: C0 controls
@@ -35,14 +35,10 @@ pub(crate) fn escape_controls(text: &str) -> Cow<'_, str> {
     Cow::Owned(escaped)
 }
 
-/// Whether `text` shows nothing: only whitespace, controls and zero-width characters.
-pub(crate) fn is_blank(text: &str) -> bool {
-    text.chars().all(|c| {
-        c.is_whitespace()
-            || c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}')
-    })
-}
+/// The most characters of one long value that human output shows: a payload, a question, a
+/// label or description, an answer, a tool's arguments or result, a message's text. A longer
+/// value is cut with [`cut`], which says how much was left out; `--json` shows everything.
+pub(crate) const SHOW_LIMIT: usize = 2_000;
 
 /// The `ask_user` question of a pending call, if it is one.
 pub(crate) fn ask_user_question(call: &PendingToolCall) -> Option<AskUserQuestion> {
@@ -57,7 +53,7 @@ pub(crate) fn question_lines(call: &PendingToolCall) -> Vec<String> {
     let Some(question) = ask_user_question(call) else {
         return vec![
             format!("{} asks:", call.tool_name),
-            format!("  {}", compact_json(&call.suspend_payload, 400)),
+            format!("  {}", cut(&call.suspend_payload.to_string(), SHOW_LIMIT)),
         ];
     };
     let hint = match question.selection_mode {
@@ -65,13 +61,16 @@ pub(crate) fn question_lines(call: &PendingToolCall) -> Vec<String> {
         Some(SelectionMode::SingleSelect) => " (choose one)",
         Some(SelectionMode::MultiSelect) => " (choose one or more)",
     };
-    let mut lines = vec![format!("{}{hint}", question.question)];
+    let mut lines = vec![format!("{}{hint}", cut(&question.question, SHOW_LIMIT))];
     for (index, option) in question.options.iter().flatten().enumerate() {
+        let label = cut(&option.label, SHOW_LIMIT);
         match option_description(&option.description) {
-            Some(description) => {
-                lines.push(format!("  {}. {} - {description}", index + 1, option.label));
-            }
-            None => lines.push(format!("  {}. {}", index + 1, option.label)),
+            Some(description) => lines.push(format!(
+                "  {}. {label} - {}",
+                index + 1,
+                cut(description, SHOW_LIMIT)
+            )),
+            None => lines.push(format!("  {}. {label}", index + 1)),
         }
     }
     lines
@@ -82,58 +81,59 @@ pub(crate) fn option_description(description: &Option<String>) -> Option<&str> {
     description.as_deref().filter(|text| !is_blank(text))
 }
 
-/// The `--answer …` / `--answer-json …` part of a command that answers `call`, with an example
-/// answer.
+/// The `--answer …` / `--answer-json …` part of a command that answers `call`, with a
+/// placeholder in angle brackets where the answer goes (never a label or text that could be
+/// pasted as a real answer by mistake).
 pub(crate) fn answer_example(call: &PendingToolCall) -> String {
     let Some(question) = ask_user_question(call) else {
-        return "--answer-json 'JSON'".to_owned();
+        return "--answer-json '<JSON>'".to_owned();
     };
-    let first_label = question
-        .options
-        .iter()
-        .flatten()
-        .next()
-        .map(|option| option.label.clone())
-        .unwrap_or_default();
     match question.selection_mode {
-        None => "--answer 'your answer'".to_owned(),
-        // A label a terminal cannot show as typed goes as JSON, whose escapes are plain text.
-        Some(SelectionMode::SingleSelect) if escape_controls(&first_label) != first_label => {
-            format!(
-                "--answer-json {}",
-                shell_quote(&plain_json(&first_label.into()))
-            )
-        }
-        Some(SelectionMode::SingleSelect) => format!("--answer {}", shell_quote(&first_label)),
-        Some(SelectionMode::MultiSelect) => {
-            let labels = Value::from(vec![first_label]);
-            format!("--answer-json {}", shell_quote(&plain_json(&labels)))
-        }
+        None => "--answer '<your answer>'".to_owned(),
+        Some(SelectionMode::SingleSelect) => "--answer '<one label>'".to_owned(),
+        Some(SelectionMode::MultiSelect) => r#"--answer-json '["<label>", …]'"#.to_owned(),
     }
 }
 
-/// JSON on one line with every character a terminal would not show as typed written as a
-/// `\uXXXX` escape (serde_json escapes only those below U+0020).
-fn plain_json(value: &Value) -> String {
-    let mut json = String::new();
-    for c in value.to_string().chars() {
-        if is_terminal_control(c) {
-            json.push_str(&format!("\\u{:04x}", u32::from(c)));
-        } else {
-            json.push(c);
-        }
-    }
-    json
-}
-
-/// Quotes a word for a POSIX shell when it needs it (with `shlex`). A word holding a NUL byte,
-/// which no command line can carry, is quoted with the NUL left in (the command cannot work
-/// as pasted whatever we print).
+/// Quotes a word for a POSIX shell when it needs it: with `shlex` (single quotes), or, for a
+/// word holding a character a terminal would not show as typed (a control character, newline
+/// and tab included, or a bidirectional override), with `$'…'` quoting, where each such
+/// character is a `\xHH` escape of its UTF-8 bytes, so the printed command shows only plain
+/// text and still works when pasted (bash, zsh, ksh and POSIX.1-2024 shells read `$'…'`).
+/// A NUL byte, which no command line can carry, is written as `\x00` (the shell cuts the
+/// word there).
 pub(crate) fn shell_quote(word: &str) -> String {
+    if word
+        .chars()
+        .any(|c| is_terminal_control(c) || c == '\n' || c == '\t')
+    {
+        return ansi_c_quote(word);
+    }
     match shlex::try_quote(word) {
         Ok(quoted) => quoted.into_owned(),
-        Err(_) => format!("'{}'", word.replace('\'', r"'\''")),
+        Err(_) => ansi_c_quote(word),
     }
+}
+
+/// `$'…'` quoting: `\\` and `\'` for backslash and quote, `\xHH` for every byte of a
+/// character a terminal would not show as typed, everything else as it is.
+fn ansi_c_quote(word: &str) -> String {
+    let mut quoted = String::from("$'");
+    for c in word.chars() {
+        match c {
+            '\\' => quoted.push_str("\\\\"),
+            '\'' => quoted.push_str("\\'"),
+            c if is_terminal_control(c) || c == '\n' || c == '\t' => {
+                let mut bytes = [0; 4];
+                for byte in c.encode_utf8(&mut bytes).bytes() {
+                    quoted.push_str(&format!("\\x{byte:02x}"));
+                }
+            }
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('\'');
+    quoted
 }
 
 /// JSON on one line, cut to about `max` characters.
@@ -189,8 +189,8 @@ pub(crate) fn result_summary(result: &ToolResult) -> String {
         .get("content")
         .and_then(Value::as_str)
         .map_or_else(
-            || compact_json(&result.result, 200),
-            |text| truncate(text, 200),
+            || cut(&result.result.to_string(), SHOW_LIMIT),
+            |text| cut(&text.replace('\n', " "), SHOW_LIMIT),
         );
     let verb = if result.is_error { " failed" } else { "" };
     format!("{}{verb}: {content}", result.tool_name)
@@ -247,6 +247,18 @@ mod tests {
     }
 
     #[test]
+    fn words_with_control_characters_are_quoted_to_paste() {
+        assert_eq!(shell_quote("a\u{1b}[2Jb"), r"$'a\x1b[2Jb'");
+        assert_eq!(shell_quote("two\nlines it's"), r"$'two\x0alines it\'s'");
+        assert_eq!(shell_quote("back\\slash\t"), r"$'back\\slash\x09'");
+        assert_eq!(shell_quote("\u{9b}"), r"$'\xc2\x9b'");
+        assert_eq!(shell_quote("nul\0"), r"$'nul\x00'");
+        // What is printed is plain text: nothing left for escape_controls to change.
+        let quoted = shell_quote("x\u{202e}\u{7}");
+        assert_eq!(escape_controls(&quoted), quoted);
+    }
+
+    #[test]
     fn issue7_fault8_control_characters_are_escaped_and_text_kept() {
         assert_eq!(escape_controls("plain\ntext\tok"), "plain\ntext\tok");
         assert_eq!(
@@ -255,14 +267,6 @@ mod tests {
         );
         assert_eq!(escape_controls("a\u{202e}b"), r"a\u{202e}b");
         assert!(matches!(escape_controls("é ✓"), Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn blank_means_nothing_visible() {
-        for blank in ["", " \t\n", "\u{200b}", "\u{0}", "\u{feff} "] {
-            assert!(is_blank(blank), "{blank:?}");
-        }
-        assert!(!is_blank(" a "));
     }
 
     #[test]
@@ -292,12 +296,12 @@ mod tests {
         let single = call(
             json!({"question": "Q", "options": [{"label": "a b"}], "selectionMode": "single_select"}),
         );
-        assert_eq!(answer_example(&single), "--answer 'a b'");
+        assert_eq!(answer_example(&single), "--answer '<one label>'");
         let multi = call(
             json!({"question": "Q", "options": [{"label": "x"}], "selectionMode": "multi_select"}),
         );
-        assert_eq!(answer_example(&multi), r#"--answer-json '["x"]'"#);
+        assert_eq!(answer_example(&multi), r#"--answer-json '["<label>", …]'"#);
         let text = call(json!({"question": "Q"}));
-        assert_eq!(answer_example(&text), "--answer 'your answer'");
+        assert_eq!(answer_example(&text), "--answer '<your answer>'");
     }
 }

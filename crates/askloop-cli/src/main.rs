@@ -17,7 +17,10 @@ mod interrupt;
 mod model;
 mod output;
 mod prompt;
+#[cfg(all(test, feature = "local"))]
+mod quality;
 mod session;
+mod test_hook;
 
 use std::process::ExitCode;
 
@@ -112,14 +115,16 @@ impl tracing::field::Visit for EventFields {
     }
 }
 
-/// Runs one command. The command runs on this thread; one worker thread runs the Ctrl-C
-/// handler, so it works even while the command blocks on a prompt or on stdin.
+/// Runs one command. The command runs on this thread; one worker thread runs the handler of
+/// Ctrl-C, SIGTERM and SIGHUP (installed first, for every command), so it works even while
+/// the command blocks on a prompt or on stdin.
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        interrupt::Interrupt::get();
         let global = cli.global;
         match cli.command {
             Command::Run(args) => commands::run::run(&global, args).await,
@@ -130,8 +135,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Runs(RunsCommand::Continue(args)) => {
                 commands::runs::continue_run(&global, args).await
             }
-            Command::Model(ModelCommand::Pull) => commands::model::pull().await,
-            Command::Model(ModelCommand::Path) => commands::model::path(),
+            Command::Runs(RunsCommand::Recover(args)) => {
+                commands::runs::recover(&global, args).await
+            }
+            Command::Model(ModelCommand::Pull { name }) => {
+                commands::model::pull(name.as_deref()).await
+            }
+            Command::Model(ModelCommand::Path { name }) => commands::model::path(name.as_deref()),
+            Command::Model(ModelCommand::List) => commands::model::list(),
         }
     })
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 use askloop_core::{Chunk, RunId, wire};
 use serde_json::Value;
 
-use crate::format::{compact_json, escape_controls, result_summary};
+use crate::format::{SHOW_LIMIT, cut, escape_controls, result_summary};
 
 /// How chunks are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl Output {
                 self.note(&format!(
                     "» {} {}",
                     call.name,
-                    compact_json(&call.args.to_value(), 120)
+                    cut(&call.args.to_value().to_string(), SHOW_LIMIT)
                 ))?;
                 Ok(())
             }

@@ -4,14 +4,12 @@
 
 use std::io::BufRead;
 
-use askloop_core::{AskUserOption, PendingToolCall, SelectionMode};
+use askloop_core::{AskUserOption, PendingToolCall, SelectionMode, is_blank};
 use inquire::validator::Validation;
 use inquire::{InquireError, MultiSelect, Select, Text};
 use serde_json::Value;
 
-use crate::format::{
-    ask_user_question, escape_controls, is_blank, option_description, question_lines,
-};
+use crate::format::{ask_user_question, escape_controls, option_description, question_lines};
 use crate::output::Output;
 
 /// Who answers questions.

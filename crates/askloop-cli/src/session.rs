@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::context::Context;
 use crate::exit::{FAILURE, HUNG_UP, INTERRUPTED, Interrupted, RunFailed, TERMINATED};
-use crate::format::{answer_example, question_lines, shell_quote, truncate};
+use crate::format::{SHOW_LIMIT, answer_example, cut, question_lines};
 use crate::interrupt::Interrupt;
 use crate::output::{Mode, Output};
 use crate::prompt::{Answerer, Asked};
@@ -66,7 +66,7 @@ impl<'a> Session<'a> {
             agent,
             output: Output::new(mode),
             answerer,
-            interrupt: Interrupt::install(),
+            interrupt: Interrupt::get(),
             announce_answered: false,
         }
     }
@@ -145,9 +145,10 @@ impl<'a> Session<'a> {
                 }
                 Asked::Stopped => {
                     self.print_waiting(run_id, &pending, None)?;
-                    return Err(anyhow::Error::new(Interrupted(format!(
-                        "stopped; run {run_id} is still waiting for an answer"
-                    ))));
+                    return Err(anyhow::Error::new(Interrupted {
+                        status: INTERRUPTED,
+                        message: format!("stopped; run {run_id} is still waiting for an answer"),
+                    }));
                 }
             }
         }
@@ -212,19 +213,20 @@ impl<'a> Session<'a> {
             |path| path.display().to_string(),
         );
         let agent = state.agent_id().as_str();
-        let agent_flag = if agent == crate::agent::DEFAULT_AGENT {
-            String::new()
-        } else {
-            format!(" --agent {}", shell_quote(agent))
-        };
+        let again = self
+            .context
+            .command("run")
+            .agent(agent)
+            .model(self.context.model_flag.as_deref())
+            .flag("--thread", Some(state.thread_id().as_str()))
+            .flag("--resource", state.resource_id().map(|id| id.as_str()))
+            .raw("…");
         let steps = state.steps();
         let plural = if steps == 1 { "" } else { "s" };
         self.output.note(&format!(
             "note: run {run_id} stopped at its step limit ({steps} model step{plural}) before \
              the agent finished; to allow more, set `max_steps` under [agents.{agent}] in \
-             {file}, then go on in the same thread with `{} run{agent_flag} --thread {} …`",
-            self.context.command_prefix(),
-            shell_quote(state.thread_id().as_str()),
+             {file}, then go on in the same thread with `{again}`",
         ))?;
         Ok(())
     }
@@ -241,8 +243,13 @@ impl<'a> Session<'a> {
         } else if let Err(write_error) = self.output.end_line() {
             return write_error.into();
         }
-        let prefix = self.context.command_prefix();
-        let continue_hint = format!("`{prefix} runs continue {run_id}`");
+        let continue_hint = format!(
+            "`{}`",
+            self.context
+                .command("runs continue")
+                .arg(run_id.as_str())
+                .model(self.context.model_flag.as_deref())
+        );
         let (status, message) = match error {
             _ if !stored => (
                 FAILURE,
@@ -301,7 +308,11 @@ fn answered_line(call: &ToolCall) -> String {
         .get("question")
         .and_then(Value::as_str)
         .map_or_else(|| call.name.clone(), |question| format!("{question:?}"));
-    format!("answered {}: {}", call.id, truncate(&what, 200))
+    format!(
+        "answered {}: {}",
+        call.id,
+        cut(&what.replace('\n', " "), SHOW_LIMIT)
+    )
 }
 
 /// Whether a person is at this terminal: stdin and stdout both terminals.
@@ -325,7 +336,6 @@ pub(crate) fn print_pending(
     shown: Option<&ToolCallId>,
 ) -> std::io::Result<()> {
     let human = output.mode() == Mode::Human;
-    let prefix = context.command_prefix();
     if human {
         output.line(&format!("run {run_id} is waiting for an answer"))?;
     }
@@ -340,10 +350,13 @@ pub(crate) fn print_pending(
         }
         if context.is_durable() {
             let command = format!(
-                "answer with: {prefix} resume {} --tool-call-id {} {}",
-                shell_quote(run_id.as_str()),
-                shell_quote(call.tool_call_id.as_str()),
-                answer_example(call)
+                "answer with: {}",
+                context
+                    .command("resume")
+                    .arg(run_id.as_str())
+                    .flag("--tool-call-id", Some(call.tool_call_id.as_str()))
+                    .model(context.model_flag.as_deref())
+                    .raw(&answer_example(call))
             );
             if human {
                 output.line(&command)?;

@@ -2,12 +2,13 @@
 //! `generate`, `resume_stream`, `continue_stream`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::definition::AgentDefinition;
 use crate::error::{AgentError, ResumeError};
-use crate::ids::{AgentId, RunId, ToolCallId};
+use crate::ids::{AgentId, LeaseHolder, RunId, ToolCallId};
 use crate::model::{LanguageModel, ModelSettings, ToolDefinition};
 use crate::options::RunOptions;
 use crate::run_loop;
@@ -18,6 +19,9 @@ use crate::tool::{DynTool, RegisteredTool};
 
 /// Default of [`AgentBuilder::max_steps`].
 pub const DEFAULT_MAX_STEPS: u32 = 10;
+
+/// Default of [`AgentBuilder::lease`]: 30 seconds.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// An agent: calls its model in a loop, runs the tools the model calls, suspends when a tool
 /// asks, and commits every run to its store.
@@ -83,6 +87,7 @@ impl Agent {
             max_questions: None,
             settings: ModelSettings::default(),
             store: None,
+            lease: DEFAULT_LEASE,
         }
     }
 
@@ -231,6 +236,7 @@ pub struct AgentBuilder {
     max_questions: Option<u32>,
     settings: ModelSettings,
     store: Option<Arc<dyn RunStore>>,
+    lease: Duration,
 }
 
 impl AgentBuilder {
@@ -312,6 +318,16 @@ impl AgentBuilder {
         self
     }
 
+    /// How long a run this agent drives stays leased to it without a heartbeat (default
+    /// [`DEFAULT_LEASE`], 30 s). While the agent drives a run, a heartbeat renews the lease
+    /// every third of this; another process may take the run over (`continue_stream`) only
+    /// once it has expired, i.e. this long after the driving process died. A zero duration is
+    /// raised to one millisecond.
+    pub fn lease(mut self, duration: Duration) -> Self {
+        self.lease = duration.max(Duration::from_millis(1));
+        self
+    }
+
     /// Builds the agent, compiling every tool's input schema.
     ///
     /// # Errors
@@ -351,6 +367,8 @@ impl AgentBuilder {
                 max_questions: self.max_questions,
                 settings: self.settings,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                lease_holder: LeaseHolder::generate(),
+                lease_duration: self.lease,
             }),
         })
     }

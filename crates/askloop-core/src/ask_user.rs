@@ -313,7 +313,7 @@ impl Tool for AskUser {
         true
     }
 
-    fn idempotent_resume(&self) -> bool {
+    fn idempotent(&self) -> bool {
         true
     }
 

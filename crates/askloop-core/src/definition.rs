@@ -2,12 +2,14 @@
 //! settings, limits and store), shared by every run of the agent.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::ids::AgentId;
+use crate::ids::{AgentId, LeaseHolder};
 use crate::message::{AssistantPart, Message};
 use crate::model::{LanguageModel, ModelSettings, ToolDefinition};
-use crate::run::RunState;
-use crate::store::RunStore;
+use crate::run::{RunState, RunStatus};
+use crate::run_loop::clock::{lease_now_ms, millis};
+use crate::store::{Lease, RunStore};
 use crate::tool::RegisteredTool;
 
 /// An agent as the loop sees it. Built once by `AgentBuilder::build`, never changed after.
@@ -23,9 +25,27 @@ pub(crate) struct AgentDefinition {
     pub(crate) max_questions: Option<u32>,
     pub(crate) settings: ModelSettings,
     pub(crate) store: Arc<dyn RunStore>,
+    /// This agent value's lease holder id.
+    pub(crate) lease_holder: LeaseHolder,
+    /// How long a lease lasts unless renewed.
+    pub(crate) lease_duration: Duration,
 }
 
 impl AgentDefinition {
+    /// The lease a commit of `state` carries: this agent's, from now for the lease duration,
+    /// while the run is running; none once it suspends, completes or fails.
+    pub(crate) fn lease_for(&self, state: &RunState) -> Option<Lease> {
+        (state.status == RunStatus::Running).then(|| self.new_lease())
+    }
+
+    /// This agent's lease, from now for the lease duration.
+    pub(crate) fn new_lease(&self) -> Lease {
+        Lease::new(
+            self.lease_holder.clone(),
+            lease_now_ms().saturating_add(millis(self.lease_duration)),
+        )
+    }
+
     /// The registered tool with this name.
     pub(crate) fn tool(&self, name: &str) -> Option<&RegisteredTool> {
         self.tools
@@ -42,7 +62,7 @@ impl AgentDefinition {
     /// outcome, in the run's own messages).
     pub(crate) fn questions_asked(&self, state: &RunState) -> u32 {
         let count = state
-            .run_messages()
+            .messages()
             .iter()
             .flat_map(|message| match message {
                 Message::Assistant { parts } => parts.as_slice(),

@@ -75,13 +75,18 @@ pub enum ResumeError {
         /// The calls that are pending.
         pending: Vec<ToolCallId>,
     },
-    /// That call already has its answer.
-    #[error("tool call {tool_call_id} of run {run_id} was already answered")]
+    /// That call already has its answer (nothing was applied again).
+    #[error(
+        "tool call {tool_call_id} of run {run_id} was already answered{}",
+        if *same_answer { " with this answer" } else { "" }
+    )]
     AlreadyAnswered {
         /// The run.
         run_id: RunId,
         /// The call.
         tool_call_id: ToolCallId,
+        /// Whether the recorded answer equals this one: the resume is a harmless repeat.
+        same_answer: bool,
     },
     /// No tool call id was given and several calls are pending.
     #[error("run {run_id} has {} pending tool calls; say which one to answer: {}", pending.len(), join_ids(pending))]
@@ -103,11 +108,36 @@ pub enum ResumeError {
         /// What was expected and what was wrong.
         rejection: ResumeRejection,
     },
-    /// Another resume of this run was accepted first (exactly-once: this one changed nothing).
-    #[error("run {run_id} was resumed concurrently; this resume was not applied")]
+    /// Another resume (or continue) of this run was applied first (exactly-once: this one
+    /// changed nothing).
+    #[error("another resume of run {run_id} was applied first; this one changed nothing")]
     Conflict {
         /// The run.
         run_id: RunId,
+    },
+    /// Another process drives the run now (it holds a live lease).
+    #[error(
+        "run {run_id} is being run by another process; it can be taken over only once that process's lease expires"
+    )]
+    InProgress {
+        /// The run.
+        run_id: RunId,
+        /// When that process's lease ends unless it renews it, ms since the Unix epoch. If it
+        /// died, the run can be continued after this.
+        lease_expires_at_ms: u64,
+    },
+    /// The process that claimed this call (or was running it) stopped before recording its
+    /// result. Continuing the run (`continue_stream`) finishes it: the call is re-run with the
+    /// recorded answer if its tool is idempotent, otherwise the model is told its outcome is
+    /// unknown.
+    #[error(
+        "the process answering tool call {tool_call_id} of run {run_id} stopped before recording its result; continue the run to finish it"
+    )]
+    Interrupted {
+        /// The run.
+        run_id: RunId,
+        /// The call left unfinished.
+        tool_call_id: ToolCallId,
     },
     /// The agent has no tool of that name (the run was started by an agent with other tools).
     #[error("the agent has no tool {tool_name}, which run {run_id} is waiting on")]
@@ -144,6 +174,8 @@ impl ResumeError {
             Self::Ambiguous { .. } => "ambiguous_tool_call",
             Self::InvalidAnswer { .. } => "invalid_answer",
             Self::Conflict { .. } => "conflict",
+            Self::InProgress { .. } => "in_progress",
+            Self::Interrupted { .. } => "interrupted",
             Self::ToolUnavailable { .. } => "tool_unavailable",
             Self::WrongAgent { .. } => "wrong_agent",
             Self::Store(_) => "store_error",

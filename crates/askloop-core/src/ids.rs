@@ -75,6 +75,18 @@ string_id!(
     /// Identifies an agent definition (`"assistant"` for the default agent).
     AgentId
 );
+string_id!(
+    /// Identifies who drives a run: one per [`crate::Agent`] value (a UUID v4 string made by
+    /// `AgentBuilder::build`), recorded with the run's [`crate::store::Lease`].
+    LeaseHolder
+);
+
+impl LeaseHolder {
+    /// A fresh holder id (UUID v4).
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::new_v4().to_string())
+    }
+}
 
 impl RunId {
     /// A fresh, time-ordered run id (UUID v7).

@@ -71,14 +71,14 @@ pub mod store;
 pub mod testing;
 pub mod wire;
 
-pub use agent::{Agent, AgentBuildError, AgentBuilder, DEFAULT_MAX_STEPS};
+pub use agent::{Agent, AgentBuildError, AgentBuilder, DEFAULT_LEASE, DEFAULT_MAX_STEPS};
 pub use ask_user::{
     AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, SelectionMode,
 };
 pub use cancel::CancelHandle;
 pub use chunk::Chunk;
 pub use error::{AgentError, ResumeError, error_chain_text};
-pub use ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};
+pub use ids::{AgentId, LeaseHolder, ResourceId, RunId, ThreadId, ToolCallId};
 pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
 pub use run::{PendingToolCall, RunFailure, RunStatus, UnknownRunStatus};

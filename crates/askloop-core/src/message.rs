@@ -136,6 +136,11 @@ pub struct ToolResult {
     pub result: Value,
     /// Whether the call failed (bad arguments, unknown tool, the tool's own error).
     pub is_error: bool,
+    /// The answer a resume gave the call, for a call that suspended (kept with the result so
+    /// that a repeated answer can be recognized, and shown by `runs show`); not sent to the
+    /// model. Absent (`None`) for calls that completed without suspending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Value>,
 }
 
 impl ToolResult {
@@ -146,6 +151,7 @@ impl ToolResult {
             tool_name: call.name.clone(),
             result: serde_json::json!({ "content": message.into(), "isError": true }),
             is_error: true,
+            answer: None,
         }
     }
 

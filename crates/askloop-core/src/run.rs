@@ -2,25 +2,40 @@
 //! waits on. Stores keep it as opaque JSON text ([`crate::store::codec`]); only the loop changes
 //! it.
 //!
-//! Format 1 (what [`crate::store::codec::encode_state`] writes):
+//! Format 2 (what [`crate::store::codec`] writes; stores keep the head — everything but
+//! `messages` — apart from the messages, one by one):
 //!
 //! ```json
 //! {
-//!   "formatVersion": 1,
+//!   "formatVersion": 2,
 //!   "runId": "0193…", "threadId": "0193…", "resourceId": null,
 //!   "agentId": "assistant", "model": "scripted:demo.json",
 //!   "status": "suspended",
-//!   "messages": [{"role": "user", "text": "Summarize my project"},
-//!                {"role": "assistant", "parts": [{"type": "tool-call", "id": "c1", "name": "ask_user", "args": {"json": {"question": "Which repo?"}}}]}],
-//!   "historyLen": 0,
+//!   "historyThrough": 7,
 //!   "steps": 1,
 //!   "pendingStep": {"calls": [{"call": {"id": "c1", "name": "ask_user", "args": {"json": {"question": "Which repo?"}}},
 //!                              "state": {"status": "suspended", "suspension": {"payload": {"question": "Which repo?"}, "resumeSchema": {"type": "string"}}}}]},
 //!   "usage": {"inputTokens": 10, "outputTokens": 5},
 //!   "error": null,
-//!   "createdAtMs": 1796007590064, "updatedAtMs": 1796007590140
+//!   "createdAtMs": 1796007590064, "updatedAtMs": 1796007590140,
+//!   "messages": [{"role": "user", "text": "Summarize my project"},
+//!                {"role": "assistant", "parts": [{"type": "tool-call", "id": "c1", "name": "ask_user", "args": {"json": {"question": "Which repo?"}}}]}]
 //! }
 //! ```
+//!
+//! - `messages` holds the run's **own** messages only (its user input first). The thread's
+//!   earlier messages are not copied: `historyThrough` is the highest thread completion
+//!   sequence included in the run's history (absent or `null`: the thread had no completed run
+//!   when the run started, so the history is empty), and the loop rebuilds the prompt from
+//!   `RunStore::thread_history(thread, historyThrough)` followed by the own messages.
+//! - `legacyHistory` (only in states upgraded from format 1): the thread history format 1 had
+//!   copied into the state, used instead of `thread_history`.
+//! - `pendingStep.calls[].state.status` is `completed` (`result`), `suspended` (`suspension`),
+//!   `resuming` (`suspension`, `resumeData`: an answer claimed, its result not yet recorded) or
+//!   `running` (`startedAtMs`: a non-idempotent tool was started and has no recorded result).
+//!
+//! Format 1 (read, upgraded by `codec::upgrade_v1`) copied the thread's history into
+//! `messages`, counted it in `historyLen`, and named one field `resume_data`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -32,7 +47,7 @@ use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::tool::Suspension;
 
 /// The stored run format this build writes and reads.
-pub(crate) const RUN_FORMAT_VERSION: u32 = 1;
+pub(crate) const RUN_FORMAT_VERSION: u32 = 2;
 
 /// Where a run is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -100,9 +115,8 @@ impl std::str::FromStr for RunStatus {
 /// The whole state of one run: enough to continue it in any process.
 ///
 /// Read it through its accessors; only the agent loop changes it, and stores keep it as the
-/// opaque JSON text of [`crate::store::codec`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// text of [`crate::store::codec`].
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunState {
     pub(crate) format_version: u32,
     pub(crate) run_id: RunId,
@@ -112,17 +126,19 @@ pub struct RunState {
     /// The model SPEC the run was started with (e.g. `scripted:PATH`).
     pub(crate) model: Option<String>,
     pub(crate) status: RunStatus,
-    /// The conversation: the thread's earlier messages, then this run's.
+    /// The run's own messages (its user input first); append-only.
     pub(crate) messages: Vec<Message>,
-    /// How many of `messages` came from the thread's earlier runs.
-    pub(crate) history_len: usize,
+    /// The highest thread completion sequence included in the run's history (`None`: the
+    /// thread had no completed run when the run started).
+    pub(crate) history_through: Option<u64>,
+    /// The history copied into a format-1 state, used instead of the thread's.
+    pub(crate) legacy_history: Option<Vec<Message>>,
     pub(crate) steps: u32,
     /// The tool calls of the last assistant message, while any of them lacks a result.
     pub(crate) pending_step: Option<PendingStep>,
     pub(crate) usage: Usage,
     pub(crate) error: Option<RunFailure>,
     /// Why the run finished, once completed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) finish_reason: Option<FinishReason>,
     pub(crate) created_at_ms: u64,
     pub(crate) updated_at_ms: u64,
@@ -158,18 +174,26 @@ pub(crate) struct CallSlot {
 
 /// Where one tool call of a pending step stands.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "status")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "status"
+)]
 pub(crate) enum CallState {
     /// Finished with this result.
     Completed { result: ToolResult },
     /// Waiting for an answer.
     Suspended { suspension: Suspension },
     /// An answer was accepted and claimed; the tool's resume path is running (or was, when a
-    /// process died: `continue_stream` runs it again with the recorded answer).
+    /// process died: `continue_stream` runs it again with the recorded answer if the tool is
+    /// idempotent, else gives the model an outcome-unknown error result).
     Resuming {
         suspension: Suspension,
         resume_data: Value,
     },
+    /// A non-idempotent tool was started at `started_at_ms` (ms since the Unix epoch) and has
+    /// no recorded result yet (journal entry written before `execute`).
+    Running { started_at_ms: u64 },
 }
 
 impl PendingStep {
@@ -224,6 +248,22 @@ impl PendingToolCall {
     }
 }
 
+/// A tool call a run started (or a resume claimed) whose result was never recorded: the
+/// process driving the run stopped while it ran. See [`RunState::unfinished_calls`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct UnfinishedCall {
+    /// The call.
+    pub tool_call_id: ToolCallId,
+    /// Its tool.
+    pub tool_name: String,
+    /// The answer a resume recorded for it (kept; `None` for a started tool call).
+    pub answer: Option<Value>,
+    /// When a non-idempotent tool was started (ms since the Unix epoch).
+    pub started_at_ms: Option<u64>,
+}
+
 /// What a run listing shows of one run: ids, status, times and the pending questions, without
 /// the conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -249,7 +289,8 @@ pub struct RunSummary {
 }
 
 impl RunState {
-    /// A new running run with the given conversation.
+    /// A new running run with its own first messages, whose history is the thread's through
+    /// completion sequence `history_through`.
     pub(crate) fn new(
         run_id: RunId,
         thread_id: ThreadId,
@@ -257,7 +298,7 @@ impl RunState {
         agent_id: AgentId,
         model: Option<String>,
         messages: Vec<Message>,
-        history_len: usize,
+        history_through: Option<u64>,
     ) -> Self {
         let now = now_ms();
         Self {
@@ -269,7 +310,8 @@ impl RunState {
             model,
             status: RunStatus::Running,
             messages,
-            history_len,
+            history_through,
+            legacy_history: None,
             steps: 0,
             pending_step: None,
             usage: Usage::default(),
@@ -311,14 +353,50 @@ impl RunState {
         self.status
     }
 
-    /// The whole conversation: the thread's earlier messages, then this run's.
+    /// The run's own messages (its user input first), without its thread's earlier
+    /// messages: those are the thread's ([`crate::RunStore::thread_history`] through
+    /// [`RunState::history_through`]), or [`RunState::legacy_history`].
     pub fn messages(&self) -> &[Message] {
         &self.messages
     }
 
-    /// The messages this run added to its thread (everything after the thread's history).
-    pub fn run_messages(&self) -> &[Message] {
-        self.messages.get(self.history_len..).unwrap_or(&[])
+    /// The highest thread completion sequence included in the run's history; `None` when the
+    /// thread had no completed run when the run started (empty history).
+    pub fn history_through(&self) -> Option<u64> {
+        self.history_through
+    }
+
+    /// The thread history a format-1 state had copied into itself (kept when it was upgraded),
+    /// used instead of the thread's; `None` for runs stored in format 2.
+    pub fn legacy_history(&self) -> Option<&[Message]> {
+        self.legacy_history.as_deref()
+    }
+
+    /// The call of the pending step that was claimed by a resume (or started, for a
+    /// non-idempotent tool) and has no recorded result, with its recorded answer if any: what
+    /// a crash left unfinished.
+    pub fn unfinished_calls(&self) -> Vec<UnfinishedCall> {
+        let Some(step) = &self.pending_step else {
+            return Vec::new();
+        };
+        step.calls
+            .iter()
+            .filter_map(|slot| match &slot.state {
+                CallState::Resuming { resume_data, .. } => Some(UnfinishedCall {
+                    tool_call_id: slot.call.id.clone(),
+                    tool_name: slot.call.name.clone(),
+                    answer: Some(resume_data.clone()),
+                    started_at_ms: None,
+                }),
+                CallState::Running { started_at_ms } => Some(UnfinishedCall {
+                    tool_call_id: slot.call.id.clone(),
+                    tool_name: slot.call.name.clone(),
+                    answer: None,
+                    started_at_ms: Some(*started_at_ms),
+                }),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Model steps taken so far.
@@ -396,14 +474,17 @@ impl RunState {
         })
     }
 
-    /// Whether this run (not its thread's history) recorded a result for this call.
-    pub(crate) fn has_result_for(&self, tool_call_id: &ToolCallId) -> bool {
-        self.run_messages().iter().any(|message| match message {
-            Message::Tool { results } => results
-                .iter()
-                .any(|result| &result.tool_call_id == tool_call_id),
-            _ => false,
-        })
+    /// The result this run (not its thread's history) recorded for this call, if any.
+    pub(crate) fn result_for(&self, tool_call_id: &ToolCallId) -> Option<&ToolResult> {
+        self.messages
+            .iter()
+            .rev()
+            .find_map(|message| match message {
+                Message::Tool { results } => results
+                    .iter()
+                    .find(|result| &result.tool_call_id == tool_call_id),
+                _ => None,
+            })
     }
 
     /// Marks the state changed now.

@@ -156,13 +156,17 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
-    /// Whether the resume path may run again with the same answer without harm: it has no side
-    /// effects and gives the same result (true for `ask_user`, which only records the answer).
+    /// Whether the tool may run again (`execute`, and its resume path with the same answer)
+    /// without harm: it has no side effects and gives the same result (true for `ask_user`,
+    /// which only asks and records the answer). Default `false`.
     ///
-    /// The loop commits a claimed call's result before the next model call, so that a crash
-    /// never makes a side-effecting resume path run twice. For idempotent resume paths it skips
-    /// that commit; after a crash, `continue_stream` simply runs them again. Default `false`.
-    fn idempotent_resume(&self) -> bool {
+    /// The loop keeps a journal of non-idempotent calls: before `execute` runs it commits the
+    /// call as `running`, and it commits the call's result (or suspension) as soon as it
+    /// exists. After a crash, `continue_stream` re-runs an unfinished call only if its tool is
+    /// idempotent; otherwise the model gets the error result "outcome unknown: the process
+    /// stopped while this tool was running", and the call never runs twice. Idempotent calls
+    /// skip those commits and simply run again after a crash.
+    fn idempotent(&self) -> bool {
         false
     }
 
@@ -284,8 +288,8 @@ pub trait DynTool: Send + Sync {
     fn suspend_schema(&self) -> Option<Value>;
     /// JSON Schema of answers common to every suspension, if any.
     fn resume_schema(&self) -> Option<Value>;
-    /// See [`Tool::idempotent_resume`].
-    fn idempotent_resume(&self) -> bool;
+    /// See [`Tool::idempotent`].
+    fn idempotent(&self) -> bool;
     /// See [`Tool::asks_user`].
     fn asks_user(&self) -> bool;
     /// See [`Tool::validate_resume`].
@@ -332,8 +336,8 @@ impl<T: Tool> DynTool for T {
         Tool::resume_schema(self)
     }
 
-    fn idempotent_resume(&self) -> bool {
-        Tool::idempotent_resume(self)
+    fn idempotent(&self) -> bool {
+        Tool::idempotent(self)
     }
 
     fn asks_user(&self) -> bool {

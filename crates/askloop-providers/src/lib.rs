@@ -43,6 +43,11 @@ mod build;
 mod error;
 mod events;
 mod failure;
+// The catalogue is plain data, compiled with or without `local`, so a SPEC can tell a catalogue
+// name (`local:smollm2-135m`) from a path in every build.
+#[cfg_attr(not(feature = "local"), allow(dead_code))]
+#[path = "local/catalogue.rs"]
+mod catalogue;
 #[cfg(feature = "local")]
 pub mod local;
 mod model;

@@ -15,7 +15,7 @@ use std::str::FromStr;
 /// | `anthropic:MODEL` | [`ModelSpec::Anthropic`] |
 /// | `ollama:MODEL` | [`ModelSpec::Ollama`]: Ollama's native `/api/chat` |
 /// | `scripted:PATH` | [`ModelSpec::Scripted`]: an [`askloop_core::testing::ScriptedModel`] script file |
-/// | `local` or `local:PATH` | [`ModelSpec::Local`]: the embedded model (feature `local`) |
+/// | `local`, `local:NAME` or `local:PATH` | [`ModelSpec::Local`]: the embedded model (feature `local`): the default, a model of the catalogue by name, or a GGUF file |
 ///
 /// [`fmt::Display`] writes the SPEC back in this form, so it can be recorded with a run and
 /// parsed again by another process.
@@ -54,7 +54,10 @@ pub enum ModelSpec {
     },
     /// A scripted model replaying a JSON script file (`scripted:PATH`).
     Scripted(PathBuf),
-    /// The embedded local model (`local`, or `local:PATH` for a model directory or file).
+    /// The embedded local model: `local` (the default model), `local:NAME` (a model of the
+    /// catalogue by name, such as `smollm2-135m`; see [`ModelSpec::local_model_name`]), or
+    /// `local:PATH` for a GGUF file or a folder holding one. A catalogue name wins over a file
+    /// of the same name in the current folder (write `local:./NAME` for that).
     Local(Option<PathBuf>),
 }
 
@@ -152,6 +155,26 @@ impl ModelSpec {
                 provider: provider.to_owned(),
             }),
         }
+    }
+
+    /// For `local:NAME` where NAME is a model of askloop's catalogue (`qwen2.5-coder-1.5b`,
+    /// `smollm2-135m`), that name; `None` for every other SPEC, `local` and `local:PATH`
+    /// included.
+    ///
+    /// ```
+    /// use askloop_providers::ModelSpec;
+    ///
+    /// assert_eq!(ModelSpec::parse("local:smollm2-135m")?.local_model_name(), Some("smollm2-135m"));
+    /// assert_eq!(ModelSpec::parse("local:./smollm2-135m")?.local_model_name(), None);
+    /// assert_eq!(ModelSpec::parse("local")?.local_model_name(), None);
+    /// # Ok::<(), askloop_providers::SpecError>(())
+    /// ```
+    pub fn local_model_name(&self) -> Option<&str> {
+        let Self::Local(Some(path)) = self else {
+            return None;
+        };
+        let name = path.to_str()?;
+        crate::catalogue::catalogue_model(name).map(|model| model.name)
     }
 
     /// The provider's name as written in the SPEC (`"openai"`, `"anthropic"`, `"ollama"`,

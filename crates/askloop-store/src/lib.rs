@@ -1,9 +1,11 @@
 //! Durable [`RunStore`]s for askloop.
 //!
 //! [`SqliteStore`] keeps runs in one SQLite file (WAL journal) and is askloop's embedded
-//! default: a run suspended by one process is resumed by another that opens the same file. It
-//! implements the contract of `askloop_core::RunStore` — commit before emit, compare-and-swap
-//! on a run version — and passes the core conformance suite.
+//! default: a run suspended by one process is resumed by another that opens the same file.
+//! `PgStore` (feature `postgres`, on by default) keeps them in a PostgreSQL database that any
+//! number of processes on any number of machines share. Both implement the contract of
+//! `askloop_core::RunStore` — commit before emit, compare-and-swap on a run version, leases,
+//! threads in completion order — and pass the core conformance suite.
 //!
 //! This crate depends on `askloop-core` only; the CLI picks a store with [`StoreUrl`] and
 //! [`open_store`].
@@ -17,12 +19,23 @@
 //! let store = open_store(&url, &OpenOptions::default()).await?;
 //! # let _ = store; Ok(()) }
 //! ```
+//!
+//! # Features
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `postgres` | yes | `PgStore`, `PgUrl` and `postgres://` store URLs |
 
 mod error;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod sqlite;
 mod url;
 
 pub use askloop_core::RunStore;
 pub use error::OpenError;
+#[cfg(feature = "postgres")]
+pub use error::PgUrlError;
+#[cfg(feature = "postgres")]
+pub use postgres::{PgStore, PgUrl};
 pub use sqlite::{SqliteStore, Synchronous};
 pub use url::{DEFAULT_DB_FILE, OpenOptions, StoreUrl, default_store_url, open_store};

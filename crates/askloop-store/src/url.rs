@@ -1,4 +1,6 @@
-//! [`StoreUrl`]: which store to open (`memory`, `sqlite://PATH`), and [`open_store`].
+//! [`StoreUrl`]: which store to open (`memory`, `sqlite://PATH[?synchronous=…]`,
+//! `postgres://…`), and
+//! [`open_store`].
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -8,6 +10,8 @@ use askloop_core::RunStore;
 use askloop_core::store::MemoryStore;
 
 use crate::error::OpenError;
+#[cfg(feature = "postgres")]
+use crate::postgres::{PgStore, PgUrl};
 use crate::sqlite::{SqliteStore, Synchronous};
 
 /// File name of the default SQLite store inside [`askloop_core::data_dir`].
@@ -15,14 +19,55 @@ pub const DEFAULT_DB_FILE: &str = "askloop.db";
 
 /// A store location, as given by `--store` or `ASKLOOP_STORE`.
 ///
-/// More backends (PostgreSQL) will come, so matching on it needs a wildcard arm.
+/// More backends may come, so matching on it needs a wildcard arm. Its `Display` (and `Debug`)
+/// never shows a password: a PostgreSQL URL's password is shown as `***`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreUrl {
     /// `memory`: nothing survives the process.
     Memory,
-    /// `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://relative.db`) or `sqlite:PATH`.
-    Sqlite(PathBuf),
+    /// `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://relative.db`) or `sqlite:PATH`,
+    /// optionally followed by `?synchronous=normal` or `?synchronous=full` (the default).
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// How durable a commit is: [`Synchronous::Full`] (the default) waits for the disk,
+        /// so an announced suspension survives a power loss; `?synchronous=normal` opts out.
+        synchronous: Synchronous,
+    },
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAMS]` (or `postgresql://…`): a
+    /// PostgreSQL database shared by any number of processes (feature `postgres`). `PARAMS` are
+    /// libpq's (`sslmode`, `options`, …) plus askloop's `synchronous=normal|full` (default
+    /// `full`): `normal` commits with `synchronous_commit=off`.
+    #[cfg(feature = "postgres")]
+    Postgres {
+        /// The server, database and connection parameters (without `synchronous`).
+        url: PgUrl,
+        /// Whether commits wait for the server's disk ([`Synchronous::Full`], the default).
+        synchronous: Synchronous,
+    },
+}
+
+impl StoreUrl {
+    /// A SQLite store at `path` with full durability (the default).
+    pub fn sqlite(path: impl Into<PathBuf>) -> Self {
+        Self::Sqlite {
+            path: path.into(),
+            synchronous: Synchronous::Full,
+        }
+    }
+
+    /// This URL with its durability set to `synchronous` (no change for a memory store).
+    #[must_use]
+    pub fn with_synchronous(mut self, durability: Synchronous) -> Self {
+        match &mut self {
+            Self::Sqlite { synchronous, .. } => *synchronous = durability,
+            #[cfg(feature = "postgres")]
+            Self::Postgres { synchronous, .. } => *synchronous = durability,
+            Self::Memory => {}
+        }
+        self
+    }
 }
 
 impl FromStr for StoreUrl {
@@ -35,14 +80,29 @@ impl FromStr for StoreUrl {
         if url == "memory" || url == "memory://" {
             return Ok(Self::Memory);
         }
-        let path = url
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return parse_postgres(url);
+        }
+        let rest = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
             .ok_or_else(invalid)?;
-        if path.is_empty() || path.contains('?') {
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() {
             return Err(invalid());
         }
-        Ok(Self::Sqlite(PathBuf::from(path)))
+        let mut synchronous = Synchronous::Full;
+        for parameter in query.split('&').filter(|parameter| !parameter.is_empty()) {
+            synchronous = match parameter {
+                "synchronous=full" => Synchronous::Full,
+                "synchronous=normal" => Synchronous::Normal,
+                _ => return Err(invalid()),
+            };
+        }
+        Ok(Self::Sqlite {
+            path: PathBuf::from(path),
+            synchronous,
+        })
     }
 }
 
@@ -50,38 +110,69 @@ impl std::fmt::Display for StoreUrl {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Memory => formatter.write_str("memory"),
-            Self::Sqlite(path) => write!(formatter, "sqlite://{}", path.display()),
+            Self::Sqlite {
+                path,
+                synchronous: Synchronous::Full,
+            } => write!(formatter, "sqlite://{}", path.display()),
+            Self::Sqlite {
+                path,
+                synchronous: Synchronous::Normal,
+            } => write!(formatter, "sqlite://{}?synchronous=normal", path.display()),
+            #[cfg(feature = "postgres")]
+            Self::Postgres { url, synchronous } => match synchronous {
+                Synchronous::Full => write!(formatter, "{url}"),
+                Synchronous::Normal => {
+                    let separator = if url.has_query() { '&' } else { '?' };
+                    write!(formatter, "{url}{separator}synchronous=normal")
+                }
+            },
         }
     }
 }
 
-/// The embedded default: `sqlite://<data dir>/askloop.db` (see [`askloop_core::data_dir`]).
+/// Parses a `postgres://` or `postgresql://` URL: askloop's `synchronous` parameter, then the
+/// rest as libpq's URL form.
+#[cfg(feature = "postgres")]
+fn parse_postgres(text: &str) -> Result<StoreUrl, OpenError> {
+    let (url, synchronous) = PgUrl::parse(text)?;
+    Ok(StoreUrl::Postgres { url, synchronous })
+}
+
+/// Without the `postgres` feature a PostgreSQL URL is refused as such.
+#[cfg(not(feature = "postgres"))]
+fn parse_postgres(text: &str) -> Result<StoreUrl, OpenError> {
+    Err(OpenError::NotBuiltIn {
+        url: crate::error::mask_password(text),
+        feature: "postgres",
+    })
+}
+
+/// The embedded default: `sqlite://<data dir>/askloop.db` (see [`askloop_core::data_dir`]), with
+/// full durability.
 ///
 /// # Errors
 /// [`OpenError::NoDataDir`] when no data folder is known.
 pub fn default_store_url() -> Result<StoreUrl, OpenError> {
     let dir = askloop_core::data_dir().ok_or(OpenError::NoDataDir)?;
-    Ok(StoreUrl::Sqlite(dir.join(DEFAULT_DB_FILE)))
+    Ok(StoreUrl::sqlite(dir.join(DEFAULT_DB_FILE)))
 }
 
 /// How to open a store: build one with [`OpenOptions::new`] (or `default()`) and its setters.
 ///
-/// The defaults open for reading and writing, create the file (and its folder) when missing,
-/// and commit with [`Synchronous::Normal`].
+/// The defaults open for reading and writing and create the file (and its folder) when
+/// missing. How durable commits are is part of the [`StoreUrl`].
 ///
 /// # Example
 /// ```
-/// use askloop_store::{OpenOptions, Synchronous};
+/// use askloop_store::OpenOptions;
 ///
-/// let writer = OpenOptions::new().synchronous(Synchronous::Full);
+/// let writer = OpenOptions::new().create_if_missing(false);
 /// let reader = OpenOptions::new().read_only(true);
 /// assert!(reader.read_only && !writer.read_only);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OpenOptions {
-    /// SQLite's `synchronous` setting; see [`OpenOptions::synchronous()`].
-    pub synchronous: Synchronous,
     /// Whether to open for reading only; see [`OpenOptions::read_only()`].
     pub read_only: bool,
     /// Whether to create a missing database; see [`OpenOptions::create_if_missing()`].
@@ -91,7 +182,6 @@ pub struct OpenOptions {
 impl Default for OpenOptions {
     fn default() -> Self {
         Self {
-            synchronous: Synchronous::Normal,
             read_only: false,
             create_if_missing: true,
         }
@@ -99,16 +189,9 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// The defaults: read-write, create when missing, [`Synchronous::Normal`].
+    /// The defaults: read-write, create when missing.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// SQLite's `synchronous` setting (default [`Synchronous::Normal`]).
-    #[must_use]
-    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
-        self.synchronous = synchronous;
-        self
     }
 
     /// Open for reading only (default false): nothing is created, migrated or written, and a
@@ -134,14 +217,21 @@ impl OpenOptions {
 ///
 /// # Errors
 /// [`OpenError::NotFound`] for a missing database that may not be created;
-/// [`OpenError::CreateDir`], [`OpenError::Connect`], [`OpenError::Migrate`].
+/// [`OpenError::CreateDir`], [`OpenError::Connect`], [`OpenError::Migrate`],
+/// [`OpenError::SchemaVersion`].
 pub async fn open_store(
     url: &StoreUrl,
     options: &OpenOptions,
 ) -> Result<Arc<dyn RunStore>, OpenError> {
     match url {
         StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
-        StoreUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::open_with(path, options).await?)),
+        StoreUrl::Sqlite { path, synchronous } => Ok(Arc::new(
+            SqliteStore::open_with(path, *synchronous, options).await?,
+        )),
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres { url, synchronous } => Ok(Arc::new(
+            PgStore::open_with(url, *synchronous, options).await?,
+        )),
     }
 }
 
@@ -154,22 +244,40 @@ mod tests {
         assert_eq!("memory".parse::<StoreUrl>().unwrap(), StoreUrl::Memory);
         assert_eq!(
             "sqlite:///tmp/a.db".parse::<StoreUrl>().unwrap(),
-            StoreUrl::Sqlite("/tmp/a.db".into())
+            StoreUrl::sqlite("/tmp/a.db")
         );
         assert_eq!(
             "sqlite://a.db".parse::<StoreUrl>().unwrap(),
-            StoreUrl::Sqlite("a.db".into())
+            StoreUrl::sqlite("a.db")
         );
         assert_eq!(
             "sqlite:a.db".parse::<StoreUrl>().unwrap(),
-            StoreUrl::Sqlite("a.db".into())
+            StoreUrl::sqlite("a.db")
+        );
+        assert_eq!(
+            "sqlite://a.db?synchronous=full"
+                .parse::<StoreUrl>()
+                .unwrap(),
+            StoreUrl::sqlite("a.db")
+        );
+        assert_eq!(
+            "sqlite:///a.db?synchronous=normal"
+                .parse::<StoreUrl>()
+                .unwrap(),
+            StoreUrl::Sqlite {
+                path: "/a.db".into(),
+                synchronous: Synchronous::Normal
+            }
         );
         for bad in [
             "",
-            "postgres://x",
+            "postgres-like://x",
+            "mysql://x",
             "sqlite://",
+            "sqlite://?synchronous=full",
             "/tmp/a.db",
             "sqlite://a.db?mode=ro",
+            "sqlite://a.db?synchronous=off",
         ] {
             let error = bad.parse::<StoreUrl>().unwrap_err();
             assert!(
@@ -181,7 +289,84 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        let url = StoreUrl::Sqlite("/tmp/x.db".into());
+        for url in [
+            StoreUrl::sqlite("/tmp/x.db"),
+            StoreUrl::sqlite("/tmp/x.db").with_synchronous(Synchronous::Normal),
+        ] {
+            assert_eq!(url.to_string().parse::<StoreUrl>().unwrap(), url);
+        }
+        assert_eq!(
+            StoreUrl::sqlite("/tmp/x.db").to_string(),
+            "sqlite:///tmp/x.db"
+        );
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_urls_parse_with_askloop_synchronous_parameter() {
+        let url: StoreUrl = "postgres://app@db.example:5433/runs".parse().unwrap();
+        let StoreUrl::Postgres {
+            url: pg,
+            synchronous,
+        } = &url
+        else {
+            panic!("{url:?}");
+        };
+        assert_eq!(*synchronous, Synchronous::Full);
+        assert_eq!(pg.to_string(), "postgres://app@db.example:5433/runs");
         assert_eq!(url.to_string().parse::<StoreUrl>().unwrap(), url);
+
+        let url: StoreUrl = "postgresql://app@h/runs?sslmode=disable&synchronous=normal"
+            .parse()
+            .unwrap();
+        let StoreUrl::Postgres {
+            url: pg,
+            synchronous,
+        } = &url
+        else {
+            panic!("{url:?}");
+        };
+        assert_eq!(*synchronous, Synchronous::Normal);
+        assert_eq!(pg.to_string(), "postgresql://app@h/runs?sslmode=disable");
+        assert_eq!(
+            url.to_string(),
+            "postgresql://app@h/runs?sslmode=disable&synchronous=normal"
+        );
+        assert_eq!(url.to_string().parse::<StoreUrl>().unwrap(), url);
+
+        for bad in [
+            "postgres://h/db?synchronous=fast",
+            "postgres://h:notaport/db",
+            "postgres://h/db?sslmode=sometimes",
+        ] {
+            let error = bad.parse::<StoreUrl>().unwrap_err();
+            assert!(
+                matches!(error, OpenError::InvalidPostgresUrl { .. }),
+                "{bad}: {error:?}"
+            );
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_passwords_never_show() {
+        for text in [
+            "postgres://app:s3cret@db/runs",
+            "postgres://app@db/runs?password=s3cret",
+            "postgres://app:s3cret@db/runs?synchronous=normal",
+        ] {
+            let url: StoreUrl = text.parse().unwrap();
+            for shown in [url.to_string(), format!("{url:?}")] {
+                assert!(!shown.contains("s3cret"), "{shown}");
+                assert!(shown.contains("***"), "{shown}");
+            }
+        }
+        let error = "postgres://app:s3cret@db:port/runs"
+            .parse::<StoreUrl>()
+            .unwrap_err();
+        assert!(
+            !format!("{error} {error:?}").contains("s3cret"),
+            "{error:?}"
+        );
     }
 }

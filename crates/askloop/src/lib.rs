@@ -42,6 +42,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `sqlite` | yes | [`store::SqliteStore`], store URLs and [`store::open_store`] |
+//! | `postgres` | no | `store::PgStore` and `postgres://` store URLs (with what `sqlite` adds) |
 //! | `openai` | no | [`providers`]: OpenAI Chat Completions and compatible servers (`openai:MODEL`) |
 //! | `anthropic` | no | [`providers`]: Anthropic Messages (`anthropic:MODEL`) |
 //! | `ollama` | no | [`providers`]: a local Ollama (`ollama:MODEL`) |
@@ -49,10 +50,10 @@
 
 pub use askloop_core::{
     Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, AskUser, AskUserArgs,
-    AskUserOption, AskUserQuestion, AskUserResult, CancelHandle, Chunk, DEFAULT_MAX_STEPS, DynTool,
-    Execution, PendingToolCall, ResourceId, ResumeError, ResumeRejection, RunFailure, RunId,
-    RunOptions, RunOutcome, RunOutput, RunStatus, RunStore, SelectionMode, StoreError, Suspension,
-    ThreadId, Tool, ToolCallId, ToolContext, ToolError,
+    AskUserOption, AskUserQuestion, AskUserResult, CancelHandle, Chunk, DEFAULT_LEASE,
+    DEFAULT_MAX_STEPS, DynTool, Execution, LeaseHolder, PendingToolCall, ResourceId, ResumeError,
+    ResumeRejection, RunFailure, RunId, RunOptions, RunOutcome, RunOutput, RunStatus, RunStore,
+    SelectionMode, StoreError, Suspension, ThreadId, Tool, ToolCallId, ToolContext, ToolError,
 };
 pub use askloop_core::{model, schema, wire};
 
@@ -67,17 +68,21 @@ pub use serde;
 pub use serde_json;
 
 /// Where runs are kept: the [`RunStore`] trait and its contract, listing, the shared state
-/// codec, the in-memory store and (feature `sqlite`) the SQLite store.
+/// codec, the in-memory store and (features `sqlite`, `postgres`) the SQLite and PostgreSQL
+/// stores.
 pub mod store {
     pub use askloop_core::store::{
-        InvalidCursor, ListedRun, MemoryStore, RunCursor, RunFilter, RunPage, RunState, RunStore,
-        RunSummary, StoreError, StoredRun, codec,
+        InvalidCursor, Lease, ListedRun, MemoryStore, RunCursor, RunFilter, RunPage, RunState,
+        RunStore, RunSummary, StoreError, StoredRun, ThreadHistory, UnfinishedCall, codec,
+        lease_now_ms,
     };
-    #[cfg(feature = "sqlite")]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub use askloop_store::{
         DEFAULT_DB_FILE, OpenError, OpenOptions, SqliteStore, StoreUrl, Synchronous,
         default_store_url, open_store,
     };
+    #[cfg(feature = "postgres")]
+    pub use askloop_store::{PgStore, PgUrl, PgUrlError};
 }
 
 /// Helpers for tests and demos: [`testing::ScriptedModel`] replays a JSON script of model

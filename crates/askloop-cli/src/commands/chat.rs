@@ -4,25 +4,28 @@
 use std::io::BufRead;
 use std::process::ExitCode;
 
-use askloop_core::{ResourceId, RunOptions, ThreadId};
+use askloop_core::{ResourceId, RunOptions, ThreadId, is_blank};
 use inquire::{InquireError, Text};
 
 use crate::cli::{ChatArgs, GlobalArgs};
 use crate::context::{Access, Context};
-use crate::exit::{FAILURE, INTERRUPTED, RunFailed};
-use crate::format::is_blank;
+use crate::exit::{FAILURE, INTERRUPTED, Interrupted, RunFailed};
 use crate::output::Mode;
 use crate::prompt::Answerer;
 use crate::session::{Ended, Origin, Session, is_terminal};
 
-/// Runs `askloop chat` until the person ends it (Ctrl-D, Esc, `/exit`, or end of stdin).
+/// Runs `askloop chat` until the person ends it (Ctrl-D, Esc, `/exit`, or end of stdin); it
+/// then prints the command that continues the conversation, with the flags that find the same
+/// store, agent, model and resource. Ctrl-C (at the prompt or during a reply), SIGTERM and
+/// SIGHUP end it too, with the same hint and their exit status (130, 143, 129).
 ///
 /// # Errors
-/// Invalid input (agent, model, config); store, terminal and output errors; a run cancelled by
-/// SIGTERM or SIGHUP. A failed run (or one cancelled by Ctrl-C) is reported and the chat goes
-/// on.
+/// Invalid input (agent, model, config); store, terminal and output errors; [`Interrupted`]
+/// or a cancelled run's [`RunFailed`] after a signal. A failed run is reported and the chat
+/// goes on.
 pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let context = Context::open(global, Access::Create).await?;
+    let mut context = Context::open(global, Access::Create).await?;
+    context.model_flag = args.model.model.clone();
     let result: anyhow::Result<ExitCode> = async {
         let agent = context
             .agent_for_new_run(&args.agent, args.model.model.as_deref())
@@ -36,58 +39,76 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
         } else {
             Answerer::Lines
         };
+        let hint = format!(
+            "continue this conversation with `{}`",
+            context
+                .command("chat")
+                .agent(&args.agent)
+                .model(context.model_flag.as_deref())
+                .flag("--thread", Some(thread_id.as_str()))
+                .flag("--resource", resource_id.as_ref().map(ResourceId::as_str))
+        );
+        // Said also when a signal ends the process at a prompt.
+        session.interrupt.set_farewell(Some(hint.clone()));
         session.output.note(&format!(
             "chatting with {} in thread {thread_id} (Ctrl-D or /exit ends)",
             agent.name()
         ))?;
-        loop {
-            let Some(input) = read_message(terminal)? else {
-                break;
-            };
-            let input = input.trim();
-            if is_blank(input) {
-                continue;
-            }
-            if input == "/exit" || input == "/quit" {
-                break;
-            }
-            let mut options = RunOptions::new().thread(thread_id.clone());
-            options.resource_id = resource_id.clone();
-            match session
-                .follow(agent.stream_with(input, options), Origin::New)
-                .await
-            {
-                Ok(Ended::Finished) => {}
-                Ok(Ended::Suspended) => return Ok(ExitCode::SUCCESS),
-                // A failed run, or one cancelled by Ctrl-C, is reported and the chat goes on;
-                // SIGTERM and SIGHUP end it.
-                Err(error)
-                    if error
-                        .downcast_ref::<RunFailed>()
-                        .is_some_and(|failed| matches!(failed.status, FAILURE | INTERRUPTED)) =>
-                {
-                    session.output.note(&format!("error: {error}"))?;
+        let ended: anyhow::Result<()> = async {
+            loop {
+                let Some(input) = read_message(terminal)? else {
+                    return Ok(());
+                };
+                if is_blank(&input) {
+                    continue;
                 }
-                Err(error) => return Err(error),
+                let input = input.trim();
+                if input == "/exit" || input == "/quit" {
+                    return Ok(());
+                }
+                let mut options = RunOptions::new().thread(thread_id.clone());
+                options.resource_id = resource_id.clone();
+                match session
+                    .follow(agent.stream_with(input, options), Origin::New)
+                    .await
+                {
+                    Ok(Ended::Finished) => {}
+                    Ok(Ended::Suspended) => return Ok(()),
+                    // A failed run is reported and the chat goes on; a signal ends it.
+                    Err(error)
+                        if error
+                            .downcast_ref::<RunFailed>()
+                            .is_some_and(|failed| failed.status == FAILURE) =>
+                    {
+                        session.output.note(&format!("error: {error}"))?;
+                    }
+                    Err(error) => return Err(error),
+                }
             }
         }
-        session.output.note(&format!(
-            "continue this conversation with `{} chat --thread {thread_id}`",
-            context.command_prefix()
-        ))?;
-        Ok(ExitCode::SUCCESS)
+        .await;
+        session.interrupt.set_farewell(None);
+        session.output.note(&hint)?;
+        ended.map(|()| ExitCode::SUCCESS)
     }
     .await;
     context.close().await;
     result
 }
 
-/// The person's next message; `None` when they end the chat.
+/// The person's next message; `None` when they end the chat (Esc, end of stdin).
+///
+/// # Errors
+/// [`Interrupted`] (exit 130) on Ctrl-C at the prompt; terminal and stdin errors.
 fn read_message(terminal: bool) -> anyhow::Result<Option<String>> {
     if terminal {
         return match Text::new("you:").prompt() {
             Ok(text) => Ok(Some(text)),
-            Err(InquireError::OperationCanceled | InquireError::OperationInterrupted) => Ok(None),
+            Err(InquireError::OperationCanceled) => Ok(None),
+            Err(InquireError::OperationInterrupted) => Err(anyhow::Error::new(Interrupted {
+                status: INTERRUPTED,
+                message: "interrupted".to_owned(),
+            })),
             Err(error) => Err(error.into()),
         };
     }

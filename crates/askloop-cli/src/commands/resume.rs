@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::cli::{GlobalArgs, ResumeArgs};
 use crate::context::{Access, Context};
-use crate::exit::invalid;
+use crate::exit::{invalid, invalid_because};
 use crate::output::Mode;
 use crate::prompt::Answerer;
 use crate::session::{Origin, Session};
@@ -27,22 +27,27 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
     let answer = match (args.answer, args.answer_json) {
         (Some(text), _) => Some(Value::String(text)),
         (None, Some(json)) => Some(serde_json::from_str::<Value>(&json).map_err(|error| {
-            invalid(format!(
-                "--answer-json is not valid JSON ({error}); expected e.g. '\"main\"' or '[\"a\",\"b\"]'"
-            ))
+            invalid_because(
+                "--answer-json is not valid JSON (expected e.g. '\"main\"' or '[\"a\",\"b\"]')",
+                error,
+            )
         })?),
         (None, None) => None,
     };
     // Not read-only: the lookup is followed by the claim, a write, on the same store.
-    let context = Context::open(global, Access::Update).await?;
+    let mut context = Context::open(global, Access::Update).await?;
+    context.model_flag = args.model.model.clone();
     let result: anyhow::Result<ExitCode> = async {
         let run_id = RunId::new(args.run_id);
         let state = context.load_run(&run_id).await?;
         if state.status() == RunStatus::Failed {
             // Said before the model is built, so a missing key does not hide the real problem.
             return Err(invalid(format!(
-                "run {run_id} is failed, not suspended; retry its step with `{} runs continue {run_id}`",
-                context.command_prefix()
+                "run {run_id} is failed, not suspended; retry its step with `{}`",
+                context
+                    .command("runs continue")
+                    .arg(run_id.as_str())
+                    .model(context.model_flag.as_deref())
             )));
         }
         let agent = context
@@ -69,16 +74,57 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
         };
         let tool_call_id = args.tool_call_id.map(ToolCallId::new);
         session.announce_answered = tool_call_id.is_none();
-        let stream = agent
+        let stream = match agent
             .resume_stream(answer, &run_id, tool_call_id.as_ref())
             .await
-            .map_err(|error| refusal(&context, error))?;
+        {
+            Ok(stream) => stream,
+            Err(ResumeError::AlreadyAnswered {
+                run_id,
+                tool_call_id,
+                same_answer: true,
+            }) => {
+                already_answered(&context, &run_id, &tool_call_id).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(error) => return Err(refusal(&context, error)),
+        };
         session.follow(stream, Origin::Stored).await?;
         Ok(ExitCode::SUCCESS)
     }
     .await;
     context.close().await;
     result
+}
+
+/// The same answer again: nothing to do, and nothing changed (exit status 0). Says what the
+/// run is doing, and what to run when the process that took the answer stopped.
+async fn already_answered(
+    context: &Context,
+    run_id: &RunId,
+    tool_call_id: &ToolCallId,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+
+    let prefix = context.command_prefix();
+    let stored = context.load_stored(run_id).await?;
+    let live = stored
+        .lease
+        .as_ref()
+        .is_some_and(|lease| lease.is_live_at(askloop_core::store::lease_now_ms()));
+    let status = match stored.state.status() {
+        RunStatus::Running if live => "another process is running it now".to_owned(),
+        RunStatus::Running => format!(
+            "the process that took it stopped before finishing: run `{prefix} runs continue {run_id}`"
+        ),
+        status => format!("the run is {status} (see `{prefix} runs show {run_id}`)"),
+    };
+    writeln!(
+        std::io::stderr(),
+        "note: tool call {tool_call_id} of run {run_id} was already answered with this answer; \
+         nothing changed; {status}"
+    )?;
+    Ok(())
 }
 
 /// A refused resume, with a hint where a flag fixes it.
@@ -88,8 +134,8 @@ fn refusal(context: &Context, error: ResumeError) -> anyhow::Error {
             invalid(format!("{error}; pass one with --tool-call-id"))
         }
         ResumeError::AlreadyAnswered { run_id, .. } => invalid(format!(
-            "{error}; nothing changed (see `{} runs show {run_id}`)",
-            context.command_prefix()
+            "{error}; nothing changed (see `{}`)",
+            context.command("runs show").arg(run_id.as_str())
         )),
         _ => context.refused(error),
     }

@@ -2,12 +2,11 @@
 
 use std::process::ExitCode;
 
-use askloop_core::{ResourceId, RunOptions, ThreadId};
+use askloop_core::{ResourceId, RunOptions, ThreadId, is_blank};
 
 use crate::cli::{GlobalArgs, RunArgs};
 use crate::context::{Access, Context};
 use crate::exit::invalid;
-use crate::format::is_blank;
 use crate::output::Mode;
 use crate::session::{Origin, Session};
 
@@ -23,7 +22,8 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
             "the prompt is empty; expected what to ask the agent, e.g. `run \"Help me plan a trip\"`",
         ));
     }
-    let context = Context::open(global, Access::Create).await?;
+    let mut context = Context::open(global, Access::Create).await?;
+    context.model_flag = args.model.model.clone();
     let result: anyhow::Result<ExitCode> = async {
         let agent = context
             .agent_for_new_run(&args.agent, args.model.model.as_deref())

@@ -3,24 +3,22 @@
 use std::process::ExitCode;
 
 use askloop_core::model::{AssistantPart, Message, ToolCall};
-use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunState, RunSummary};
+use askloop_core::store::{
+    ListedRun, RunCursor, RunFilter, RunState, RunSummary, codec, lease_now_ms,
+};
 use askloop_core::{
-    AgentId, AskUserArgs, PendingToolCall, ResumeError, RunId, RunStatus, ThreadId,
+    AgentId, AskUserArgs, PendingToolCall, ResourceId, ResumeError, RunId, RunStatus, ThreadId,
     error_chain_text,
 };
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::{ContinueArgs, GlobalArgs, ListArgs, ShowArgs};
-use crate::context::{Access, Context};
-use crate::exit::invalid;
-use crate::format::{compact_json, cut, format_time, result_summary, shell_quote, truncate};
+use crate::cli::{ContinueArgs, GlobalArgs, ListArgs, RecoverArgs, ShowArgs};
+use crate::context::{Access, CommandLine, Context};
+use crate::exit::{invalid, invalid_because};
+use crate::format::{SHOW_LIMIT, compact_json, cut, format_time, result_summary, truncate};
 use crate::output::{Mode, Output};
 use crate::session::{Origin, Session, print_pending};
-
-/// The most characters `runs show` prints of one field (a payload, a message's text); `--json`
-/// prints everything.
-const SHOW_LIMIT: usize = 2_000;
 
 /// One row of `runs list --json`: the run's summary, or, for a run this build cannot read, its
 /// id and why.
@@ -59,13 +57,14 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
     let result: anyhow::Result<ExitCode> = async {
         let mut filter = RunFilter::new();
         filter.status = args.status.map(RunStatus::from);
-        filter.thread_id = args.thread.map(ThreadId::new);
-        filter.agent_id = args.agent.map(AgentId::new);
+        filter.thread_id = args.thread.clone().map(ThreadId::new);
+        filter.agent_id = args.agent.clone().map(AgentId::new);
+        filter.resource_id = args.resource.clone().map(ResourceId::new);
         filter.limit = args.limit;
         if let Some(after) = &args.after {
             let cursor: RunCursor = after
                 .parse()
-                .map_err(|error| invalid(format!("--after: {error}")))?;
+                .map_err(|error| invalid_because("invalid --after", error))?;
             filter = filter.after(cursor);
         }
         let page = context.store.list_runs(&filter).await?;
@@ -90,10 +89,8 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
             output.text("\n")?;
             if let Some(cursor) = &page.next_cursor {
                 output.note(&format!(
-                    "more runs: {} runs list --limit {} --after {}",
-                    context.command_prefix(),
-                    args.limit.unwrap_or_default(),
-                    shell_quote(&cursor.to_string())
+                    "more runs: {}",
+                    next_page(&context, &args, cursor)
                 ))?;
             }
             return Ok(ExitCode::SUCCESS);
@@ -159,10 +156,8 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
         }
         if let Some(cursor) = &page.next_cursor {
             output.note(&format!(
-                "more runs: {} runs list --limit {} --after {}",
-                context.command_prefix(),
-                args.limit.unwrap_or_default(),
-                shell_quote(&cursor.to_string())
+                "more runs: {}",
+                next_page(&context, &args, cursor)
             ))?;
         }
         Ok(ExitCode::SUCCESS)
@@ -170,6 +165,25 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
     .await;
     context.close().await;
     result
+}
+
+/// The command that lists the page after `cursor`: the same store, config, filters, limit and
+/// output format.
+fn next_page(context: &Context, args: &ListArgs, cursor: &RunCursor) -> CommandLine {
+    let limit = args.limit.map(|limit| limit.to_string());
+    let status = args.status.map(|status| RunStatus::from(status).as_str());
+    let mut command = context
+        .command("runs list")
+        .flag("--status", status)
+        .flag("--agent", args.agent.as_deref())
+        .flag("--thread", args.thread.as_deref())
+        .flag("--resource", args.resource.as_deref())
+        .flag("--limit", limit.as_deref())
+        .flag("--after", Some(&cursor.to_string()));
+    if args.json {
+        command = command.raw("--json");
+    }
+    command
 }
 
 /// Runs `askloop runs show`: status, pending questions with their payloads and resume schemas,
@@ -181,13 +195,26 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
 pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Read).await?;
     let result: anyhow::Result<ExitCode> = async {
-        let state = context.load_run(&RunId::new(args.run_id)).await?;
+        let stored = context.load_stored(&RunId::new(args.run_id)).await?;
+        let state = &stored.state;
         let mut output = Output::new(if args.json { Mode::Json } else { Mode::Human });
         let pending = state.pending_tool_calls();
+        let unfinished = state.unfinished_calls();
         if args.json {
-            let mut document = serde_json::to_value(&state)?;
+            let mut document: Value = serde_json::from_str(&codec::encode_state(state)?)?;
             if let Value::Object(fields) = &mut document {
                 fields.insert("pending".to_owned(), serde_json::to_value(&pending)?);
+                fields.insert("unfinished".to_owned(), serde_json::to_value(&unfinished)?);
+                fields.insert(
+                    "lease".to_owned(),
+                    stored.lease.as_ref().map_or(Value::Null, |lease| {
+                        serde_json::json!({
+                            "holder": lease.holder.as_str(),
+                            "expiresAtMs": lease.expires_at_ms,
+                            "live": lease.is_live_at(lease_now_ms()),
+                        })
+                    }),
+                );
             }
             output.text(&serde_json::to_string_pretty(&document)?)?;
             output.text("\n")?;
@@ -225,6 +252,45 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
                 &format!("{}: {}", error.code, error.message),
             ))?;
         }
+        if state.status() == RunStatus::Running {
+            let prefix = context.command_prefix();
+            let run_id = state.run_id();
+            let line = match &stored.lease {
+                Some(lease) if lease.is_live_at(lease_now_ms()) => format!(
+                    "held by a running process until {} UTC (renewed while it lives)",
+                    format_time(lease.expires_at_ms)
+                ),
+                Some(lease) => format!(
+                    "expired at {} UTC: the process running it stopped; continue it with \
+                     `{prefix} runs continue {run_id}`",
+                    format_time(lease.expires_at_ms)
+                ),
+                None => format!(
+                    "none: the process running it stopped; continue it with `{prefix} runs \
+                     continue {run_id}`"
+                ),
+            };
+            output.line(&field("lease", &line))?;
+        }
+        for call in &unfinished {
+            let kept = call.answer.as_ref().map_or_else(
+                || "it was started and its outcome is not recorded".to_owned(),
+                |answer| {
+                    format!(
+                        "the answer it kept: {}",
+                        cut(&answer.to_string(), SHOW_LIMIT)
+                    )
+                },
+            );
+            output.line(&field(
+                "unfinished",
+                &format!(
+                    "tool call {} ({}) was interrupted; {kept}; `runs continue` re-runs it if \
+                     the tool is idempotent, otherwise tells the model its outcome is unknown",
+                    call.tool_call_id, call.tool_name
+                ),
+            ))?;
+        }
         if !pending.is_empty() {
             output.line("")?;
             print_pending(&mut output, &context, state.run_id(), &pending, None)?;
@@ -246,15 +312,17 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
             }
         }
         output.line("")?;
-        let earlier = state.messages().len() - state.run_messages().len();
-        if earlier > 0 {
-            output.line(&format!(
-                "messages ({earlier} earlier messages of the thread not shown)"
-            ))?;
-        } else {
-            output.line("messages")?;
+        match (state.legacy_history(), state.history_through()) {
+            (Some(legacy), _) if !legacy.is_empty() => output.line(&format!(
+                "messages ({} earlier messages of the thread not shown)",
+                legacy.len()
+            ))?,
+            (None, Some(_)) => {
+                output.line("messages (the thread's earlier messages not shown)")?;
+            }
+            _ => output.line("messages")?,
         }
-        for message in state.run_messages() {
+        for message in state.messages() {
             for line in message_lines(message) {
                 output.line(&format!("  {line}"))?;
             }
@@ -293,11 +361,11 @@ fn tool_call_line(call: &ToolCall) -> String {
     if call.name == "ask_user"
         && let Ok(question) = serde_json::from_value::<AskUserArgs>(args.clone())
     {
-        let labels: Vec<&str> = question
+        let labels: Vec<String> = question
             .options
             .iter()
             .flatten()
-            .map(|option| option.label.as_str())
+            .map(|option| cut(&option.label.replace('\n', " "), SHOW_LIMIT))
             .collect();
         let choices = if labels.is_empty() {
             String::new()
@@ -328,7 +396,8 @@ pub(crate) async fn continue_run(
     global: &GlobalArgs,
     args: ContinueArgs,
 ) -> anyhow::Result<ExitCode> {
-    let context = Context::open(global, Access::Update).await?;
+    let mut context = Context::open(global, Access::Update).await?;
+    context.model_flag = args.model.model.clone();
     let result: anyhow::Result<ExitCode> = async {
         let run_id = RunId::new(args.run_id);
         let state = context.load_run(&run_id).await?;
@@ -356,28 +425,150 @@ pub(crate) async fn continue_run(
 /// in a completed run's thread.
 fn not_continuable(context: &Context, state: &RunState, status: RunStatus) -> anyhow::Error {
     let run_id = state.run_id();
-    let prefix = context.command_prefix();
+    let show = context.command("runs show").arg(run_id.as_str());
     match status {
         RunStatus::Suspended => {
-            let call = state
-                .pending_tool_calls()
-                .first()
-                .map(|call| {
-                    format!(
-                        " --tool-call-id {}",
-                        shell_quote(call.tool_call_id.as_str())
-                    )
-                })
-                .unwrap_or_default();
+            let pending = state.pending_tool_calls();
+            let answer = context
+                .command("resume")
+                .arg(run_id.as_str())
+                .flag(
+                    "--tool-call-id",
+                    pending.first().map(|call| call.tool_call_id.as_str()),
+                )
+                .model(context.model_flag.as_deref())
+                .raw(&pending.first().map_or_else(
+                    || "--answer '<your answer>'".to_owned(),
+                    crate::format::answer_example,
+                ));
             invalid(format!(
                 "run {run_id} is suspended, waiting for an answer, not failed: answer it with \
-                 `{prefix} resume {run_id}{call} --answer …` (see `{prefix} runs show {run_id}`)"
+                 `{answer}` (see `{show}`)"
             ))
         }
-        _ => invalid(format!(
-            "run {run_id} is {status}; there is nothing to continue (start a new run in its \
-             thread with `{prefix} run --thread {} …`)",
-            state.thread_id()
-        )),
+        _ => {
+            let again = context
+                .command("run")
+                .agent(state.agent_id().as_str())
+                .model(context.model_flag.as_deref())
+                .flag("--thread", Some(state.thread_id().as_str()))
+                .flag("--resource", state.resource_id().map(|id| id.as_str()))
+                .raw("…");
+            invalid(format!(
+                "run {run_id} is {status}; there is nothing to continue (start a new run in its \
+                 thread with `{again}`)"
+            ))
+        }
     }
+}
+
+/// The runs `runs recover` takes over: running, with no live lease (the process running them
+/// stopped), oldest first.
+async fn abandoned_runs(context: &Context) -> anyhow::Result<Vec<(RunId, Option<u64>)>> {
+    let mut found = Vec::new();
+    let mut filter = RunFilter::new()
+        .status(RunStatus::Running)
+        .limit(RECOVER_PAGE);
+    loop {
+        let page = context.store.list_runs(&filter).await?;
+        for run in &page.runs {
+            let Ok(stored) = context.store.load_run(run.run_id()).await else {
+                continue;
+            };
+            let now = lease_now_ms();
+            if stored.state.status() != RunStatus::Running
+                || stored
+                    .lease
+                    .as_ref()
+                    .is_some_and(|lease| lease.is_live_at(now))
+            {
+                continue;
+            }
+            found.push((
+                run.run_id().clone(),
+                stored.lease.map(|lease| lease.expires_at_ms),
+            ));
+        }
+        match page.next_cursor {
+            Some(cursor) => {
+                filter = RunFilter::new()
+                    .status(RunStatus::Running)
+                    .limit(RECOVER_PAGE)
+                    .after(cursor);
+            }
+            None => break,
+        }
+    }
+    found.reverse();
+    Ok(found)
+}
+
+/// How many runs `runs recover` lists per store query.
+const RECOVER_PAGE: usize = 200;
+
+/// Runs `askloop runs recover`: finds the runs whose process stopped while running them (status
+/// running, lease expired) and continues each in turn, as `runs continue` would; with `--list`,
+/// only lists them.
+///
+/// # Errors
+/// Store errors; the first run that fails (the others are still tried first).
+pub(crate) async fn recover(global: &GlobalArgs, args: RecoverArgs) -> anyhow::Result<ExitCode> {
+    let access = if args.list {
+        Access::Read
+    } else {
+        Access::Update
+    };
+    let context = Context::open(global, access).await?;
+    let result: anyhow::Result<ExitCode> = async {
+        let runs = abandoned_runs(&context).await?;
+        let mode = if args.json { Mode::Json } else { Mode::Human };
+        let mut output = Output::new(mode);
+        if runs.is_empty() {
+            output.note("no run needs recovering")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        if args.list {
+            for (run_id, expired) in &runs {
+                let since = expired.map_or_else(
+                    || "no lease".to_owned(),
+                    |ms| format!("lease expired {} UTC", format_time(ms)),
+                );
+                output.line(&format!("{run_id}  {since}"))?;
+            }
+            output.note(&format!(
+                "continue them with `{} runs recover`",
+                context.command_prefix()
+            ))?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        let mut first_error = None;
+        for (run_id, _) in runs {
+            output.note(&format!("recovering run {run_id}"))?;
+            let continued: anyhow::Result<()> = async {
+                let state = context.load_run(&run_id).await?;
+                let agent = context.agent_for_run(&state, None).await?;
+                let stream = agent
+                    .continue_stream(&run_id)
+                    .await
+                    .map_err(|error| context.refused(error))?;
+                let mut session = Session::new(&context, agent, mode);
+                session.follow(stream, Origin::Stored).await.map(|_| ())
+            }
+            .await;
+            if let Err(error) = continued {
+                output.note(&format!(
+                    "run {run_id} was not recovered: {}",
+                    crate::exit::one_line(&error)
+                ))?;
+                first_error.get_or_insert(error);
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(ExitCode::SUCCESS),
+        }
+    }
+    .await;
+    context.close().await;
+    result
 }

@@ -55,7 +55,11 @@ fn chat_keeps_one_thread_and_takes_answers_inline() {
         "{}",
         out.stderr
     );
-    assert!(out.stderr.contains("chat --thread"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("chat --model scripted:") && out.stderr.contains(" --thread "),
+        "{}",
+        out.stderr
+    );
 
     let runs = dir.run(&["runs", "list", "--json"]).success().json();
     let runs = runs.as_array().unwrap();

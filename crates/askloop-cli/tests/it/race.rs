@@ -43,7 +43,7 @@ fn issue_2_concurrent_resumes_have_exactly_one_winner() {
             .unwrap();
         // The loser either lost the compare-and-swap (a conflict), or came after the winner
         // had already finished the run.
-        if loser_stderr.contains("resumed concurrently; this resume was not applied") {
+        if loser_stderr.contains("was applied first; this one changed nothing") {
             assert_eq!(*loser_code, Some(1), "{loser_stderr}");
             conflicts += 1;
         } else {

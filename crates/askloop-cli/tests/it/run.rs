@@ -65,11 +65,13 @@ fn run_without_a_terminal_prints_the_question_and_the_resume_command() {
         "{command}"
     );
     assert!(
-        command.ends_with("--tool-call-id c1 --answer main"),
+        command.contains("--tool-call-id c1 --model scripted:")
+            && command.ends_with(" --answer '<one label>'"),
         "{command}"
     );
 
     // The printed command works as printed (split on spaces: no quoting needed here).
+    let command = command.replace("'<one label>'", "main");
     let words: Vec<&str> = command.split(' ').skip(1).collect();
     let resumed = crate::support::outcome(dir.command(&words)).success();
     assert_eq!(resumed.stdout, "Summary of the repo.\n");

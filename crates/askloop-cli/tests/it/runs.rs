@@ -66,7 +66,9 @@ fn runs_show_prints_status_pending_questions_and_history() {
     let run_id = dir.start_suspended(&dir.script("ask.json", ASK_THEN_ANSWER));
 
     let state = dir.show(&run_id);
-    assert_eq!(state["formatVersion"], 1);
+    assert_eq!(state["formatVersion"], 2);
+    assert_eq!(state["lease"], serde_json::Value::Null);
+    assert_eq!(state["unfinished"], serde_json::json!([]));
     assert_eq!(state["agentId"], "assistant");
     assert_eq!(state["status"], "suspended");
     let pending = &state["pending"][0];
@@ -79,7 +81,7 @@ fn runs_show_prints_status_pending_questions_and_history() {
         "status    suspended",
         "agent     assistant",
         "Which repo? (choose one)",
-        "--answer main",
+        "--answer '<one label>'",
         "tool call c1 (ask_user)",
         "resume schema",
         "user: Summarize my project",

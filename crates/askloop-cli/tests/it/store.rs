@@ -16,7 +16,7 @@ fn the_default_store_is_a_sqlite_file_in_the_data_folder() {
     let human = outcome(dir.command(&["runs", "show", &run_id])).success();
     assert!(
         human.stdout.contains(&format!(
-            "answer with: {BIN} resume {run_id} --tool-call-id c1 --answer main"
+            "answer with: {BIN} resume {run_id} --tool-call-id c1 --answer '<one label>'"
         )),
         "{}",
         human.stdout
@@ -73,6 +73,6 @@ fn askloop_store_selects_the_store() {
 
     with_env(&["resume", &run_id, "--answer", "main"]).success();
 
-    let bad = outcome(dir.command(&["--store", "postgres://x", "runs", "list"])).code(2);
+    let bad = outcome(dir.command(&["--store", "mysql://x", "runs", "list"])).code(2);
     assert!(bad.stderr.contains("sqlite://PATH"), "{}", bad.stderr);
 }

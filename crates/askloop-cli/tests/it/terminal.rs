@@ -196,3 +196,65 @@ fn issue7_fault12_terminal_prompts_name_the_call_they_answer() {
     terminal.expect("Here is a three-day outline");
     assert_eq!(terminal.wait(), Some(0));
 }
+
+/// Whether the terminal is in raw mode (no line editing, no echo), as the process sees it (on
+/// Linux the terminal's other end reads the process end's settings).
+fn raw_mode(terminal: &Terminal) -> bool {
+    use rustix::termios::{LocalModes, tcgetattr};
+    let modes = tcgetattr(&terminal.keys).unwrap().local_modes;
+    !modes.contains(LocalModes::ICANON) && !modes.contains(LocalModes::ECHO)
+}
+
+/// Sends `signal` (a `kill` name) to the process.
+fn signal(terminal: &Terminal, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args(["-s", signal, &terminal.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_signal_at_a_prompt_restores_the_terminal_and_exits_with_its_status() {
+    for (name, status) in [("TERM", 143), ("HUP", 129)] {
+        let dir = TestDir::new();
+        let spec = dir.script("ask.json", crate::support::ASK_THEN_ANSWER);
+        let mut terminal = Terminal::spawn(&dir, &["run", "--model", &spec, "Hi"]);
+        terminal.expect("Which repo?");
+        terminal.expect("answers tool call c1");
+        assert!(raw_mode(&terminal), "the prompt reads keys in raw mode");
+        signal(&terminal, name);
+        let raw_after = {
+            let code = terminal.child.wait().unwrap().code();
+            assert_eq!(code, Some(status), "SIG{name}");
+            raw_mode(&terminal)
+        };
+        assert!(!raw_after, "SIG{name} left the terminal in raw mode");
+        // The question stays open for `resume`.
+        let runs = dir.run(&["runs", "list", "--json"]).success().json();
+        assert_eq!(runs[0]["status"], "suspended");
+    }
+}
+
+#[test]
+fn chat_ends_on_ctrl_c_or_a_signal_with_its_status_and_how_to_continue() {
+    let dir = TestDir::new();
+    let spec = dir.script("text.json", crate::support::JUST_TEXT);
+    // Ctrl-C at the prompt (a key in raw mode): 130.
+    let mut terminal = Terminal::spawn(&dir, &["chat", "--model", &spec, "--resource", "acme"]);
+    terminal.expect("you:");
+    terminal.send("\x03");
+    terminal.expect("continue this conversation with `");
+    terminal.expect("--resource acme");
+    assert_eq!(terminal.wait(), Some(130));
+
+    // SIGTERM at the prompt: 143, the same hint, and the terminal restored.
+    let mut terminal = Terminal::spawn(&dir, &["chat", "--model", &spec, "--resource", "acme"]);
+    terminal.expect("you:");
+    signal(&terminal, "TERM");
+    terminal.expect("continue this conversation with `");
+    terminal.expect("--resource acme");
+    let code = terminal.child.wait().unwrap().code();
+    assert_eq!(code, Some(143));
+    assert!(!raw_mode(&terminal));
+}

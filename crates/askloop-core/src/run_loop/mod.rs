@@ -11,6 +11,7 @@
 //! after a crash), when it suspends, when it finishes and when it fails.
 
 mod claim;
+pub(crate) mod clock;
 mod close;
 mod emit;
 mod model_step;
@@ -19,8 +20,14 @@ mod tools;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
+use futures::future::Either;
+
+#[cfg(any(test, feature = "test-support"))]
+pub(crate) use claim::OUTCOME_UNKNOWN;
 pub(crate) use claim::{Claim, claim_continue, claim_resume};
 
 use crate::cancel::CancelHandle;
@@ -31,7 +38,7 @@ use crate::ids::{RunId, ThreadId};
 use crate::message::{Message, Usage};
 use crate::options::RunOptions;
 use crate::run::{RunFailure, RunState, RunStatus};
-use crate::store::StoreError;
+use crate::store::{StoreError, ThreadHistory};
 use crate::stream::AgentStream;
 use close::StepEnd;
 use emit::{Emitter, driven};
@@ -43,17 +50,49 @@ struct ActiveRun {
     state: RunState,
     version: u64,
     cancel: CancelHandle,
+    /// The thread's earlier messages (loaded once per drive), `None` until loaded.
+    history: Option<Vec<Message>>,
+    /// The stored version while the stored status is `running` and no commit is in flight:
+    /// what the heartbeat renews the lease at. Shared with it.
+    leased: Arc<Mutex<Option<u64>>>,
 }
 
 impl ActiveRun {
-    /// Stores the state (compare-and-swap on the version).
+    /// Stores the state (compare-and-swap on the version), with this process's lease while
+    /// the run is running and none once it suspends, completes or fails.
     async fn commit(&mut self) -> Result<(), StoreError> {
         self.state.touch();
+        let lease = self.agent.lease_for(&self.state);
+        // No renewal while the commit is in flight: a renewal that then conflicts can only mean
+        // that another process committed.
+        set_leased(&self.leased, None);
         self.version = self
             .agent
             .store
-            .update_run(&self.state, self.version)
+            .update_run(&self.state, self.version, lease.as_ref())
             .await?;
+        set_leased(&self.leased, lease.is_some().then_some(self.version));
+        Ok(())
+    }
+
+    /// The thread's earlier messages: the upgraded format-1 copy, or the thread's history
+    /// through the run's `historyThrough`, read from the store once per drive.
+    async fn load_history(&mut self) -> Result<(), StoreError> {
+        if self.history.is_some() {
+            return Ok(());
+        }
+        let history = match (&self.state.legacy_history, self.state.history_through) {
+            (Some(legacy), _) => legacy.clone(),
+            (None, None) => Vec::new(),
+            (None, Some(through)) => {
+                self.agent
+                    .store
+                    .thread_history(&self.state.thread_id, Some(through))
+                    .await?
+                    .messages
+            }
+        };
+        self.history = Some(history);
         Ok(())
     }
 
@@ -86,25 +125,24 @@ pub(crate) fn start(
     let run_cancel = cancel.clone();
     let stream_run_id = run_id.clone();
     let stream = driven(move |mut out| async move {
-        let (thread_id, mut messages) = match options.thread_id {
+        let (thread_id, history) = match options.thread_id {
             Some(thread_id) => {
-                let history = agent.store.thread_messages(&thread_id).await?;
+                let history = agent.store.thread_history(&thread_id, None).await?;
                 (thread_id, history)
             }
-            None => (ThreadId::generate(), Vec::new()),
+            None => (ThreadId::generate(), ThreadHistory::default()),
         };
-        let history_len = messages.len();
-        messages.push(Message::user(input));
         let state = RunState::new(
             run_id,
             thread_id,
             options.resource_id,
             agent.id.clone(),
             agent.model_spec.clone(),
-            messages,
-            history_len,
+            vec![Message::user(input)],
+            history.through,
         );
-        let version = agent.store.insert_run(&state).await?;
+        let lease = agent.lease_for(&state);
+        let version = agent.store.insert_run(&state, lease.as_ref()).await?;
         out.emit(Chunk::Start {
             agent_id: agent.id.clone(),
         })
@@ -114,8 +152,10 @@ pub(crate) fn start(
             state,
             version,
             cancel: run_cancel,
+            history: Some(history.messages),
+            leased: Arc::new(Mutex::new(Some(version))),
         };
-        drive(run, &mut out).await
+        drive_leased(run, &mut out).await
     });
     AgentStream::new(stream_run_id, cancel, Box::pin(stream))
 }
@@ -130,17 +170,93 @@ pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
         state,
         version,
         cancel: cancel.clone(),
+        history: None,
+        leased: Arc::new(Mutex::new(Some(version))),
     };
-    let stream = driven(move |mut out| async move { drive(run, &mut out).await });
+    let stream = driven(move |mut out| async move { drive_leased(run, &mut out).await });
     AgentStream::new(run_id, cancel, Box::pin(stream))
+}
+
+/// Drives the run while a heartbeat renews its lease, every third of the lease duration, for
+/// as long as the stream is polled (the heartbeat is polled with the loop, not spawned: a
+/// dropped stream stops both, as a dead process would).
+async fn drive_leased(run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> {
+    let beat = heartbeat(
+        Arc::clone(&run.agent),
+        run.state.run_id.clone(),
+        Arc::clone(&run.leased),
+    );
+    let driving = drive(run, out);
+    let beat = std::pin::pin!(beat);
+    let driving = std::pin::pin!(driving);
+    match futures::future::select(driving, beat).await {
+        Either::Left((result, _)) => result,
+        Either::Right((never, _)) => match never {},
+    }
+}
+
+fn set_leased(leased: &Mutex<Option<u64>>, version: Option<u64>) {
+    *leased.lock().unwrap_or_else(PoisonError::into_inner) = version;
+}
+
+fn leased_version(leased: &Mutex<Option<u64>>) -> Option<u64> {
+    *leased.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Renews the run's lease every third of its duration at the version the driver last
+/// committed (never while a commit is in flight or the run is not running). A conflict right
+/// after a commit of the driver is retried at the new version; a conflict at the driver's own
+/// version means another process took the run over: the heartbeat stops, and the driver's
+/// next commit fails.
+async fn heartbeat(
+    agent: Arc<AgentDefinition>,
+    run_id: RunId,
+    leased: Arc<Mutex<Option<u64>>>,
+) -> Infallible {
+    let period = (agent.lease_duration / 3).max(Duration::from_millis(1));
+    let mut wait = true;
+    loop {
+        if wait {
+            tokio::time::sleep(period).await;
+        }
+        wait = true;
+        let Some(version) = leased_version(&leased) else {
+            continue;
+        };
+        match agent
+            .store
+            .renew_lease(&run_id, version, &agent.new_lease())
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::Conflict { .. }) if leased_version(&leased) != Some(version) => {
+                wait = false;
+            }
+            Err(StoreError::Conflict { .. }) => {
+                tracing::warn!(%run_id, "another process took this run over; its lease is no longer renewed");
+                return futures::future::pending().await;
+            }
+            Err(error) => {
+                tracing::warn!(%run_id, error = %error_chain_text(&error), "could not renew the run's lease");
+            }
+        }
+    }
 }
 
 /// The loop proper, on a run whose state in memory equals the stored one.
 async fn drive(mut run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> {
-    // 1. A claimed step: run the answered calls' resume paths, then close the step.
+    if let Err(error) = run.load_history().await {
+        return Err(run.fail(AgentError::Store(error)).await);
+    }
+    // 1. A claimed step: run the answered calls' resume paths, then close the step. Every
+    //    side-effecting result is committed as it comes, so the first model call needs no
+    //    commit before it.
     let mut needs_commit = false;
     if let Some(step) = run.state.pending_step.take() {
-        let settled = tools::settle_claimed(&run, step, out).await;
+        let settled = match tools::settle_claimed(&mut run, step, out).await {
+            Ok(settled) => settled,
+            Err(error) => return Err(run.fail(error).await),
+        };
         let end = close::close_step(
             &mut run,
             settled.step,
@@ -152,7 +268,6 @@ async fn drive(mut run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> 
         if end == StepEnd::Suspended {
             return Ok(());
         }
-        needs_commit = settled.needs_commit;
     }
 
     // 2. Model steps. A new run was just inserted; a claimed one was just committed.
@@ -170,7 +285,10 @@ async fn drive(mut run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> 
         if response.calls.is_empty() {
             return close::complete(&mut run, response, out).await;
         }
-        let step = tools::run_calls(&run, response.calls, out).await;
+        let step = match tools::run_calls(&mut run, response.calls, out).await {
+            Ok(step) => step,
+            Err(error) => return Err(run.fail(error).await),
+        };
         if close::close_step(&mut run, step, response.usage, None, out).await? == StepEnd::Suspended
         {
             return Ok(());

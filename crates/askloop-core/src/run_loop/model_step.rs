@@ -43,7 +43,11 @@ pub(super) async fn model_step(
         step: run.state.steps + 1,
     })
     .await;
-    let request = build_request(&run.agent, &run.state);
+    let request = build_request(
+        &run.agent,
+        &run.state,
+        run.history.as_deref().unwrap_or_default(),
+    );
     let started = until_cancelled(run, run.agent.model.stream(request)).await;
     let mut events = match started.unwrap_or(Err(ModelError::Cancelled)) {
         Ok(events) => events,
@@ -160,10 +164,11 @@ impl CallIds {
 }
 
 /// The request of the run's next step: the agent's instructions, tools and settings, and the
-/// whole conversation. `first_step_tool_choice` applies to the run's first step only. Once the
+/// whole conversation (the thread's `history`, then the run's own messages).
+/// `first_step_tool_choice` applies to the run's first step only. Once the
 /// question budget is spent, the tools that ask the user are left out, and a tool choice that
 /// needs them falls back to `auto` (`none` when no tool is left).
-fn build_request(agent: &AgentDefinition, state: &RunState) -> ModelRequest {
+fn build_request(agent: &AgentDefinition, state: &RunState, history: &[Message]) -> ModelRequest {
     let mut settings = agent.settings.clone();
     if let Some(first) = settings.first_step_tool_choice.take()
         && state.steps == 0
@@ -184,7 +189,10 @@ fn build_request(agent: &AgentDefinition, state: &RunState) -> ModelRequest {
             settings.tool_choice = ToolChoice::None;
         }
     }
-    let mut request = ModelRequest::new(state.messages.clone())
+    let mut messages = Vec::with_capacity(history.len() + state.messages.len());
+    messages.extend_from_slice(history);
+    messages.extend_from_slice(&state.messages);
+    let mut request = ModelRequest::new(messages)
         .with_tools(tools)
         .with_settings(settings);
     request.system = agent.instructions.clone();
@@ -216,7 +224,7 @@ mod tests {
             AgentId::new("a"),
             None,
             vec![Message::user("hi")],
-            0,
+            None,
         );
         state.messages.push(Message::Assistant {
             parts: vec![AssistantPart::ToolCall(ToolCall {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use futures::StreamExt;
 use serde_json::json;
 
 use crate::ids::ToolCallId;
@@ -763,4 +764,341 @@ async fn issue8_the_question_budget_stops_questions() {
     assert_eq!(stored.status, RunStatus::Completed);
     assert!(stored.pending_tool_calls().is_empty());
     assert_eq!(model.calls(), 3);
+}
+
+// ---- Issue 9: journal, leases, claims after a crash ----
+
+/// A tool that suspends for approval; its resume path counts and then never returns (the
+/// process "dies" while it runs) unless `finish` is set.
+#[derive(Clone, Default)]
+struct SlowGate {
+    resumes: Arc<std::sync::atomic::AtomicUsize>,
+    finish: bool,
+}
+
+#[async_trait::async_trait]
+impl crate::Tool for SlowGate {
+    const NAME: &'static str = "slow_gate";
+    type Args = GateArgs;
+    type Output = serde_json::Value;
+    type Error = std::convert::Infallible;
+    fn description(&self) -> String {
+        "Waits for approval, then acts slowly.".into()
+    }
+    async fn execute(
+        &self,
+        args: GateArgs,
+        context: &crate::ToolContext,
+    ) -> Result<crate::Execution<serde_json::Value>, Self::Error> {
+        match context.resume_data() {
+            None => Ok(context.suspend(json!({"action": args.action}))),
+            Some(answer) => {
+                self.resumes.fetch_add(1, Ordering::SeqCst);
+                if !self.finish {
+                    futures::future::pending::<()>().await;
+                }
+                Ok(crate::Execution::Complete(json!({"approved": answer})))
+            }
+        }
+    }
+}
+
+/// A side-effecting tool that looks at its own journal entry in the store while it runs.
+struct Probe {
+    store: Arc<dyn RunStore>,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl crate::Tool for Probe {
+    const NAME: &'static str = "probe";
+    type Args = CountArgs;
+    type Output = serde_json::Value;
+    type Error = std::convert::Infallible;
+    fn description(&self) -> String {
+        "Looks at the store.".into()
+    }
+    async fn execute(
+        &self,
+        _: CountArgs,
+        context: &crate::ToolContext,
+    ) -> Result<crate::Execution<serde_json::Value>, Self::Error> {
+        let run_id = context.run_id().unwrap().clone();
+        let stored = self.store.load_run(&run_id).await.unwrap().state;
+        let states = stored
+            .pending_step
+            .iter()
+            .flat_map(|step| step.calls.iter())
+            .map(|slot| {
+                let status = serde_json::to_value(&slot.state).unwrap()["status"].clone();
+                format!("{}={}", slot.call.id, status.as_str().unwrap())
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        self.seen.lock().unwrap().push(states);
+        Ok(crate::Execution::Complete(json!("probed")))
+    }
+}
+
+#[test]
+fn only_ask_user_is_idempotent_by_default() {
+    use crate::DynTool;
+    assert!(crate::AskUser.idempotent());
+    assert!(!DynTool::idempotent(&Counter::default()));
+    assert!(!DynTool::idempotent(&Gate::default()));
+}
+
+#[tokio::test]
+async fn side_effecting_calls_are_journaled_before_they_run_and_recorded_as_they_finish() {
+    let store = store();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [
+            {"id": "k1", "name": "count", "args": {"label": "a"}},
+            {"id": "p1", "name": "probe", "args": {"label": "b"}},
+            ask("q1", json!({"question": "Note?"}))
+        ]}),
+        json!({"text": "done"}),
+    ]));
+    let counter = Counter::default();
+    let agent = Agent::builder("tester")
+        .shared_model(model.clone())
+        .tool(crate::AskUser)
+        .tool(counter.clone())
+        .tool(Probe {
+            store: store.clone(),
+            seen: seen.clone(),
+        })
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let chunks = chunks_of(agent.stream("go")).await;
+    assert_eq!(suspended_payloads(&chunks).len(), 1);
+    let seen = seen.lock().unwrap().clone();
+    // The probe ran after the journal commit: itself `running`; the counter (run first, or
+    // concurrently) either still running or already recorded.
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0] == "k1=running,p1=running,q1=running"
+            || seen[0] == "k1=completed,p1=running,q1=running",
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_steps_results_are_committed_one_by_one_as_they_exist() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [
+            {"id": "k1", "name": "count", "args": {"label": "a"}},
+            {"id": "g1", "name": "slow_gate", "args": {"action": "deploy"}}
+        ]}),
+        json!({"text": "done"}),
+    ]));
+    let gate = SlowGate::default();
+    let agent = Agent::builder("tester")
+        .shared_model(model.clone())
+        .tool(Counter::default())
+        .tool(gate.clone())
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let output = agent.generate("go").await.unwrap();
+    // The gate suspended and the counter completed; both were recorded before the suspension.
+    let stored = store.load_run(&output.run_id).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Suspended);
+    assert_eq!(stored.pending_tool_calls()[0].tool_call_id.as_str(), "g1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_lease_is_renewed_and_a_dead_one_expires() {
+    let store = store();
+    let model = Arc::new(HangingModel {
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let build = || {
+        Agent::builder("tester")
+            .shared_model(model.clone())
+            .shared_store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let driver = build();
+    let mut stream = driver.stream("hello");
+    let run_id = stream.run_id().clone();
+    assert!(matches!(
+        stream.next().await.unwrap().unwrap(),
+        Chunk::Start { .. }
+    ));
+    let task = tokio::spawn(async move { while stream.next().await.is_some() {} });
+    // Ten lease durations pass while the model hangs: the heartbeat keeps the lease live.
+    for _ in 0..10 {
+        tokio::time::sleep(crate::DEFAULT_LEASE).await;
+        let error = build().continue_stream(&run_id).await.unwrap_err();
+        assert!(matches!(error, ResumeError::InProgress { .. }), "{error:?}");
+    }
+    let version = store.load_run(&run_id).await.unwrap().version;
+    assert_eq!(version, 1, "renewals never bump the version");
+    // The process dies: nobody renews; the lease still holds until it expires.
+    task.abort();
+    let _ = task.await;
+    let error = build().continue_stream(&run_id).await.unwrap_err();
+    let ResumeError::InProgress {
+        lease_expires_at_ms,
+        ..
+    } = error
+    else {
+        panic!("{error:?}")
+    };
+    assert!(lease_expires_at_ms > crate::run_loop::clock::lease_now_ms());
+    tokio::time::sleep(crate::DEFAULT_LEASE).await;
+    let output = build()
+        .continue_stream(&run_id)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "Recovered.");
+}
+
+#[tokio::test(start_paused = true)]
+async fn resumes_after_a_resumer_died_say_what_happened() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [{"id": "g1", "name": "slow_gate", "args": {"action": "deploy"}}]}),
+        json!({"text": "done"}),
+    ]));
+    let gate = SlowGate::default();
+    let build = |gate: SlowGate| {
+        Agent::builder("tester")
+            .shared_model(model.clone())
+            .tool(gate)
+            .shared_store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let run_id = build(gate.clone()).generate("go").await.unwrap().run_id;
+    let g1 = ToolCallId::new("g1");
+    let yes = json!({"approved": true});
+    let no = json!({"approved": false});
+    // A resume claims the call; its process dies while the resume path runs.
+    let mut stream = build(gate.clone())
+        .resume_stream(yes.clone(), &run_id, Some(&g1))
+        .await
+        .unwrap();
+    let _ = futures::poll!(stream.next());
+    assert_eq!(gate.resumes.load(Ordering::SeqCst), 1);
+    drop(stream);
+    let other = build(gate.clone());
+    // While its lease lives: the same answer is a harmless repeat, another is a conflict.
+    let error = other
+        .resume_stream(yes.clone(), &run_id, Some(&g1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ResumeError::AlreadyAnswered {
+                same_answer: true,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let error = other
+        .resume_stream(no.clone(), &run_id, Some(&g1))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ResumeError::Conflict { .. }), "{error:?}");
+    assert!(matches!(
+        other.continue_stream(&run_id).await.unwrap_err(),
+        ResumeError::InProgress { .. }
+    ));
+    // Once it expired: another answer is told the call was interrupted.
+    tokio::time::sleep(crate::DEFAULT_LEASE).await;
+    let error = other
+        .resume_stream(no.clone(), &run_id, Some(&g1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ResumeError::Interrupted { tool_call_id, .. } if tool_call_id == &g1),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("continue the run"), "{error}");
+    let error = other
+        .resume_stream(yes.clone(), &run_id, Some(&g1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ResumeError::AlreadyAnswered {
+                same_answer: true,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    // The kept answer is visible.
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    assert_eq!(stored.unfinished_calls()[0].answer, Some(yes.clone()));
+    // Continue: the side-effecting resume path is not run again; the model is told.
+    let finishing = SlowGate {
+        finish: true,
+        ..gate.clone()
+    };
+    let output = build(finishing)
+        .continue_stream(&run_id)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "done");
+    assert_eq!(gate.resumes.load(Ordering::SeqCst), 1);
+    let Some(Message::Tool { results }) = model.last_request().messages.last().cloned() else {
+        panic!()
+    };
+    assert_eq!(
+        results[0].result["content"],
+        crate::run_loop::OUTCOME_UNKNOWN
+    );
+    assert_eq!(results[0].answer, Some(yes), "the answer is kept with it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idempotent_resume_interrupted_by_a_crash_runs_again() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("q1", json!({"question": "Which repo?"}))]}),
+        json!({"text": "done"}),
+    ]));
+    let build = || {
+        Agent::builder("tester")
+            .shared_model(model.clone())
+            .tool(crate::AskUser)
+            .shared_store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let run_id = build().generate("go").await.unwrap().run_id;
+    // Claimed, then the process dies before anything runs.
+    drop(
+        build()
+            .resume_stream(json!("main"), &run_id, Some(&"q1".into()))
+            .await
+            .unwrap(),
+    );
+    tokio::time::sleep(crate::DEFAULT_LEASE).await;
+    let chunks = chunks_of(build().continue_stream(&run_id).await.unwrap()).await;
+    assert_eq!(
+        tool_results(&chunks),
+        [(
+            "q1".to_owned(),
+            json!({"content": "User answered: main", "isError": false}),
+            false
+        )]
+    );
+    assert!(has_finish(&chunks));
 }

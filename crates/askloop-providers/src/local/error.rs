@@ -7,6 +7,43 @@ use std::process::ExitStatus;
 /// worth naming in this API.
 pub(crate) type BoxedError = Box<dyn std::error::Error + Send + Sync>;
 
+/// An error of candle (the tensor library) as one line: its message with the context and path
+/// candle adds, without the backtrace candle appends to its messages when `RUST_BACKTRACE` or
+/// `RUST_LIB_BACKTRACE` is set, and with the lines of a multi-line message joined by `; `, so
+/// a report prints it as one cause.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CandleError {
+    /// The one-line message.
+    message: String,
+}
+
+impl From<candle_core::Error> for CandleError {
+    fn from(error: candle_core::Error) -> Self {
+        let message = candle_text(&error)
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        Self { message }
+    }
+}
+
+/// candle's message without its backtraces, context before the error it explains.
+fn candle_text(error: &candle_core::Error) -> String {
+    match error {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_text(inner),
+        candle_core::Error::Context { inner, context } => {
+            format!("{context}: {}", candle_text(inner))
+        }
+        candle_core::Error::WithPath { inner, path } => {
+            format!("{}: {}", path.display(), candle_text(inner))
+        }
+        other => other.to_string(),
+    }
+}
+
 /// What pip's output says made `pip download` fail, for a message that names the cause and the
 /// fix instead of quoting pip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -171,9 +208,9 @@ pub enum LocalModelError {
     InvalidGguf {
         /// The file.
         path: PathBuf,
-        /// candle's error.
+        /// candle's error, as one line.
         #[source]
-        source: candle_core::Error,
+        source: CandleError,
     },
     /// The GGUF file holds a model of another architecture.
     #[error(
@@ -320,8 +357,33 @@ pub enum LocalModelError {
     /// A tensor operation failed.
     #[error("inference failed")]
     Inference {
-        /// candle's error.
+        /// candle's error, as one line.
         #[source]
-        source: candle_core::Error,
+        source: CandleError,
     },
+}
+
+#[cfg(test)]
+mod candle_tests {
+    use super::*;
+
+    #[test]
+    fn candle_errors_are_one_line_without_backtraces() {
+        let backtrace = candle_core::Error::WithBacktrace {
+            inner: Box::new(candle_core::Error::Msg("shape mismatch".into())),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        let error = candle_core::Error::Context {
+            inner: Box::new(backtrace.with_path("/m/model.gguf")),
+            context: Box::new("reading tensor blk.0"),
+        };
+        assert!(error.to_string().lines().count() > 2, "{error}");
+        let error = CandleError::from(error);
+        assert_eq!(
+            error.to_string(),
+            "reading tensor blk.0: /m/model.gguf: shape mismatch"
+        );
+        let multi = CandleError::from(candle_core::Error::Msg("first\n  second\n".into()));
+        assert_eq!(multi.to_string(), "first; second");
+    }
 }

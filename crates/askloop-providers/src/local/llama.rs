@@ -138,6 +138,20 @@ impl KvCache {
         self.len
     }
 
+    /// The per-block slots, made empty ones for `blocks` blocks if the cache was for another
+    /// model shape.
+    pub(crate) fn slots(&mut self, blocks: usize) -> &mut [Option<(Tensor, Tensor)>] {
+        if self.blocks.len() != blocks {
+            self.blocks = vec![None; blocks];
+        }
+        &mut self.blocks
+    }
+
+    /// Records that `count` more positions were appended to every block.
+    pub(crate) fn advance(&mut self, count: usize) {
+        self.len += count;
+    }
+
     /// Keeps only the first `len` positions.
     pub(crate) fn truncate(&mut self, len: usize) -> candle_core::Result<()> {
         if len >= self.len {
@@ -157,7 +171,7 @@ impl KvCache {
     }
 }
 
-fn metadata_u32(content: &gguf_file::Content, key: &str) -> Result<usize, String> {
+pub(crate) fn metadata_u32(content: &gguf_file::Content, key: &str) -> Result<usize, String> {
     content
         .metadata
         .get(key)
@@ -166,7 +180,7 @@ fn metadata_u32(content: &gguf_file::Content, key: &str) -> Result<usize, String
         .ok_or_else(|| key.to_owned())
 }
 
-fn metadata_f32(content: &gguf_file::Content, key: &str) -> Result<f32, String> {
+pub(crate) fn metadata_f32(content: &gguf_file::Content, key: &str) -> Result<f32, String> {
     content
         .metadata
         .get(key)
@@ -238,7 +252,7 @@ impl LlamaModel {
         let mut reader = BufReader::new(file);
         let invalid = |source: candle_core::Error| LocalModelError::InvalidGguf {
             path: path.to_path_buf(),
-            source,
+            source: source.into(),
         };
         let device = Device::Cpu;
         let mut tensor = |name: &str| content.tensor(&mut reader, name, &device);
@@ -317,15 +331,13 @@ impl LlamaModel {
                 self.config.context_length
             );
         }
-        if cache.blocks.len() != self.blocks.len() {
-            cache.blocks = vec![None; self.blocks.len()];
-        }
+        let slots = cache.slots(self.blocks.len());
         let ids = Tensor::new(tokens, &Device::Cpu)?;
         let mut x = self.embedding.embedding(&ids)?;
         let mask = causal_mask(start, seq_len)?;
         let cos = self.cos.narrow(0, start, seq_len)?;
         let sin = self.sin.narrow(0, start, seq_len)?;
-        for (block, slot) in self.blocks.iter().zip(cache.blocks.iter_mut()) {
+        for (block, slot) in self.blocks.iter().zip(slots.iter_mut()) {
             let residual = x.clone();
             let normed =
                 candle_nn::ops::rms_norm(&x, &block.attention_norm, self.config.rms_eps as f32)?;
@@ -339,7 +351,7 @@ impl LlamaModel {
             let up = gate_up.narrow(1, width, width)?;
             x = (block.down.forward(&(gate * up)?)? + residual)?;
         }
-        cache.len = start + seq_len;
+        cache.advance(seq_len);
         let last = x.i((seq_len - 1)..seq_len)?;
         let normed =
             candle_nn::ops::rms_norm(&last, &self.output_norm, self.config.rms_eps as f32)?;
@@ -410,7 +422,7 @@ impl LlamaModel {
 
 /// Additive causal mask (seq_len, start + seq_len) for new positions `start..start + seq_len`;
 /// `None` for a single token, which may see everything.
-fn causal_mask(start: usize, seq_len: usize) -> candle_core::Result<Option<Tensor>> {
+pub(crate) fn causal_mask(start: usize, seq_len: usize) -> candle_core::Result<Option<Tensor>> {
     if seq_len == 1 {
         return Ok(None);
     }

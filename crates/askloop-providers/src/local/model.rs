@@ -14,14 +14,14 @@ use llguidance::toktrie::InferenceCapabilities;
 use crate::local::error::LocalModelError;
 use crate::local::generate::{self, Engine, Session};
 use crate::local::grammar;
-use crate::local::llama::LlamaModel;
+use crate::local::network::Network;
 use crate::local::tokenizer::LocalTokenizer;
 
 /// A loaded model: weights, tokenizer, grammar compiler and the KV cache of the last call.
 pub(crate) struct LoadedModel {
     path: PathBuf,
     model_id: String,
-    llama: LlamaModel,
+    network: Network,
     tokenizer: Arc<LocalTokenizer>,
     factory: ParserFactory,
     session: Mutex<Session>,
@@ -119,7 +119,7 @@ impl LocalModel {
     /// [`LocalModelError::NoTools`] or [`LocalModelError::UnknownTool`] for a tool choice the
     /// request's tools cannot satisfy.
     pub fn prompt(&self, request: &ModelRequest) -> Result<String, LocalModelError> {
-        generate::prompt_text(request)
+        generate::prompt_text(request, self.inner.network.chat_format())
     }
 
     /// Runs one request on the calling thread, handing each event to `on_event` (return `false`
@@ -135,7 +135,7 @@ impl LocalModel {
     ) -> Result<(), LocalModelError> {
         let inner = &self.inner;
         let engine = Engine {
-            llama: &inner.llama,
+            network: &inner.network,
             tokenizer: &inner.tokenizer,
             factory: &inner.factory,
             session: &inner.session,
@@ -163,10 +163,10 @@ fn load_model(path: &Path) -> Result<LoadedModel, LocalModelError> {
     let content =
         gguf_file::Content::read(&mut reader).map_err(|source| LocalModelError::InvalidGguf {
             path: path.to_path_buf(),
-            source,
+            source: source.into(),
         })?;
     let tokenizer = Arc::new(LocalTokenizer::from_gguf(path, &content)?);
-    let llama = LlamaModel::load(path, &content)?;
+    let network = Network::load(path, &content)?;
     let tok_env = tokenizer.tok_env();
     let mut factory = ParserFactory::new(
         &tok_env,
@@ -194,7 +194,7 @@ fn load_model(path: &Path) -> Result<LoadedModel, LocalModelError> {
     Ok(LoadedModel {
         path: path.to_path_buf(),
         model_id,
-        llama,
+        network,
         tokenizer,
         factory,
         session: Mutex::new(Session::default()),
@@ -213,8 +213,12 @@ impl LanguageModel for LocalModel {
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelEventStream, ModelError> {
         // Settle tool-choice errors before anything streams.
-        grammar::plan(&request.tools, &request.settings.tool_choice)
-            .map_err(|error| self.request_error(error))?;
+        grammar::plan(
+            &request.tools,
+            &request.settings.tool_choice,
+            self.inner.network.chat_format(),
+        )
+        .map_err(|error| self.request_error(error))?;
         let (sender, receiver) = tokio::sync::mpsc::channel(64);
         let model = self.clone();
         tokio::task::spawn_blocking(move || {

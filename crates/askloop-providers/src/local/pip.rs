@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::local::catalogue::CatalogueModel;
+use crate::catalogue::CatalogueModel;
 use crate::local::error::{LocalModelError, PipProblem};
 use crate::local::files::PullProgress;
 

@@ -1,4 +1,41 @@
-//! The chat template: a [`ModelRequest`] as ChatML text, the format SmolLM2 was tuned on.
+//! The chat templates: a [`ModelRequest`] as the text a model was tuned on ([`ChatFormat`]).
+//!
+//! [`ChatFormat::Qwen`] is Qwen2.5's own template with tools: the tools' JSON signatures in a
+//! `# Tools` section of the system prompt, calls as `<tool_call>` JSON, results as
+//! `<tool_response>`s in a user turn:
+//!
+//! ```text
+//! <|im_start|>system
+//! {system}
+//!
+//! # Tools
+//!
+//! You may call one or more functions to assist with the user query.
+//!
+//! You are provided with function signatures within <tools></tools> XML tags:
+//! <tools>
+//! {"type": "function", "function": {"name": "ask_user", "description": …, "parameters": …}}
+//! </tools>
+//!
+//! For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+//! <tool_call>
+//! {"name": <function-name>, "arguments": <args-json-object>}
+//! </tool_call><|im_end|>
+//! <|im_start|>user
+//! Help me plan a trip<|im_end|>
+//! <|im_start|>assistant
+//! <tool_call>
+//! {"name": "ask_user", "arguments": {"question": "Where to?"}}
+//! </tool_call><|im_end|>
+//! <|im_start|>user
+//! <tool_response>
+//! User answered: Lisbon
+//! </tool_response><|im_end|>
+//! <|im_start|>assistant
+//! ```
+//!
+//! [`ChatFormat::ChatMl`] is plain ChatML, what SmolLM2 was tuned on, with a short tool list of
+//! our own (SmolLM2 has no tool format):
 //!
 //! ```text
 //! <|im_start|>system
@@ -29,6 +66,19 @@ use serde_json::Value;
 /// The system prompt SmolLM2's template uses when the conversation has none.
 pub(crate) const DEFAULT_SYSTEM: &str =
     "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
+/// The system prompt Qwen2.5's template uses when the conversation has none.
+pub(crate) const QWEN_DEFAULT_SYSTEM: &str =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
+/// The chat format of a model, chosen by its architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChatFormat {
+    /// ChatML with askloop's own tool list (SmolLM2).
+    ChatMl,
+    /// Qwen2.5's template with tools, whose calls the model also writes as bare JSON.
+    Qwen,
+}
 
 /// What opens a tool call in the model's output.
 pub(crate) const TOOL_CALL_OPEN: &str = "<tool_call>\n";
@@ -266,6 +316,103 @@ pub(crate) fn argument_shape(schema: &Value, root: &Value, depth: usize) -> Valu
     }
 }
 
+/// The `# Tools` section Qwen2.5's template appends to the system prompt: each tool's JSON
+/// signature on one line, then how to call.
+pub(crate) fn qwen_tools_section(tools: &[&ToolDefinition]) -> String {
+    let mut section = String::from(
+        "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for tool in tools {
+        let mut parameters = tool.input_schema.clone();
+        if let Value::Object(object) = &mut parameters {
+            // Noise to the model: the dialect and the Rust type's name.
+            object.shift_remove("$schema");
+            object.shift_remove("title");
+        }
+        // Written by hand to keep the template's key order whatever serde_json's map keeps.
+        let _ = write!(
+            section,
+            "\n{{\"type\": \"function\", \"function\": {{\"name\": {}, \"description\": {}, \"parameters\": {}}}}}",
+            spaced_json(&tool.name),
+            spaced_json(&tool.description.trim()),
+            spaced_json(&parameters)
+        );
+    }
+    section.push_str(
+        "\n</tools>\n\nFor each function call, return a json object with function name and \
+         arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n\
+         {\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    section
+}
+
+/// The whole prompt in `format`, ending with the open assistant turn.
+pub(crate) fn render_for(
+    format: ChatFormat,
+    request: &ModelRequest,
+    tools_section: Option<&str>,
+) -> String {
+    match format {
+        ChatFormat::ChatMl => render(request, tools_section),
+        ChatFormat::Qwen => render_qwen(request, tools_section),
+    }
+}
+
+/// The whole prompt in Qwen2.5's template.
+fn render_qwen(request: &ModelRequest, tools_section: Option<&str>) -> String {
+    let mut prompt = String::new();
+    let system = request.system.as_deref().unwrap_or(QWEN_DEFAULT_SYSTEM);
+    let _ = write!(
+        prompt,
+        "<|im_start|>system\n{system}{}<|im_end|>\n",
+        tools_section.unwrap_or("")
+    );
+    for message in &request.messages {
+        match message {
+            Message::User { text } => {
+                let _ = write!(prompt, "<|im_start|>user\n{text}<|im_end|>\n");
+            }
+            Message::Assistant { parts } => {
+                prompt.push_str("<|im_start|>assistant");
+                let text: String = parts
+                    .iter()
+                    .filter_map(|part| match part {
+                        AssistantPart::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                if !text.is_empty() {
+                    prompt.push('\n');
+                    prompt.push_str(&text);
+                }
+                for part in parts {
+                    if let AssistantPart::ToolCall(call) = part {
+                        prompt.push('\n');
+                        prompt.push_str(TOOL_CALL_OPEN);
+                        prompt.push_str(&format_tool_call(&call.name, &call.args));
+                        prompt.push_str(TOOL_CALL_CLOSE);
+                    }
+                }
+                prompt.push_str("<|im_end|>\n");
+            }
+            Message::Tool { results } => {
+                prompt.push_str("<|im_start|>user");
+                for result in results {
+                    let _ = write!(
+                        prompt,
+                        "\n<tool_response>\n{}\n</tool_response>",
+                        result.content_text()
+                    );
+                }
+                prompt.push_str("<|im_end|>\n");
+            }
+        }
+    }
+    prompt.push_str("<|im_start|>assistant\n");
+    prompt
+}
+
 /// The whole prompt: every message in ChatML, ending with the open assistant turn.
 pub(crate) fn render(request: &ModelRequest, tools_section: Option<&str>) -> String {
     let mut prompt = String::new();
@@ -347,6 +494,7 @@ mod tests {
                     tool_name: "ask_user".into(),
                     result: json!("User answered: Lisbon"),
                     is_error: false,
+                    answer: None,
                 }],
             },
         ])
@@ -358,6 +506,58 @@ mod tests {
              <|im_start|>user\nHelp me plan a trip<|im_end|>\n\
              <|im_start|>assistant\n<tool_call>\n{\"name\": \"ask_user\", \"arguments\": {\"question\": \"Where to?\", \"options\": [{\"label\": \"Lisbon\"}]}}\n</tool_call><|im_end|>\n\
              <|im_start|>tool\nUser answered: Lisbon<|im_end|>\n\
+             <|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn issue8_renders_qwen_s_own_template_with_tools() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "ask_user".into(),
+            args: ToolArgs::Json(json!({"question": "Where to?"})),
+        };
+        let tool = ToolDefinition {
+            name: "ask_user".into(),
+            description: "Ask the user.".into(),
+            // Keys in sorted order: serde_json's map may or may not keep insertion order.
+            input_schema: json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "properties": {"question": {"type": "string"}},
+                "required": ["question"],
+                "title": "AskUserArgs",
+                "type": "object"
+            }),
+        };
+        let request = ModelRequest::new(vec![
+            Message::user("Help me plan a trip"),
+            Message::Assistant {
+                parts: vec![AssistantPart::ToolCall(call)],
+            },
+            Message::Tool {
+                results: vec![ToolResult {
+                    tool_call_id: "c1".into(),
+                    tool_name: "ask_user".into(),
+                    result: json!("User answered: Lisbon"),
+                    is_error: false,
+                    answer: None,
+                }],
+            },
+        ])
+        .with_settings(ModelSettings::default());
+        let section = qwen_tools_section(&[&tool]);
+        assert_eq!(
+            render_for(ChatFormat::Qwen, &request, Some(&section)),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n\
+             # Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+             You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n\
+             {\"type\": \"function\", \"function\": {\"name\": \"ask_user\", \"description\": \"Ask the user.\", \
+             \"parameters\": {\"properties\": {\"question\": {\"type\": \"string\"}}, \"required\": [\"question\"], \"type\": \"object\"}}}\n\
+             </tools>\n\nFor each function call, return a json object with function name and arguments within \
+             <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n\
+             <|im_start|>user\nHelp me plan a trip<|im_end|>\n\
+             <|im_start|>assistant\n<tool_call>\n{\"name\": \"ask_user\", \"arguments\": {\"question\": \"Where to?\"}}\n</tool_call><|im_end|>\n\
+             <|im_start|>user\n<tool_response>\nUser answered: Lisbon\n</tool_response><|im_end|>\n\
              <|im_start|>assistant\n"
         );
     }

@@ -1,12 +1,22 @@
 //! [`LocalTokenizer`]: the byte-level BPE tokenizer built from a GGUF file's own vocabulary.
 //!
 //! GGUF files of the `gpt2` tokenizer family carry the vocabulary (`tokenizer.ggml.tokens`), the
-//! merges and each token's type, but not the pre-tokenizer settings. These are SmolLM2's (its
-//! `tokenizer.json`): digits split one by one, then GPT-2's byte-level split with no prefix
-//! space; control tokens (type 3) are special and matched whole in the input. candle's generic
-//! GGUF tokenizer adds a prefix space and keeps digit runs together, so it disagrees with the
-//! model's reference tokenizer on most text; this one matches it (pinned by a test against ids
-//! from Hugging Face `tokenizers`).
+//! merges and each token's type, but not the pre-tokenizer itself: only its name,
+//! `tokenizer.ggml.pre`, which picks one of these ([`PreTokenizer`]):
+//!
+//! - `smollm` (and files without the key): SmolLM2's `tokenizer.json`: digits split one by one,
+//!   then GPT-2's byte-level split with no prefix space.
+//! - `qwen2`: one split by Qwen2's own pattern (unlike GPT-2's, letters may take one leading
+//!   non-letter, digits go one by one, and punctuation runs keep their line breaks), then
+//!   byte-level without a regex of its own. Like llama.cpp (and unlike Hugging Face's
+//!   `tokenizer.json`, which applies NFC first), the text is not normalized, so decoding gives
+//!   back exactly the text encoded.
+//!
+//! Control tokens (type 3) and user-defined tokens (type 4, such as Qwen's `<tool_call>`) are
+//! matched whole in the input, never split; control tokens are special (masked in plain text).
+//! candle's generic GGUF tokenizer adds a prefix space and keeps digit runs together, so it
+//! disagrees with the models' reference tokenizers on most text; this one matches them (pinned
+//! by tests against ids from independent implementations).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,16 +28,44 @@ use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use crate::local::error::LocalModelError;
 
 /// GGUF token type of control (special) tokens.
 const CONTROL_TOKEN: i32 = 3;
+/// GGUF token type of user-defined tokens (added tokens that are not control tokens).
+const USER_DEFINED_TOKEN: i32 = 4;
+
+/// Qwen2's split pattern, from its `tokenizer.json`.
+const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The pre-tokenizers this tokenizer knows, by the GGUF key `tokenizer.ggml.pre`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PreTokenizer {
+    /// `smollm` (also files without the key): digits one by one, then GPT-2's byte-level split.
+    SmolLm,
+    /// `qwen2`: Qwen2's split pattern, then byte-level.
+    Qwen2,
+}
+
+impl PreTokenizer {
+    /// The pre-tokenizer a GGUF file names; `None` for a name this tokenizer does not know.
+    pub fn from_gguf_name(name: Option<&str>) -> Option<Self> {
+        match name {
+            None | Some("smollm") => Some(Self::SmolLm),
+            Some("qwen2") => Some(Self::Qwen2),
+            Some(_) => None,
+        }
+    }
+}
 
 /// The tokenizer of a local model.
 pub struct LocalTokenizer {
     inner: Tokenizer,
+    pre: PreTokenizer,
     token_bytes: Vec<Vec<u8>>,
     special: Vec<bool>,
     end_of_turn: u32,
@@ -100,6 +138,20 @@ impl LocalTokenizer {
                 architecture: format!("tokenizer {model}"),
             });
         }
+        let pre_name = content
+            .metadata
+            .get("tokenizer.ggml.pre")
+            .and_then(|value| value.to_string().ok())
+            .cloned();
+        let pre = PreTokenizer::from_gguf_name(pre_name.as_deref()).ok_or_else(|| {
+            LocalModelError::UnsupportedArchitecture {
+                path: path.to_path_buf(),
+                architecture: format!(
+                    "pre-tokenizer {} (known: smollm, qwen2)",
+                    pre_name.as_deref().unwrap_or_default()
+                ),
+            }
+        })?;
         let tokens = string_array(path, content, "tokenizer.ggml.tokens")?;
         let merges = string_array(path, content, "tokenizer.ggml.merges")?;
         let types: Vec<i32> = content
@@ -139,22 +191,47 @@ impl LocalTokenizer {
             .build()
             .map_err(tokenizer_error)?;
         let mut inner = Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(Sequence::new(vec![
-            Digits::new(true).into(),
-            ByteLevel::new(false, true, true).into(),
-        ])));
+        match pre {
+            PreTokenizer::SmolLm => {
+                inner.with_pre_tokenizer(Some(Sequence::new(vec![
+                    Digits::new(true).into(),
+                    ByteLevel::new(false, true, true).into(),
+                ])));
+            }
+            PreTokenizer::Qwen2 => {
+                let split = Split::new(
+                    SplitPattern::Regex(QWEN2_PATTERN.to_owned()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .map_err(tokenizer_error)?;
+                inner.with_pre_tokenizer(Some(Sequence::new(vec![
+                    split.into(),
+                    ByteLevel::new(false, false, false).into(),
+                ])));
+            }
+        }
         inner.with_decoder(Some(ByteLevelDecoder::default()));
         let special: Vec<bool> = (0..tokens.len())
             .map(|id| types.get(id) == Some(&CONTROL_TOKEN))
             .collect();
-        let special_tokens: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&special)
-            .filter(|(_, special)| **special)
-            .map(|(token, _)| AddedToken::from(token.clone(), true).normalized(false))
+        // Added tokens: written as themselves (not in the byte-level alphabet), matched whole.
+        let added: Vec<bool> = (0..tokens.len())
+            .map(|id| matches!(types.get(id), Some(&CONTROL_TOKEN | &USER_DEFINED_TOKEN)))
             .collect();
+        let added_tokens = |wanted: bool| -> Vec<AddedToken> {
+            tokens
+                .iter()
+                .enumerate()
+                .filter(|(id, _)| added[*id] && special[*id] == wanted)
+                .map(|(_, token)| AddedToken::from(token.clone(), wanted).normalized(false))
+                .collect()
+        };
         inner
-            .add_special_tokens(special_tokens)
+            .add_special_tokens(added_tokens(true))
+            .map_err(tokenizer_error)?;
+        inner
+            .add_tokens(added_tokens(false))
             .map_err(tokenizer_error)?;
 
         let table = byte_to_char_table();
@@ -164,9 +241,9 @@ impl LocalTokenizer {
         }
         let token_bytes = tokens
             .iter()
-            .zip(&special)
-            .map(|(token, special)| {
-                if *special {
+            .zip(&added)
+            .map(|(token, added)| {
+                if *added {
                     token.as_bytes().to_vec()
                 } else {
                     token
@@ -198,11 +275,17 @@ impl LocalTokenizer {
         let end_of_text = inner.token_to_id("<|endoftext|>");
         Ok(Self {
             inner,
+            pre,
             token_bytes,
             special,
             end_of_turn,
             end_of_text,
         })
+    }
+
+    /// The pre-tokenizer the file named.
+    pub fn pre_tokenizer(&self) -> PreTokenizer {
+        self.pre
     }
 
     /// The token ids of `text`; special token names in it (`<|im_start|>`, …) become their ids.

@@ -1,10 +1,10 @@
-//! The core conformance suite, run on a fresh SQLite file per scenario; the file's folder is
-//! removed when the scenario's store is dropped.
+//! The core conformance suite, run on a fresh SQLite file per scenario, once with each
+//! durability setting (they commit by different paths); the file's folder is removed when the
+//! scenario's store is dropped.
 
 use std::sync::Arc;
 
-use askloop_core::model::Message;
-use askloop_core::store::{RunFilter, RunPage, RunState, StoredRun};
+use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
 use askloop_core::{RunId, RunStore, StoreError, ThreadId};
 use askloop_store::{SqliteStore, Synchronous};
 use async_trait::async_trait;
@@ -17,11 +17,26 @@ struct TempSqlite {
 
 #[async_trait]
 impl RunStore for TempSqlite {
-    async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
-        self.store.insert_run(state).await
+    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+        self.store.insert_run(state, lease).await
     }
-    async fn update_run(&self, state: &RunState, expected_version: u64) -> Result<u64, StoreError> {
-        self.store.update_run(state, expected_version).await
+    async fn update_run(
+        &self,
+        state: &RunState,
+        expected_version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
+        self.store.update_run(state, expected_version, lease).await
+    }
+    async fn renew_lease(
+        &self,
+        run_id: &RunId,
+        expected_version: u64,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
+        self.store
+            .renew_lease(run_id, expected_version, lease)
+            .await
     }
     async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
         self.store.load_run(run_id).await
@@ -29,20 +44,36 @@ impl RunStore for TempSqlite {
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         self.store.list_runs(filter).await
     }
-    async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
-        self.store.thread_messages(thread_id).await
+    async fn thread_history(
+        &self,
+        thread_id: &ThreadId,
+        through: Option<u64>,
+    ) -> Result<ThreadHistory, StoreError> {
+        self.store.thread_history(thread_id, through).await
     }
     async fn close(&self) {
         self.store.close().await;
     }
 }
 
-async fn fresh_store() -> Arc<dyn RunStore> {
+async fn fresh_store(synchronous: Synchronous) -> Arc<dyn RunStore> {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("runs.db"), Synchronous::Normal)
+    let store = SqliteStore::open(&dir.path().join("runs.db"), synchronous)
         .await
         .unwrap();
     Arc::new(TempSqlite { store, _dir: dir })
 }
 
-askloop_core::store_conformance_tests!(fresh_store());
+/// The default: every commit through the writer thread's group commit.
+mod full {
+    use super::*;
+
+    askloop_core::store_conformance_tests!(fresh_store(Synchronous::Full));
+}
+
+/// `synchronous=normal`: a commit that finds the writer idle runs on the caller's thread.
+mod normal {
+    use super::*;
+
+    askloop_core::store_conformance_tests!(fresh_store(Synchronous::Normal));
+}

@@ -25,7 +25,8 @@ fn agent(store: Arc<dyn RunStore>) -> Agent {
 #[tokio::test]
 async fn suspended_run_resumes_through_a_second_store_on_the_same_file() {
     let dir = tempfile::tempdir().unwrap();
-    let url = StoreUrl::Sqlite(dir.path().join("nested/folder/askloop.db"));
+    let url = StoreUrl::sqlite(dir.path().join("nested/folder/askloop.db"))
+        .with_synchronous(Synchronous::Normal);
     let first = open_store(&url, &OpenOptions::default()).await.unwrap();
     let output = agent(first.clone())
         .generate("Summarize my project")
@@ -34,9 +35,12 @@ async fn suspended_run_resumes_through_a_second_store_on_the_same_file() {
     assert!(matches!(output.status, RunOutcome::Suspended { .. }));
     drop(first);
 
-    let second = open_store(&url, &OpenOptions::new().synchronous(Synchronous::Full))
-        .await
-        .unwrap();
+    let second = open_store(
+        &url.clone().with_synchronous(Synchronous::Full),
+        &OpenOptions::new(),
+    )
+    .await
+    .unwrap();
     let resumed = agent(second.clone())
         .resume_stream(json!("main"), &output.run_id, None)
         .await
@@ -56,28 +60,42 @@ async fn suspended_run_resumes_through_a_second_store_on_the_same_file() {
     );
 }
 
+/// The head of run `run_id` as stored.
+fn stored_head(path: &std::path::Path, run_id: &RunId) -> String {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT head FROM runs WHERE id = ?1",
+            [run_id.as_str()],
+            |row| row.get(0),
+        )
+        .unwrap()
+}
+
+fn set_head(path: &std::path::Path, run_id: &RunId, head: &str) {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute(
+            "UPDATE runs SET head = ?1 WHERE id = ?2",
+            [head, run_id.as_str()],
+        )
+        .unwrap();
+}
+
 #[tokio::test]
-async fn corrupt_and_future_rows_are_typed_errors() {
+async fn corrupt_and_future_rows_are_typed_errors_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.db");
     let store = SqliteStore::open(&path, Synchronous::Normal).await.unwrap();
     let output = agent(Arc::new(store.clone())).generate("hi").await.unwrap();
-    store.close().await;
+    let RunOutcome::Suspended { pending } = output.status else {
+        panic!("{:?}", output.status);
+    };
 
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
-    let state: String = sqlx::query_scalar("SELECT state FROM runs")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let future = state.replace("\"formatVersion\":1", "\"formatVersion\":99");
-    sqlx::query("UPDATE runs SET state = ?1")
-        .bind(&future)
-        .execute(&pool)
-        .await
-        .unwrap();
-    let store = SqliteStore::open(&path, Synchronous::Normal).await.unwrap();
+    let head = stored_head(&path, &output.run_id);
+    let future = head.replace("\"formatVersion\":2", "\"formatVersion\":99");
+    assert_ne!(future, head);
+    set_head(&path, &output.run_id, &future);
     let error = store.load_run(&output.run_id).await.unwrap_err();
     assert!(
         matches!(
@@ -89,15 +107,25 @@ async fn corrupt_and_future_rows_are_typed_errors() {
         ),
         "{error:?}"
     );
-
-    sqlx::query("UPDATE runs SET state = 'not json'")
-        .execute(&pool)
+    // Resuming it is refused before anything changes: the row stays as the newer build wrote it.
+    let error = agent(Arc::new(store.clone()))
+        .resume_stream(
+            json!("main"),
+            &output.run_id,
+            Some(&pending[0].tool_call_id),
+        )
         .await
+        .err()
         .unwrap();
+    assert!(error.to_string().contains("format 99"), "{error}");
+    assert_eq!(stored_head(&path, &output.run_id), future);
+
+    set_head(&path, &output.run_id, "not json");
     let error = store.load_run(&output.run_id).await.unwrap_err();
     assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
     let error = store.load_run(&RunId::new("missing")).await.unwrap_err();
     assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
+    store.close().await;
 }
 
 #[tokio::test]
@@ -110,34 +138,31 @@ async fn issue7_fault13_one_unreadable_run_does_not_hide_the_others() {
     for prompt in ["one", "two", "three"] {
         ids.push(agent.generate(prompt).await.unwrap().run_id);
     }
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
-    let state: String = sqlx::query_scalar("SELECT state FROM runs WHERE id = ?1")
-        .bind(ids[1].as_str())
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE runs SET state = ?1 WHERE id = ?2")
-        .bind(state.replace("\"formatVersion\":1", "\"formatVersion\":2"))
-        .bind(ids[1].as_str())
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE runs SET state = '{\"formatVersion\":1,' WHERE id = ?1")
-        .bind(ids[2].as_str())
-        .execute(&pool)
-        .await
-        .unwrap();
+    let head = stored_head(&path, &ids[1]);
+    set_head(
+        &path,
+        &ids[1],
+        &head.replace("\"formatVersion\":2", "\"formatVersion\":3"),
+    );
+    set_head(&path, &ids[2], "{\"formatVersion\":2,");
     let page = store.list_runs(&RunFilter::new()).await.unwrap();
     assert_eq!(page.runs.len(), 3);
     let by_id = |id: &RunId| page.runs.iter().find(|run| run.run_id() == id).unwrap();
-    assert!(by_id(&ids[0]).summary().is_some());
+    let summary = by_id(&ids[0]).summary().unwrap();
+    assert_eq!(
+        summary.pending.len(),
+        1,
+        "summaries carry the pending questions"
+    );
+    assert_eq!(
+        summary.pending[0].suspend_payload["question"],
+        "Which repo?"
+    );
     assert!(matches!(
         by_id(&ids[1]),
         ListedRun::Unreadable {
             error: StoreError::UnsupportedFormat {
-                format_version: 2,
+                format_version: 3,
                 ..
             },
             ..
@@ -159,6 +184,49 @@ async fn issue7_fault13_one_unreadable_run_does_not_hide_the_others() {
         3,
         "filters use the columns, not the state"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commits_share_groups_and_one_conflict_aborts_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("x.db"), Synchronous::Full)
+        .await
+        .unwrap();
+    let shared: Arc<dyn RunStore> = Arc::new(store.clone());
+    let agent = agent(shared.clone());
+    let mut runs = Vec::new();
+    for index in 0..32 {
+        let output = agent.generate(format!("run {index}")).await.unwrap();
+        runs.push(store.load_run(&output.run_id).await.unwrap());
+    }
+    // Every run updated at once, each twice: once with its version (wins), once with a stale
+    // one (conflicts); whatever groups they land in, each winner is stored.
+    let updates = runs.iter().flat_map(|stored| {
+        let store = store.clone();
+        let stale = store.clone();
+        let state = stored.state.clone();
+        let stale_state = stored.state.clone();
+        let version = stored.version;
+        [
+            tokio::spawn(async move { store.update_run(&state, version, None).await }),
+            tokio::spawn(async move { stale.update_run(&stale_state, version - 1, None).await }),
+        ]
+    });
+    let results: Vec<_> = futures::future::join_all(updates).await;
+    for (index, pair) in results.chunks(2).enumerate() {
+        let won = pair[0].as_ref().unwrap();
+        assert_eq!(*won.as_ref().unwrap(), runs[index].version + 1);
+        let lost = pair[1].as_ref().unwrap();
+        assert!(matches!(lost, Err(StoreError::Conflict { .. })), "{lost:?}");
+    }
+    for stored in &runs {
+        let now = store.load_run(stored.state.run_id()).await.unwrap();
+        assert_eq!(now.version, stored.version + 1);
+        assert_eq!(now.state, stored.state);
+    }
+    store.close().await;
+    let error = store.load_run(runs[0].state.run_id()).await;
+    assert!(error.is_err(), "a closed store refuses reads");
 }
 
 #[tokio::test]

@@ -26,8 +26,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::ids::{RunId, ThreadId};
-use crate::model::Message;
-use crate::store::{RunFilter, RunPage, RunState, RunStore, StoreError, StoredRun};
+use crate::store::{
+    Lease, RunFilter, RunPage, RunState, RunStore, StoreError, StoredRun, ThreadHistory,
+};
 
 /// Expands to one `#[tokio::test]` per store scenario, each on a fresh store made by `$make`
 /// (an expression of type `impl Future<Output = Arc<dyn RunStore>>`), and a test that the list
@@ -53,6 +54,16 @@ macro_rules! store_conformance_tests {
             failed_model_call_after_resume_keeps_the_answer,
             cancelled_model_call_fails_the_run_and_can_continue,
             crash_after_resume_never_reruns_a_side_effecting_resume,
+            thread_history_follows_completion_order,
+            thread_history_stops_at_through,
+            commits_append_only_new_messages,
+            leases_are_kept_renewed_and_cleared,
+            newer_format_rows_are_refused_and_untouched,
+            listing_summaries_carry_pending_questions,
+            live_lease_refuses_claims_until_it_expires,
+            concurrent_takeovers_have_one_winner,
+            unfinished_side_effect_is_never_repeated,
+            heartbeat_keeps_a_long_run_leased,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {
@@ -123,15 +134,34 @@ impl YieldingStore {
 
 #[async_trait]
 impl RunStore for YieldingStore {
-    async fn insert_run(&self, state: &RunState) -> Result<u64, StoreError> {
+    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
         tokio::task::yield_now().await;
-        let result = self.inner.insert_run(state).await;
+        let result = self.inner.insert_run(state, lease).await;
         tokio::task::yield_now().await;
         result
     }
-    async fn update_run(&self, state: &RunState, expected_version: u64) -> Result<u64, StoreError> {
+    async fn update_run(
+        &self,
+        state: &RunState,
+        expected_version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
         tokio::task::yield_now().await;
-        let result = self.inner.update_run(state, expected_version).await;
+        let result = self.inner.update_run(state, expected_version, lease).await;
+        tokio::task::yield_now().await;
+        result
+    }
+    async fn renew_lease(
+        &self,
+        run_id: &RunId,
+        expected_version: u64,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
+        tokio::task::yield_now().await;
+        let result = self
+            .inner
+            .renew_lease(run_id, expected_version, lease)
+            .await;
         tokio::task::yield_now().await;
         result
     }
@@ -147,9 +177,13 @@ impl RunStore for YieldingStore {
         tokio::task::yield_now().await;
         result
     }
-    async fn thread_messages(&self, thread_id: &ThreadId) -> Result<Vec<Message>, StoreError> {
+    async fn thread_history(
+        &self,
+        thread_id: &ThreadId,
+        through: Option<u64>,
+    ) -> Result<ThreadHistory, StoreError> {
         tokio::task::yield_now().await;
-        let result = self.inner.thread_messages(thread_id).await;
+        let result = self.inner.thread_history(thread_id, through).await;
         tokio::task::yield_now().await;
         result
     }

@@ -47,11 +47,21 @@ scenarios![
     failed_model_call_after_resume_keeps_the_answer,
     cancelled_model_call_fails_the_run_and_can_continue,
     crash_after_resume_never_reruns_a_side_effecting_resume,
+    thread_history_follows_completion_order,
+    thread_history_stops_at_through,
+    commits_append_only_new_messages,
+    leases_are_kept_renewed_and_cleared,
+    newer_format_rows_are_refused_and_untouched,
+    listing_summaries_carry_pending_questions,
+    live_lease_refuses_claims_until_it_expires,
+    concurrent_takeovers_have_one_winner,
+    unfinished_side_effect_is_never_repeated,
+    heartbeat_keeps_a_long_run_leased,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
     let original = state("r1", "t1", RunStatus::Running, 1);
-    assert_eq!(store.insert_run(&original).await.unwrap(), 1);
+    assert_eq!(store.insert_run(&original, None).await.unwrap(), 1);
     let loaded = store.load_run(&RunId::new("r1")).await.unwrap();
     assert_eq!(loaded.version, 1);
     assert_eq!(loaded.state, original);
@@ -67,11 +77,11 @@ async fn load_of_unknown_run_is_not_found(store: Arc<dyn RunStore>) {
 
 async fn insert_of_existing_id_is_refused(store: Arc<dyn RunStore>) {
     store
-        .insert_run(&state("r1", "t1", RunStatus::Running, 1))
+        .insert_run(&state("r1", "t1", RunStatus::Running, 1), None)
         .await
         .unwrap();
     let error = store
-        .insert_run(&state("r1", "t2", RunStatus::Failed, 2))
+        .insert_run(&state("r1", "t2", RunStatus::Failed, 2), None)
         .await
         .unwrap_err();
     assert!(
@@ -92,12 +102,12 @@ async fn insert_of_existing_id_is_refused(store: Arc<dyn RunStore>) {
 
 async fn stale_update_conflicts_and_changes_nothing(store: Arc<dyn RunStore>) {
     let mut run = state("r1", "t1", RunStatus::Running, 1);
-    store.insert_run(&run).await.unwrap();
+    store.insert_run(&run, None).await.unwrap();
     run.status = RunStatus::Suspended;
-    assert_eq!(store.update_run(&run, 1).await.unwrap(), 2);
+    assert_eq!(store.update_run(&run, 1, None).await.unwrap(), 2);
     let mut stale = run.clone();
     stale.status = RunStatus::Failed;
-    let error = store.update_run(&stale, 1).await.unwrap_err();
+    let error = store.update_run(&stale, 1, None).await.unwrap_err();
     assert!(
         matches!(
             error,
@@ -117,7 +127,7 @@ async fn stale_update_conflicts_and_changes_nothing(store: Arc<dyn RunStore>) {
 
 async fn update_of_unknown_run_is_not_found(store: Arc<dyn RunStore>) {
     let error = store
-        .update_run(&state("ghost", "t", RunStatus::Running, 1), 1)
+        .update_run(&state("ghost", "t", RunStatus::Running, 1), 1, None)
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
@@ -125,17 +135,17 @@ async fn update_of_unknown_run_is_not_found(store: Arc<dyn RunStore>) {
 
 async fn list_filters_and_orders_newest_first(store: Arc<dyn RunStore>) {
     store
-        .insert_run(&state("a", "t1", RunStatus::Suspended, 10))
+        .insert_run(&state("a", "t1", RunStatus::Suspended, 10), None)
         .await
         .unwrap();
     store
-        .insert_run(&state("b", "t1", RunStatus::Completed, 20))
+        .insert_run(&state("b", "t1", RunStatus::Completed, 20), None)
         .await
         .unwrap();
     let mut other = state("c", "t2", RunStatus::Suspended, 30);
     other.resource_id = Some("tenant-2".into());
     other.agent_id = "other-agent".into();
-    store.insert_run(&other).await.unwrap();
+    store.insert_run(&other, None).await.unwrap();
     let ids = |page: crate::store::RunPage| {
         page.runs
             .iter()
@@ -178,7 +188,7 @@ async fn list_pages_with_a_cursor(store: Arc<dyn RunStore>) {
     // Two runs share a creation time: the id breaks the tie.
     for (id, created) in [("a", 10), ("b", 20), ("c", 20), ("d", 30), ("e", 40)] {
         store
-            .insert_run(&state(id, "t", RunStatus::Suspended, created))
+            .insert_run(&state(id, "t", RunStatus::Suspended, created), None)
             .await
             .unwrap();
     }
@@ -213,28 +223,34 @@ async fn list_pages_with_a_cursor(store: Arc<dyn RunStore>) {
 
 async fn thread_gets_messages_of_completed_runs_once(store: Arc<dyn RunStore>) {
     let mut run = state("r1", "t1", RunStatus::Running, 1);
-    store.insert_run(&run).await.unwrap();
+    store.insert_run(&run, None).await.unwrap();
     assert!(
         store
-            .thread_messages(&"t1".into())
+            .thread_history(&"t1".into(), None)
             .await
             .unwrap()
+            .messages
             .is_empty()
     );
     run.messages.push(Message::Assistant {
         parts: vec![crate::model::AssistantPart::Text { text: "hi".into() }],
     });
     run.status = RunStatus::Completed;
-    store.update_run(&run, 1).await.unwrap();
+    store.update_run(&run, 1, None).await.unwrap();
     run.touch();
-    store.update_run(&run, 2).await.unwrap();
-    let messages = store.thread_messages(&"t1".into()).await.unwrap();
+    store.update_run(&run, 2, None).await.unwrap();
+    let messages = store
+        .thread_history(&"t1".into(), None)
+        .await
+        .unwrap()
+        .messages;
     assert_eq!(messages, run.messages, "appended once, in order");
     assert!(
         store
-            .thread_messages(&"unknown".into())
+            .thread_history(&"unknown".into(), None)
             .await
             .unwrap()
+            .messages
             .is_empty()
     );
 }
@@ -243,8 +259,11 @@ async fn concurrent_updates_have_one_winner(store: Arc<dyn RunStore>) {
     for round in 0..50 {
         let id = format!("race-{round}");
         let run = state(&id, "t", RunStatus::Suspended, round);
-        store.insert_run(&run).await.unwrap();
-        let (a, b) = tokio::join!(store.update_run(&run, 1), store.update_run(&run, 1));
+        store.insert_run(&run, None).await.unwrap();
+        let (a, b) = tokio::join!(
+            store.update_run(&run, 1, None),
+            store.update_run(&run, 1, None)
+        );
         let winners = [a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count();
         assert_eq!(winners, 1, "round {round}: {a:?} {b:?}");
         for result in [a, b] {
@@ -308,7 +327,14 @@ async fn concurrent_resumes_have_exactly_one_winner(store: Arc<dyn RunStore>) {
             (a, b) => panic!("round {round}: expected one winner, got {a:?} and {b:?}"),
         };
         assert!(
-            matches!(loser, ResumeError::Conflict { .. }),
+            matches!(
+                loser,
+                ResumeError::Conflict { .. }
+                    | ResumeError::AlreadyAnswered {
+                        same_answer: true,
+                        ..
+                    }
+            ),
             "round {round}: {loser:?}"
         );
         assert!(has_finish(&chunks_of(winner).await));
@@ -362,7 +388,27 @@ async fn repeated_answers_by_id_never_land_on_a_later_question(store: Arc<dyn Ru
         .await
         .unwrap_err();
     assert!(
-        matches!(error, ResumeError::AlreadyAnswered { .. }),
+        matches!(
+            error,
+            ResumeError::AlreadyAnswered {
+                same_answer: true,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let error = agent
+        .resume_stream(json!("two"), &run_id, Some(&q1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ResumeError::AlreadyAnswered {
+                same_answer: false,
+                ..
+            }
+        ),
         "{error:?}"
     );
     assert_eq!(store.load_run(&run_id).await.unwrap().state, stored);
@@ -471,7 +517,15 @@ async fn later_runs_of_a_thread_see_its_history(store: Arc<dyn RunStore>) {
         stored.resource_id.as_ref().map(|id| id.as_str()),
         Some("user-7")
     );
-    assert_eq!(store.thread_messages(&thread).await.unwrap().len(), 4);
+    assert_eq!(
+        store
+            .thread_history(&thread, None)
+            .await
+            .unwrap()
+            .messages
+            .len(),
+        4
+    );
 }
 
 async fn failed_model_call_after_resume_keeps_the_answer(store: Arc<dyn RunStore>) {
@@ -591,6 +645,7 @@ async fn crash_after_resume_never_reruns_a_side_effecting_resume(store: Arc<dyn 
         .tool(AskUser)
         .tool(gate.clone())
         .shared_store(store.clone())
+        .lease(SHORT_LEASE)
         .build()
         .unwrap();
     let run_id = agent.generate("pay").await.unwrap().run_id;
@@ -616,15 +671,17 @@ async fn crash_after_resume_never_reruns_a_side_effecting_resume(store: Arc<dyn 
     assert_eq!(gate.resumes.load(Ordering::SeqCst), 1);
     let stored = store.load_run(&run_id).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Running);
+    let journal = stored.pending_step.as_ref().expect("the step's journal");
     assert!(
-        stored.pending_step.is_none(),
-        "the side-effecting result was committed before the model call"
+        journal
+            .calls
+            .iter()
+            .all(|slot| matches!(slot.state, crate::run::CallState::Completed { .. })),
+        "the side-effecting result was committed as soon as it existed: {journal:?}"
     );
 
-    let output = agent
-        .continue_stream(&run_id)
+    let output = continue_after_lease(&agent, &run_id)
         .await
-        .unwrap()
         .collect_output()
         .await
         .unwrap();
@@ -634,4 +691,562 @@ async fn crash_after_resume_never_reruns_a_side_effecting_resume(store: Arc<dyn 
         1,
         "not run again after the crash"
     );
+}
+
+/// Completes `run` (its own messages plus one assistant reply) at `version`.
+async fn complete(store: &Arc<dyn RunStore>, run: &mut crate::run::RunState, version: u64) {
+    run.messages.push(Message::Assistant {
+        parts: vec![crate::model::AssistantPart::Text {
+            text: format!("reply of {}", run.run_id),
+        }],
+    });
+    run.status = RunStatus::Completed;
+    store.update_run(run, version, None).await.unwrap();
+}
+
+async fn thread_history_follows_completion_order(store: Arc<dyn RunStore>) {
+    // Created first, completed last: the thread reads it last.
+    let mut first = state("first", "t", RunStatus::Running, 1);
+    let mut second = state("second", "t", RunStatus::Running, 2);
+    store.insert_run(&first, None).await.unwrap();
+    store.insert_run(&second, None).await.unwrap();
+    complete(&store, &mut second, 1).await;
+    complete(&store, &mut first, 1).await;
+    let history = store.thread_history(&"t".into(), None).await.unwrap();
+    let mut expected = second.messages.clone();
+    expected.extend(first.messages.clone());
+    assert_eq!(
+        history.messages, expected,
+        "completion order, not creation order"
+    );
+    assert!(history.through.is_some());
+    // A completed run's later update does not move it in the thread.
+    first.touch();
+    store.update_run(&first, 2, None).await.unwrap();
+    assert_eq!(
+        store.thread_history(&"t".into(), None).await.unwrap(),
+        history
+    );
+}
+
+async fn thread_history_stops_at_through(store: Arc<dyn RunStore>) {
+    let empty = store.thread_history(&"t".into(), None).await.unwrap();
+    assert!(empty.messages.is_empty() && empty.through.is_none());
+    let mut a = state("a", "t", RunStatus::Running, 1);
+    store.insert_run(&a, None).await.unwrap();
+    complete(&store, &mut a, 1).await;
+    let after_a = store.thread_history(&"t".into(), None).await.unwrap();
+    let through_a = after_a.through.expect("a completed");
+    // Another thread's completion and a later one of this thread.
+    let mut other = state("other", "u", RunStatus::Running, 2);
+    store.insert_run(&other, None).await.unwrap();
+    complete(&store, &mut other, 1).await;
+    let mut b = state("b", "t", RunStatus::Running, 3);
+    store.insert_run(&b, None).await.unwrap();
+    complete(&store, &mut b, 1).await;
+    let all = store.thread_history(&"t".into(), None).await.unwrap();
+    assert!(all.through.unwrap() > through_a, "sequences increase");
+    assert_eq!(all.messages.len(), 4);
+    let up_to_a = store
+        .thread_history(&"t".into(), Some(through_a))
+        .await
+        .unwrap();
+    assert_eq!(
+        up_to_a, after_a,
+        "a run started after a sees a's history only"
+    );
+    let up_to_other = store
+        .thread_history(&"u".into(), all.through)
+        .await
+        .unwrap();
+    assert_eq!(up_to_other.messages, other.messages);
+    // A run inserted as completed gets its sequence too.
+    let mut inserted = state("inserted", "v", RunStatus::Completed, 4);
+    inserted.messages.push(Message::user("more"));
+    store.insert_run(&inserted, None).await.unwrap();
+    let history = store.thread_history(&"v".into(), None).await.unwrap();
+    assert_eq!(history.messages, inserted.messages);
+    assert!(history.through.unwrap() > all.through.unwrap());
+}
+
+async fn commits_append_only_new_messages(store: Arc<dyn RunStore>) {
+    let mut run = state("long", "t", RunStatus::Running, 1);
+    let mut version = store.insert_run(&run, None).await.unwrap();
+    for index in 0..120 {
+        run.messages.push(Message::user(format!("message {index}")));
+        if index % 3 == 0 {
+            run.messages.push(Message::Assistant {
+                parts: vec![crate::model::AssistantPart::Text {
+                    text: format!("reply {index} {}", "x".repeat(200)),
+                }],
+            });
+        }
+        version = store.update_run(&run, version, None).await.unwrap();
+    }
+    let loaded = store.load_run(&RunId::new("long")).await.unwrap();
+    assert_eq!(loaded.state, run);
+    assert_eq!(loaded.version, version);
+    // A stale update with more messages conflicts and appends nothing.
+    let mut stale = run.clone();
+    stale.messages.push(Message::user("never stored"));
+    let error = store
+        .update_run(&stale, version - 1, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::Conflict { .. }), "{error:?}");
+    assert_eq!(
+        store.load_run(&RunId::new("long")).await.unwrap().state,
+        run
+    );
+    // The next real commit appends exactly its own new message.
+    run.messages.push(Message::user("stored"));
+    store.update_run(&run, version, None).await.unwrap();
+    assert_eq!(
+        store.load_run(&RunId::new("long")).await.unwrap().state,
+        run
+    );
+    // An update that adds no message changes only the head.
+    run.status = RunStatus::Suspended;
+    store.update_run(&run, version + 1, None).await.unwrap();
+    assert_eq!(
+        store.load_run(&RunId::new("long")).await.unwrap().state,
+        run
+    );
+}
+
+async fn leases_are_kept_renewed_and_cleared(store: Arc<dyn RunStore>) {
+    let id = RunId::new("leased");
+    let first = crate::store::Lease::new("holder-a".into(), 1_000);
+    let run = state("leased", "t", RunStatus::Running, 1);
+    store.insert_run(&run, Some(&first)).await.unwrap();
+    let loaded = store.load_run(&id).await.unwrap();
+    assert_eq!(loaded.lease, Some(first.clone()));
+    // Renewal at the current version keeps the version.
+    let renewed = crate::store::Lease::new("holder-a".into(), 2_000);
+    store.renew_lease(&id, 1, &renewed).await.unwrap();
+    let loaded = store.load_run(&id).await.unwrap();
+    assert_eq!((loaded.version, loaded.lease), (1, Some(renewed.clone())));
+    // A commit sets the lease it carries.
+    let other = crate::store::Lease::new("holder-b".into(), 3_000);
+    store.update_run(&run, 1, Some(&other)).await.unwrap();
+    assert_eq!(
+        store.load_run(&id).await.unwrap().lease,
+        Some(other.clone())
+    );
+    // Renewal at a version that moved conflicts and changes nothing.
+    let error = store.renew_lease(&id, 1, &first).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StoreError::Conflict {
+                expected_version: 1,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let loaded = store.load_run(&id).await.unwrap();
+    assert_eq!((loaded.version, loaded.lease), (2, Some(other)));
+    // Suspending clears it.
+    let mut suspended = run.clone();
+    suspended.status = RunStatus::Suspended;
+    store.update_run(&suspended, 2, None).await.unwrap();
+    assert_eq!(store.load_run(&id).await.unwrap().lease, None);
+    let error = store
+        .renew_lease(&RunId::new("ghost"), 1, &first)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
+    // Renewals racing a commit: the commit always lands, renewals at the old version fail.
+    for round in 0..20 {
+        let version = store.load_run(&id).await.unwrap().version;
+        let lease = crate::store::Lease::new("holder-c".into(), 5_000 + round);
+        let (renewal, commit) = tokio::join!(
+            store.renew_lease(&id, version, &lease),
+            store.update_run(&suspended, version, None)
+        );
+        assert_eq!(commit.unwrap(), version + 1);
+        if let Err(error) = renewal {
+            assert!(matches!(error, StoreError::Conflict { .. }), "{error:?}");
+        }
+        let loaded = store.load_run(&id).await.unwrap();
+        assert_eq!(loaded.version, version + 1);
+    }
+}
+
+async fn newer_format_rows_are_refused_and_untouched(store: Arc<dyn RunStore>) {
+    let mut future = state("future", "t", RunStatus::Suspended, 5);
+    future.format_version = crate::run::RUN_FORMAT_VERSION + 1;
+    store.insert_run(&future, None).await.unwrap();
+    store
+        .insert_run(&state("today", "t", RunStatus::Suspended, 1), None)
+        .await
+        .unwrap();
+    let id = RunId::new("future");
+    let unsupported = |error: &StoreError| {
+        matches!(error, StoreError::UnsupportedFormat { format_version, .. }
+            if *format_version == crate::run::RUN_FORMAT_VERSION + 1)
+    };
+    let error = store.load_run(&id).await.unwrap_err();
+    assert!(unsupported(&error), "{error:?}");
+    let page = store.list_runs(&RunFilter::new()).await.unwrap();
+    assert_eq!(page.runs.len(), 2, "one unreadable row hides nothing");
+    assert!(
+        matches!(&page.runs[0], crate::store::ListedRun::Unreadable { run_id, error, .. }
+            if run_id == &id && unsupported(error))
+    );
+    // The agent refuses it without writing.
+    let model = RecordingModel::new(&script(vec![json!({"text": "never"})]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    for error in [
+        agent
+            .resume_stream(json!("x"), &id, None)
+            .await
+            .unwrap_err(),
+        agent.continue_stream(&id).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(&error, ResumeError::Store(error) if unsupported(error)),
+            "{error:?}"
+        );
+    }
+    assert_eq!(model.calls(), 0);
+    let error = store.load_run(&id).await.unwrap_err();
+    assert!(unsupported(&error), "still the newer format: {error:?}");
+}
+
+async fn listing_summaries_carry_pending_questions(store: Arc<dyn RunStore>) {
+    let model = RecordingModel::new(&script(vec![json!({"toolCalls": [
+        ask("q1", json!({"question": "Which repo?", "options": [{"label": "main"}, {"label": "docs"}]})),
+        {"id": "g1", "name": "gate", "args": {"action": "deploy"}}
+    ]})]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let run_id = agent.generate("go").await.unwrap().run_id;
+    let page = store
+        .list_runs(
+            &RunFilter::new()
+                .status(RunStatus::Suspended)
+                .agent("tester"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.runs.len(), 1);
+    let summary = page.runs[0].summary().unwrap();
+    assert_eq!(summary.run_id, run_id);
+    let pending: Vec<_> = summary
+        .pending
+        .iter()
+        .map(|call| (call.tool_call_id.as_str(), call.suspend_payload.clone()))
+        .collect();
+    assert_eq!(
+        pending,
+        [
+            (
+                "q1",
+                json!({"question": "Which repo?", "options": [{"label": "main"}, {"label": "docs"}], "selectionMode": "single_select"})
+            ),
+            ("g1", json!({"action": "deploy"}))
+        ]
+    );
+    assert!(summary.pending[0].resume_schema.is_some());
+    assert!(
+        store
+            .list_runs(&RunFilter::new().status(RunStatus::Running))
+            .await
+            .unwrap()
+            .runs
+            .is_empty()
+    );
+}
+
+/// An agent on `store` with a hanging model (first call streams one delta and hangs; later
+/// calls answer "Recovered.") and the short lease.
+fn hanging_agent(store: &Arc<dyn RunStore>, model: &Arc<HangingModel>) -> Agent {
+    Agent::builder("tester")
+        .shared_model(model.clone())
+        .tool(AskUser)
+        .shared_store(store.clone())
+        .lease(SHORT_LEASE)
+        .build()
+        .unwrap()
+}
+
+async fn live_lease_refuses_claims_until_it_expires(store: Arc<dyn RunStore>) {
+    let model = Arc::new(HangingModel {
+        calls: AtomicUsize::new(0),
+    });
+    let driver = hanging_agent(&store, &model);
+    let other = hanging_agent(&store, &model);
+    let mut stream = driver.stream("hello");
+    let run_id = stream.run_id().clone();
+    // Streaming: the model hangs after its first delta.
+    while let Some(chunk) = stream.next().await {
+        if matches!(chunk.unwrap(), Chunk::TextDelta { .. }) {
+            break;
+        }
+    }
+    // Alive for several lease durations (the heartbeat renews it while the stream is polled):
+    // every claim is refused and changes nothing.
+    let polled = async {
+        loop {
+            stream.next().await;
+        }
+    };
+    let claims = async {
+        for _ in 0..4 {
+            let before = store.load_run(&run_id).await.unwrap();
+            for error in [
+                other.continue_stream(&run_id).await.unwrap_err(),
+                other
+                    .resume_stream(json!("x"), &run_id, Some(&"c1".into()))
+                    .await
+                    .unwrap_err(),
+            ] {
+                assert!(
+                    matches!(&error, ResumeError::InProgress { run_id: id, lease_expires_at_ms }
+                        if id == &run_id && *lease_expires_at_ms > 0),
+                    "{error:?}"
+                );
+            }
+            assert_eq!(
+                store.load_run(&run_id).await.unwrap().version,
+                before.version
+            );
+            tokio::time::sleep(SHORT_LEASE).await;
+        }
+    };
+    tokio::select! {
+        () = polled => unreachable!(),
+        () = claims => {}
+    }
+    // The driver "dies": once its lease expired, another process takes the run over.
+    drop(stream);
+    let output = continue_after_lease(&other, &run_id)
+        .await
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "Recovered.");
+    let stored = store.load_run(&run_id).await.unwrap();
+    assert_eq!(stored.state.status, RunStatus::Completed);
+    assert_eq!(stored.lease, None, "a completed run holds no lease");
+}
+
+async fn concurrent_takeovers_have_one_winner(store: Arc<dyn RunStore>) {
+    let model = Arc::new(HangingModel {
+        calls: AtomicUsize::new(0),
+    });
+    let driver = hanging_agent(&store, &model);
+    let mut stream = driver.stream("hello");
+    let run_id = stream.run_id().clone();
+    while let Some(chunk) = stream.next().await {
+        if matches!(chunk.unwrap(), Chunk::TextDelta { .. }) {
+            break;
+        }
+    }
+    drop(stream);
+    // Wait for the expiry without claiming.
+    loop {
+        let lease = store.load_run(&run_id).await.unwrap().lease.unwrap();
+        if !lease.is_live_at(crate::run_loop::clock::lease_now_ms()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let takers: Vec<Agent> = (0..4).map(|_| hanging_agent(&store, &model)).collect();
+    let claims =
+        futures::future::join_all(takers.iter().map(|agent| agent.continue_stream(&run_id))).await;
+    let mut winners = Vec::new();
+    for claim in claims {
+        match claim {
+            Ok(stream) => winners.push(stream),
+            Err(error) => assert!(
+                matches!(
+                    error,
+                    ResumeError::Conflict { .. } | ResumeError::InProgress { .. }
+                ),
+                "{error:?}"
+            ),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one process takes the run over");
+    let output = winners.pop().unwrap().collect_output().await.unwrap();
+    assert_eq!(output.text, "Recovered.");
+}
+
+/// A side-effecting tool that blocks until released, counting its executions.
+#[derive(Clone, Default)]
+struct Transfer {
+    started: Arc<AtomicUsize>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct TransferArgs {
+    /// Cents.
+    amount: u64,
+}
+
+#[async_trait::async_trait]
+impl crate::Tool for Transfer {
+    const NAME: &'static str = "transfer";
+    type Args = TransferArgs;
+    type Output = serde_json::Value;
+    type Error = std::convert::Infallible;
+    fn description(&self) -> String {
+        "Transfers money.".into()
+    }
+    async fn execute(
+        &self,
+        args: TransferArgs,
+        _: &crate::ToolContext,
+    ) -> Result<crate::Execution<serde_json::Value>, Self::Error> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.release.notified().await;
+        Ok(crate::Execution::Complete(json!({"sent": args.amount})))
+    }
+}
+
+async fn unfinished_side_effect_is_never_repeated(store: Arc<dyn RunStore>) {
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [
+            {"id": "t1", "name": "transfer", "args": {"amount": 5}},
+            {"id": "k1", "name": "count", "args": {"label": "a"}},
+            ask("q1", json!({"question": "Note?"}))
+        ]}),
+        json!({"text": "Done."}),
+    ]));
+    let transfer = Transfer::default();
+    let counter = Counter::default();
+    let build = || {
+        Agent::builder("tester")
+            .shared_model(model.clone())
+            .tool(AskUser)
+            .tool(counter.clone())
+            .tool(transfer.clone())
+            .shared_store(store.clone())
+            .lease(SHORT_LEASE)
+            .build()
+            .unwrap()
+    };
+    let mut stream = build().stream("pay");
+    let run_id = stream.run_id().clone();
+    // Drive until the transfer started and the counter's result is committed.
+    let driving = async {
+        while let Some(chunk) = stream.next().await {
+            chunk.unwrap();
+        }
+    };
+    let watching = async {
+        loop {
+            // The stream inserts the run on its first poll, which a durable store with several
+            // connections may run after this load.
+            let stored = match store.load_run(&run_id).await {
+                Ok(stored) => stored.state,
+                Err(StoreError::NotFound { .. }) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    continue;
+                }
+                Err(error) => panic!("{error:?}"),
+            };
+            let states: Vec<_> = stored
+                .pending_step
+                .iter()
+                .flat_map(|step| step.calls.iter().map(|slot| slot.state.clone()))
+                .collect();
+            if transfer.started.load(Ordering::SeqCst) == 1
+                && matches!(
+                    states.as_slice(),
+                    [
+                        crate::run::CallState::Running { .. },
+                        crate::run::CallState::Completed { .. },
+                        _
+                    ]
+                )
+            {
+                return stored;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    let stored = tokio::select! {
+        () = driving => panic!("the transfer never returns"),
+        stored = watching => stored,
+    };
+    assert_eq!(stored.status, RunStatus::Running);
+    assert_eq!(
+        stored.unfinished_calls()[0].tool_call_id.as_str(),
+        "t1",
+        "the transfer was journaled as running before it executed"
+    );
+    // The process dies mid-transfer.
+    drop(stream);
+    let chunks = chunks_of(continue_after_lease(&build(), &run_id).await).await;
+    assert_eq!(
+        transfer.started.load(Ordering::SeqCst),
+        1,
+        "never run again"
+    );
+    assert_eq!(
+        counter.executions.load(Ordering::SeqCst),
+        1,
+        "its result was kept"
+    );
+    assert_eq!(suspended_payloads(&chunks).len(), 1, "ask_user asks again");
+    let stored = store.load_run(&run_id).await.unwrap().state;
+    let step = stored.pending_step.as_ref().unwrap();
+    let crate::run::CallState::Completed { result } = &step.calls[0].state else {
+        panic!("{step:?}")
+    };
+    assert!(result.is_error);
+    assert_eq!(
+        result.result["content"],
+        crate::run_loop::OUTCOME_UNKNOWN,
+        "the model is told the outcome is unknown"
+    );
+    let output = build()
+        .resume_stream(json!("thanks"), &run_id, Some(&"q1".into()))
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "Done.");
+    assert_eq!(transfer.started.load(Ordering::SeqCst), 1);
+}
+
+async fn heartbeat_keeps_a_long_run_leased(store: Arc<dyn RunStore>) {
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [{"id": "t1", "name": "transfer", "args": {"amount": 5}}]}),
+        json!({"text": "Sent."}),
+    ]));
+    let transfer = Transfer::default();
+    let build = || {
+        Agent::builder("tester")
+            .shared_model(model.clone())
+            .tool(transfer.clone())
+            .shared_store(store.clone())
+            .lease(SHORT_LEASE)
+            .build()
+            .unwrap()
+    };
+    let driver = build();
+    let stream = driver.stream("pay");
+    let run_id = stream.run_id().clone();
+    let driving = stream.collect_output();
+    let checking = async {
+        while transfer.started.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        // The tool runs for six lease durations; the lease stays live all along.
+        for _ in 0..6 {
+            tokio::time::sleep(SHORT_LEASE).await;
+            let error = build().continue_stream(&run_id).await.unwrap_err();
+            assert!(matches!(error, ResumeError::InProgress { .. }), "{error:?}");
+        }
+        transfer.release.notify_one();
+    };
+    let (output, ()) = tokio::join!(driving, checking);
+    assert_eq!(output.unwrap().text, "Sent.");
+    assert_eq!(transfer.started.load(Ordering::SeqCst), 1);
 }

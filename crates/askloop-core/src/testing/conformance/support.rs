@@ -207,11 +207,29 @@ pub fn state(run_id: &str, thread: &str, status: RunStatus, created: u64) -> Run
         "tester".into(),
         Some("scripted:x.json".into()),
         vec![Message::user("hello")],
-        0,
+        None,
     );
     state.status = status;
     state.created_at_ms = created;
     state
+}
+
+/// The lease of agents in crash scenarios: short, so a "dead" driver's run can be taken over
+/// soon.
+pub const SHORT_LEASE: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Continues a run whose driver "died" (its stream was dropped), once its lease expired: until
+/// then the claim is refused as in progress, and nothing changes.
+pub async fn continue_after_lease(agent: &Agent, run_id: &RunId) -> crate::AgentStream {
+    loop {
+        match agent.continue_stream(run_id).await {
+            Ok(stream) => return stream,
+            Err(crate::ResumeError::InProgress { .. }) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(error) => panic!("continue of {run_id}: {error:?}"),
+        }
+    }
 }
 
 pub fn ask(id: &str, args: Value) -> Value {

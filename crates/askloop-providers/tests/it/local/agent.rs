@@ -1,4 +1,4 @@
-//! Issue 4's end-to-end run on the default local model: the first step is forced to `ask_user`,
+//! Issue 4's end-to-end run on the local model (SmolLM2-135M, by name): the first step is forced to `ask_user`,
 //! the run suspends with a schema-valid question, and the answer resumes it into a streamed reply.
 
 use std::sync::Arc;
@@ -14,12 +14,13 @@ use serde_json::{Value, json};
 use crate::local::support::{ask_user_definition, model_path, one_at_a_time};
 
 async fn agent(store: Arc<dyn RunStore>) -> Agent {
-    let model = build_model(&ModelSpec::Local(None), &ProviderOptions::from_env())
+    let spec = ModelSpec::parse("local:smollm2-135m").unwrap();
+    let model = build_model(&spec, &ProviderOptions::from_env())
         .await
         .unwrap();
     Agent::builder("planner")
         .shared_model(model)
-        .model_spec("local")
+        .model_spec(spec.to_string())
         .tool(AskUser)
         .settings(
             ModelSettings::new()

@@ -117,6 +117,7 @@ impl FakeIndex {
                 sha256: sha256(&content),
             },
             "MIT",
+            "a test's own bytes",
             Box::leak(parts.into_boxed_slice()),
         );
         Self {

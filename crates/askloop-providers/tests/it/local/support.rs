@@ -6,28 +6,38 @@ use std::sync::OnceLock;
 
 use askloop_core::model::{LanguageModel, ModelError, ModelEvent, ModelRequest, ToolDefinition};
 use askloop_core::{Agent, AskUser};
-use askloop_providers::local::{LocalModel, pull_default_model};
+use askloop_providers::local::{
+    CatalogueModel, FetchOptions, LocalModel, QWEN25_CODER_1_5B, SMOLLM2_135M, fetch_model,
+};
 use futures::StreamExt;
 use tokio::sync::{Mutex, MutexGuard};
 
-/// The default model file, fetched through the same first-use path as `askloop model pull`
+/// A catalogue model's file, fetched through the same first-use path as `askloop model pull`
 /// (once per data folder: a lock file keeps concurrent test processes from fetching twice).
+fn fetched(model: &'static CatalogueModel) -> PathBuf {
+    // Tests run on runtimes of their own; the fetch gets one on a thread of its own.
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async { fetch_model(model, &FetchOptions::from_data_dir()?, |_| {}).await })
+    })
+    .join()
+    .unwrap()
+    .unwrap_or_else(|error| panic!("cannot fetch {}: {}", model.name, chain(&error)))
+}
+
+/// SmolLM2-135M, the small model most tests run (fast, and enough to test the machinery).
 pub(crate) fn model_path() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        // Tests run on runtimes of their own; the fetch gets one on a thread of its own.
-        std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(pull_default_model(|_| {}))
-        })
-        .join()
-        .unwrap()
-        .unwrap_or_else(|error| panic!("cannot fetch the default model: {}", chain(&error)))
-    })
-    .clone()
+    PATH.get_or_init(|| fetched(&SMOLLM2_135M)).clone()
+}
+
+/// Qwen2.5-Coder-1.5B, the default model, for the few tests that need the real one.
+pub(crate) fn qwen_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| fetched(&QWEN25_CODER_1_5B)).clone()
 }
 
 /// An error and its sources, joined with `: `.
@@ -42,9 +52,14 @@ pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// The default model, loaded once for the whole test binary.
+/// SmolLM2-135M, loaded once for the whole test binary.
 pub(crate) fn model() -> LocalModel {
-    LocalModel::load(&model_path()).expect("the default model loads")
+    LocalModel::load(&model_path()).expect("SmolLM2-135M loads")
+}
+
+/// Qwen2.5-Coder-1.5B, loaded once for the whole test binary.
+pub(crate) fn qwen() -> LocalModel {
+    LocalModel::load(&qwen_path()).expect("Qwen2.5-Coder-1.5B loads")
 }
 
 /// Held by every test that runs the model, so they do not compete for the cores (candle's

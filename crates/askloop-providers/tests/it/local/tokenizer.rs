@@ -1,9 +1,13 @@
-//! The tokenizer built from the GGUF metadata against reference ids from Hugging Face
-//! `tokenizers` (fixture made by `fixtures/local/make_tokenizer_fixture.py`).
+//! The tokenizer built from the GGUF metadata against reference ids from independent
+//! implementations: Hugging Face `tokenizers` for SmolLM2-135M (fixture made by
+//! `fixtures/local/make_tokenizer_fixture.py`), llama.cpp for Qwen2.5 (fixture made by
+//! `fixtures/local/make_qwen_tokenizer_fixture.mjs`, on the same texts).
 
 use serde::Deserialize;
 
-use crate::local::support::model;
+use askloop_providers::local::{LocalTokenizer, PreTokenizer};
+
+use crate::local::support::{model, qwen};
 
 #[derive(Deserialize)]
 struct Case {
@@ -13,11 +17,46 @@ struct Case {
 
 #[test]
 fn tokenizer_matches_the_reference_ids() {
-    let cases: Vec<Case> =
-        serde_json::from_str(include_str!("../fixtures/local/tokenizer_reference.json")).unwrap();
-    assert!(cases.len() >= 500, "{} cases", cases.len());
     let model = model();
+    assert_eq!(model.tokenizer().pre_tokenizer(), PreTokenizer::SmolLm);
+    matches_reference(
+        model.tokenizer(),
+        include_str!("../fixtures/local/tokenizer_reference.json"),
+    );
+}
+
+#[test]
+fn issue8_qwen_tokenizer_matches_llama_cpp() {
+    let model = qwen();
+    assert_eq!(model.tokenizer().pre_tokenizer(), PreTokenizer::Qwen2);
+    matches_reference(
+        model.tokenizer(),
+        include_str!("../fixtures/local/qwen_tokenizer_reference.json"),
+    );
+}
+
+#[test]
+fn issue8_qwen_special_and_added_tokens_match_whole() {
+    let model = qwen();
     let tokenizer = model.tokenizer();
+    let im_start = tokenizer.token_id("<|im_start|>").unwrap();
+    let im_end = tokenizer.token_id("<|im_end|>").unwrap();
+    let open = tokenizer.token_id("<tool_call>").unwrap();
+    let close = tokenizer.token_id("</tool_call>").unwrap();
+    assert_eq!(tokenizer.end_of_turn(), im_end);
+    let ids = tokenizer.encode("<|im_start|>assistant\n<tool_call>\n{}\n</tool_call><|im_end|>");
+    assert_eq!(ids.first(), Some(&im_start));
+    assert!(ids.contains(&open) && ids.contains(&close), "{ids:?}");
+    assert_eq!(ids.last(), Some(&im_end));
+    // Control tokens are special (masked in plain text); `<tool_call>` is not.
+    assert!(tokenizer.is_special(im_end));
+    assert!(!tokenizer.is_special(open));
+    assert_eq!(tokenizer.decode(&[open]), "<tool_call>");
+}
+
+fn matches_reference(tokenizer: &LocalTokenizer, fixture: &str) {
+    let cases: Vec<Case> = serde_json::from_str(fixture).unwrap();
+    assert!(cases.len() >= 500, "{} cases", cases.len());
     let mismatches: Vec<String> = cases
         .iter()
         .filter_map(|case| {

@@ -1,0 +1,143 @@
+//! Agents with MCP servers (`[agents.ID.mcp.NAME]`): the model calls a server's tool, and a
+//! resume in another process (from another folder) starts the same server again.
+
+use askloop_mcp::testing::server_entry;
+use serde_json::Value;
+
+use crate::support::{TestDir, chunk_types, outcome, tool_results};
+
+/// askloop.toml with agent `files` whose `fs` server may touch `notes/` (relative: it runs in
+/// the file's folder).
+fn files_agent(dir: &TestDir) {
+    std::fs::create_dir_all(dir.path().join("notes")).unwrap();
+    let entry = server_entry("server-filesystem");
+    dir.write(
+        "askloop.toml",
+        &format!(
+            "[agents.files]\n\
+             [agents.files.mcp.fs]\n\
+             command = [\"node\", {entry:?}, \"notes\"]\n\
+             require_approval = [\"write_file\"]\n",
+            entry = entry.display().to_string()
+        ),
+    );
+}
+
+/// Asks which file, then writes it through the MCP tool, then says so.
+fn ask_then_write(dir: &TestDir, target: &str) -> String {
+    let script = serde_json::json!({"steps": [
+        {"toolCalls": [{"id": "c1", "name": "ask_user", "args": {"question": "Which file?"}}]},
+        {"toolCalls": [{"id": "w1", "name": "write_file",
+                        "args": {"path": target, "content": "buy milk\n"}}]},
+        {"text": "Noted."}
+    ]});
+    dir.script("write.json", &script.to_string())
+}
+
+#[test]
+fn a_resume_in_another_process_and_folder_reconnects_the_mcp_server() {
+    let dir = TestDir::new();
+    files_agent(&dir);
+    let target = dir.path().canonicalize().unwrap().join("notes/todo.md");
+    let spec = ask_then_write(&dir, &target.display().to_string());
+    let out = dir
+        .run(&[
+            "run",
+            "--agent",
+            "files",
+            "--json",
+            "--model",
+            &spec,
+            "Note: buy milk",
+        ])
+        .success();
+    let lines = out.json_lines();
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "tool-call-suspended", "{lines:#?}");
+    let run_id = last["runId"].as_str().unwrap().to_owned();
+    assert!(!target.exists());
+
+    // Another process, started in another folder, finds the config with --config.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let config = dir.path().join("askloop.toml").display().to_string();
+    let store = dir.store_url();
+    let mut resume = dir.command(&[
+        "--store",
+        &store,
+        "--config",
+        &config,
+        "resume",
+        &run_id,
+        "--tool-call-id",
+        "c1",
+        "--answer",
+        "todo.md",
+        "--json",
+    ]);
+    resume.current_dir(&elsewhere);
+    let out = outcome(resume).success();
+    let lines = out.json_lines();
+    let types = chunk_types(&lines);
+    assert_eq!(types.last(), Some(&"finish"), "{lines:#?}\n{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "buy milk\n");
+
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed");
+    let results = tool_results(&state);
+    let write = results
+        .iter()
+        .find(|result| result["toolCallId"] == "w1")
+        .unwrap_or_else(|| panic!("no result of w1 in {results:#?}"));
+    assert_ne!(write["isError"], Value::Bool(true), "{write}");
+    assert!(write.to_string().contains("Successfully wrote"), "{write}");
+}
+
+#[test]
+fn a_server_that_does_not_start_fails_the_command_with_its_stderr() {
+    let dir = TestDir::new();
+    dir.write(
+        "askloop.toml",
+        "[agents.files.mcp.fs]\n\
+         command = [\"node\", \"-e\", \"console.error('no folder /srv/notes'); process.exit(2)\"]\n",
+    );
+    let spec = dir.script("text.json", r#"{"steps":[{"text":"hi"}]}"#);
+    let out = dir
+        .run(&["run", "--agent", "files", "--model", &spec, "hello"])
+        .code(1);
+    assert!(
+        out.stderr.contains("MCP server fs failed to start")
+            && out.stderr.contains("no folder /srv/notes"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn mcp_config_mistakes_are_invalid_input_naming_the_key() {
+    let dir = TestDir::new();
+    dir.write(
+        "askloop.toml",
+        "[agents.files.mcp.fs]\nurl = \"ftp://example.invalid\"\n",
+    );
+    let spec = dir.script("text.json", r#"{"steps":[{"text":"hi"}]}"#);
+    let out = dir
+        .run(&["run", "--agent", "files", "--model", &spec, "hello"])
+        .code(2);
+    assert!(out.stderr.contains("`url`"), "{}", out.stderr);
+
+    files_agent(&dir);
+    let config = std::fs::read_to_string(dir.path().join("askloop.toml")).unwrap();
+    dir.write(
+        "askloop.toml",
+        &config.replace("[\"write_file\"]", "[\"wirte_file\"]"),
+    );
+    let out = dir
+        .run(&["run", "--agent", "files", "--model", &spec, "hello"])
+        .code(2);
+    assert!(
+        out.stderr.contains("wirte_file") && out.stderr.contains("write_file"),
+        "{}",
+        out.stderr
+    );
+}

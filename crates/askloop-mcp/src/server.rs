@@ -1,0 +1,439 @@
+//! [`McpServer`]: one connection to one MCP server, opened again on demand when it closed, and
+//! closed cleanly (a stdio server's process group is ended and reaped).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientCapabilities, Implementation};
+use rmcp::service::{ClientInitializeError, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceError, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use crate::config::{McpServerConfig, McpTransport};
+use crate::error::McpError;
+
+/// How long a server may take from start to the end of its handshake, by default.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How many of a stdio server's last stderr lines are kept to explain a failed start.
+const STDERR_TAIL_LINES: usize = 20;
+
+/// How long a failed start waits for the server's last stderr lines.
+const STDERR_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A handle to one MCP server: cheap to clone (clones share one connection).
+///
+/// The connection opens in [`McpServer::connect`]. Before each request the handle checks it: if
+/// the transport closed (the server exited, the HTTP session ended), the next request opens a
+/// new one first. A request cut off by a closing connection fails with
+/// [`McpError::TransportClosed`] and is never repeated, since a tool may have run.
+///
+/// [`McpServer::close`] ends the connection and waits for a stdio server to exit: its stdin is
+/// closed, then after 3 s its process group gets SIGTERM, then SIGKILL, and it is reaped (no
+/// zombie). Dropping the last handle does the same in the background on the Tokio runtime;
+/// call `close` when the process is about to exit.
+#[derive(Clone)]
+pub struct McpServer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    config: McpServerConfig,
+    startup_timeout: Duration,
+    connection: Mutex<Option<Connection>>,
+}
+
+/// One open connection.
+struct Connection {
+    service: RunningService<RoleClient, rmcp::model::ClientConfig>,
+    pid: Option<u32>,
+    stderr: Option<JoinHandle<()>>,
+}
+
+impl Connection {
+    fn is_closed(&self) -> bool {
+        self.service.is_closed() || self.service.peer().is_transport_closed()
+    }
+
+    async fn shut_down(mut self, server: &str) {
+        if let Err(error) = self.service.close().await {
+            tracing::warn!(server, %error, "MCP connection task failed while closing");
+        }
+        if let Some(stderr) = self.stderr.take() {
+            // The process has exited: its stderr is at its end, or will be shortly.
+            if tokio::time::timeout(STDERR_DRAIN_TIMEOUT, stderr)
+                .await
+                .is_err()
+            {
+                tracing::debug!(server, "MCP server stderr still open after close");
+            }
+        }
+    }
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("McpServer")
+            .field("name", &self.inner.name)
+            .field("transport", &self.inner.config.transport)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpServer {
+    /// Starts (or reaches) the server `name` described by `config` and completes the MCP
+    /// handshake, within [`DEFAULT_STARTUP_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`McpError::Start`] when the program cannot run, exits before the handshake, or nothing
+    /// answers at the URL; [`McpError::Handshake`] when the handshake fails or times out.
+    pub async fn connect(
+        name: impl Into<String>,
+        config: McpServerConfig,
+    ) -> Result<Self, McpError> {
+        Self::connect_with_timeout(name, config, DEFAULT_STARTUP_TIMEOUT).await
+    }
+
+    /// [`McpServer::connect`] with another startup timeout (from start to the end of the
+    /// handshake; also used when reconnecting).
+    ///
+    /// # Errors
+    /// As [`McpServer::connect`].
+    pub async fn connect_with_timeout(
+        name: impl Into<String>,
+        config: McpServerConfig,
+        startup_timeout: Duration,
+    ) -> Result<Self, McpError> {
+        let server = Self {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                config,
+                startup_timeout,
+                connection: Mutex::new(None),
+            }),
+        };
+        server.peer().await?;
+        Ok(server)
+    }
+
+    /// The server's name (its key in askloop.toml).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// How it was configured.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.inner.config
+    }
+
+    /// The process id of a stdio server's current process (the leader of its process group),
+    /// `None` for HTTP or when no connection is open.
+    pub async fn process_id(&self) -> Option<u32> {
+        self.inner
+            .connection
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|connection| connection.pid)
+    }
+
+    /// Whether a connection is open now (false after [`McpServer::close`], or once the server
+    /// went away; the next request reconnects).
+    pub async fn is_connected(&self) -> bool {
+        self.inner
+            .connection
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|connection| !connection.is_closed())
+    }
+
+    /// Every tool the server offers (all pages of `tools/list`), as the SDK describes them.
+    ///
+    /// # Errors
+    /// [`McpError::Start`] or [`McpError::Handshake`] when reconnecting fails;
+    /// [`McpError::TransportClosed`], [`McpError::Call`].
+    pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, McpError> {
+        let peer = self.peer().await?;
+        peer.list_all_tools()
+            .await
+            .map_err(|source| self.request_error("tools/list", source))
+    }
+
+    /// Calls the tool `tool` with `arguments` (a JSON object) and returns the server's result as
+    /// it came, `isError` included.
+    ///
+    /// # Errors
+    /// [`McpError::ArgumentsNotObject`]; reconnect errors; [`McpError::TransportClosed`];
+    /// [`McpError::ToolNotFound`] when the server says it has no such tool (as a JSON-RPC
+    /// "invalid params" error, or the TypeScript SDK's error result saying so);
+    /// [`McpError::Call`] for other protocol errors.
+    pub async fn call_tool_raw(
+        &self,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<CallToolResult, McpError> {
+        let arguments: Map<String, Value> = match arguments {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                return Err(McpError::ArgumentsNotObject {
+                    server: self.inner.name.clone(),
+                    tool: tool.to_owned(),
+                    got: json_type(&other),
+                });
+            }
+        };
+        let peer = self.peer().await?;
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = Some(arguments);
+        tracing::debug!(server = %self.inner.name, tool, "MCP tools/call");
+        let result = peer.call_tool(params).await.map_err(|source| {
+            if let ServiceError::McpError(data) = &source
+                && data.code == rmcp::model::ErrorCode::INVALID_PARAMS
+                && data.message.contains("not found")
+            {
+                return McpError::ToolNotFound {
+                    server: self.inner.name.clone(),
+                    tool: tool.to_owned(),
+                };
+            }
+            self.request_error(&format!("tools/call {tool}"), source)
+        })?;
+        // The TypeScript SDK answers an unknown tool with an error *result* whose text is the
+        // JSON-RPC error it used to send ("MCP error -32602: Tool NAME not found").
+        let unknown = format!("Tool {tool} not found");
+        if result.is_error == Some(true)
+            && result
+                .content
+                .iter()
+                .filter_map(|content| content.as_text())
+                .any(|text| text.text.contains("-32602") && text.text.contains(&unknown))
+        {
+            return Err(McpError::ToolNotFound {
+                server: self.inner.name.clone(),
+                tool: tool.to_owned(),
+            });
+        }
+        Ok(result)
+    }
+
+    /// Ends the connection, if one is open, and waits for a stdio server's processes to exit
+    /// and be reaped. The handle stays usable: the next request connects again.
+    pub async fn close(&self) {
+        let connection = self.inner.connection.lock().await.take();
+        if let Some(connection) = connection {
+            tracing::debug!(server = %self.inner.name, "closing MCP connection");
+            connection.shut_down(&self.inner.name).await;
+        }
+    }
+
+    /// The open connection's peer, connecting first when there is none or it closed.
+    async fn peer(&self) -> Result<rmcp::Peer<RoleClient>, McpError> {
+        let mut slot = self.inner.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            if !connection.is_closed() {
+                return Ok(connection.service.peer().clone());
+            }
+            tracing::info!(server = %self.inner.name, "MCP connection closed; reconnecting");
+        }
+        if let Some(old) = slot.take() {
+            old.shut_down(&self.inner.name).await;
+        }
+        let connection = self.inner.open().await?;
+        let peer = connection.service.peer().clone();
+        *slot = Some(connection);
+        Ok(peer)
+    }
+
+    fn request_error(&self, operation: &str, source: ServiceError) -> McpError {
+        match source {
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                McpError::TransportClosed {
+                    server: self.inner.name.clone(),
+                }
+            }
+            source => McpError::Call {
+                server: self.inner.name.clone(),
+                operation: operation.to_owned(),
+                source,
+            },
+        }
+    }
+}
+
+impl Inner {
+    /// Opens one connection: spawns or reaches the server, then the handshake.
+    async fn open(&self) -> Result<Connection, McpError> {
+        match &self.config.transport {
+            McpTransport::Stdio {
+                program,
+                args,
+                env,
+                working_dir,
+            } => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).envs(env);
+                if let Some(dir) = working_dir {
+                    command.current_dir(dir);
+                }
+                #[cfg_attr(not(unix), allow(unused_mut))]
+                let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+                // The server and whatever it starts (`npx` starts node) form one group, ended
+                // together.
+                #[cfg(unix)]
+                wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+                let (process, stderr) = TokioChildProcess::builder(wrapped)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|error| McpError::Start {
+                        server: self.name.clone(),
+                        detail: format!("cannot run {program:?}: {error}"),
+                    })?;
+                let pid = process.id();
+                let tail = Arc::new(StdMutex::new(VecDeque::new()));
+                let stderr = stderr.map(|stderr| {
+                    tokio::spawn(read_stderr(self.name.clone(), stderr, tail.clone()))
+                });
+                tracing::debug!(server = %self.name, ?pid, program, "started MCP server");
+                match self.handshake(process).await {
+                    Ok(service) => Ok(Connection {
+                        service,
+                        pid,
+                        stderr,
+                    }),
+                    Err(error) => {
+                        if let Some(stderr) = stderr {
+                            // Exited: its last words are at hand. Still running: do not wait.
+                            let _ = tokio::time::timeout(STDERR_DRAIN_TIMEOUT, stderr).await;
+                        }
+                        Err(self.start_error(error, &tail))
+                    }
+                }
+            }
+            McpTransport::Http { url } => {
+                let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+                match self.handshake(transport).await {
+                    Ok(service) => Ok(Connection {
+                        service,
+                        pid: None,
+                        stderr: None,
+                    }),
+                    Err(error) => Err(self.start_error(error, &StdMutex::default())),
+                }
+            }
+        }
+    }
+
+    async fn handshake<T, E, A>(
+        &self,
+        transport: T,
+    ) -> Result<RunningService<RoleClient, rmcp::model::ClientConfig>, HandshakeFailure>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let client = rmcp::model::ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("askloop", env!("CARGO_PKG_VERSION")),
+        );
+        match tokio::time::timeout(self.startup_timeout, client.serve(transport)).await {
+            Ok(Ok(service)) => Ok(service),
+            Ok(Err(error)) => Err(HandshakeFailure::Init(Box::new(error))),
+            Err(_) => Err(HandshakeFailure::Timeout(self.startup_timeout)),
+        }
+    }
+
+    fn start_error(
+        &self,
+        failure: HandshakeFailure,
+        tail: &StdMutex<VecDeque<String>>,
+    ) -> McpError {
+        let stderr = tail
+            .lock()
+            .map(|lines| lines.iter().cloned().collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default();
+        let with_stderr = |detail: String| {
+            if stderr.trim().is_empty() {
+                detail
+            } else {
+                format!("{detail}; its stderr ends with:\n{stderr}")
+            }
+        };
+        let server = self.name.clone();
+        match failure {
+            HandshakeFailure::Timeout(limit) => McpError::Handshake {
+                server,
+                detail: with_stderr(format!("no answer within {} s", limit.as_secs())),
+            },
+            HandshakeFailure::Init(error) => match *error {
+                ClientInitializeError::ConnectionClosed(_) => McpError::Start {
+                    server,
+                    detail: with_stderr(
+                        "it exited (or closed its output) before the MCP handshake".to_owned(),
+                    ),
+                },
+                ClientInitializeError::TransportError { error, .. } => McpError::Start {
+                    server,
+                    detail: with_stderr(askloop_core::error_chain_text(&error)),
+                },
+                other => McpError::Handshake {
+                    server,
+                    detail: with_stderr(askloop_core::error_chain_text(&other)),
+                },
+            },
+        }
+    }
+}
+
+enum HandshakeFailure {
+    Init(Box<ClientInitializeError>),
+    Timeout(Duration),
+}
+
+/// Sends a stdio server's stderr to `tracing` and keeps its last lines.
+async fn read_stderr(
+    server: String,
+    stderr: tokio::process::ChildStderr,
+    tail: Arc<StdMutex<VecDeque<String>>>,
+) {
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => {
+                tracing::debug!(target: "askloop_mcp::server", server, "{line}");
+                if let Ok(mut tail) = tail.lock() {
+                    if tail.len() == STDERR_TAIL_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
+                }
+            }
+            Ok(None) => break,
+            Err(error) => {
+                tracing::debug!(server, %error, "cannot read MCP server stderr");
+                break;
+            }
+        }
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

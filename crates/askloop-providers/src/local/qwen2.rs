@@ -1,0 +1,332 @@
+//! The `qwen2` forward pass (Qwen2.5-Coder-1.5B-Instruct): candle-transformers' quantized Qwen2,
+//! adapted in two places.
+//!
+//! The layers are candle-transformers' own (`quantized_nn::Linear` with the Q/K/V biases,
+//! `quantized_nn::RmsNorm`), laid out as in its `models::quantized_qwen2`: NEOX rotary
+//! embeddings, grouped-query attention, SiLU-gated MLP, a separate output matrix (or the tied
+//! embedding). Every matrix stays in its GGUF block format (Q4_K, Q6_K, …) and is multiplied by
+//! candle's quantized kernels. Two things differ from `quantized_qwen2::ModelWeights`:
+//!
+//! - **The embedding stays quantized.** candle-transformers dequantizes the token embedding to
+//!   dense f32 (151,936 × 1,536 values, 0.93 GB); here only the rows of the tokens looked up are
+//!   dequantized ([`QTensor::embedding`]).
+//! - **The KV cache is the caller's** ([`KvCache`], shared with the llama path), so a call can
+//!   keep the complete prompt blocks of the previous call and truncate the rest; candle's
+//!   model owns its cache and can only clear it.
+//!
+//! Grouped-query attention folds each key/value head's query heads into rows instead of copying
+//! the keys and values per query head (`repeat_kv`), which would copy the whole cache at every
+//! token.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QTensor, gguf_file};
+use candle_core::{DType, Device, IndexOp, Module, Tensor};
+use candle_transformers::quantized_nn::{Linear, RmsNorm};
+
+use crate::local::error::LocalModelError;
+use crate::local::llama::{KvCache, causal_mask, metadata_f32, metadata_u32};
+
+/// Positions the rotary tables cover at most (the model knows 32,768; prompts here stay far
+/// shorter, and the tables cost 0.5 MB per 1,024 positions).
+const MAX_CONTEXT: usize = 8192;
+
+/// The hyper-parameters of a `qwen2` GGUF file.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Qwen2Config {
+    /// Transformer blocks.
+    pub(crate) layers: usize,
+    /// Width of the residual stream.
+    pub(crate) hidden: usize,
+    /// Attention (query) heads.
+    pub(crate) heads: usize,
+    /// Key/value heads.
+    pub(crate) kv_heads: usize,
+    /// Width of one head.
+    pub(crate) head_dim: usize,
+    /// Rotary base frequency.
+    pub(crate) rope_base: f32,
+    /// RMS norm epsilon.
+    pub(crate) rms_eps: f64,
+    /// Positions the model runs (the file's context length, at most [`MAX_CONTEXT`]).
+    pub(crate) context_length: usize,
+}
+
+impl Qwen2Config {
+    /// Reads the hyper-parameters of a `qwen2` GGUF file.
+    ///
+    /// # Errors
+    /// [`LocalModelError::MissingMetadata`].
+    pub(crate) fn from_gguf(
+        path: &Path,
+        content: &gguf_file::Content,
+    ) -> Result<Self, LocalModelError> {
+        let missing = |key: String| LocalModelError::MissingMetadata {
+            path: path.to_path_buf(),
+            key,
+        };
+        let hidden = metadata_u32(content, "qwen2.embedding_length").map_err(missing)?;
+        let heads = metadata_u32(content, "qwen2.attention.head_count").map_err(missing)?;
+        let kv_heads = metadata_u32(content, "qwen2.attention.head_count_kv").unwrap_or(heads);
+        let layers = metadata_u32(content, "qwen2.block_count").map_err(missing)?;
+        let rms_eps =
+            metadata_f32(content, "qwen2.attention.layer_norm_rms_epsilon").map_err(missing)?;
+        let rope_base = metadata_f32(content, "qwen2.rope.freq_base").unwrap_or(10_000.0);
+        let context_length = metadata_u32(content, "qwen2.context_length")
+            .unwrap_or(MAX_CONTEXT)
+            .min(MAX_CONTEXT);
+        if heads == 0 || kv_heads == 0 || hidden % heads != 0 || heads % kv_heads != 0 {
+            return Err(missing(
+                "qwen2.attention.head_count (consistent with embedding_length)".to_owned(),
+            ));
+        }
+        Ok(Self {
+            layers,
+            hidden,
+            heads,
+            kv_heads,
+            head_dim: hidden / heads,
+            rope_base,
+            rms_eps: f64::from(rms_eps),
+            context_length,
+        })
+    }
+}
+
+struct Block {
+    attention_norm: RmsNorm,
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attention_output: Linear,
+    ffn_norm: RmsNorm,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// A `qwen2` model's weights, shared read-only by every generation.
+pub(crate) struct Qwen2Model {
+    config: Qwen2Config,
+    /// The token embedding, quantized; rows are dequantized as they are looked up.
+    embedding: QTensor,
+    blocks: Vec<Block>,
+    output_norm: RmsNorm,
+    output: QMatMul,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Qwen2Model {
+    /// Loads the weights of a `qwen2` GGUF file.
+    ///
+    /// # Errors
+    /// [`LocalModelError::Read`], [`LocalModelError::InvalidGguf`],
+    /// [`LocalModelError::MissingMetadata`].
+    pub(crate) fn load(path: &Path, content: &gguf_file::Content) -> Result<Self, LocalModelError> {
+        let config = Qwen2Config::from_gguf(path, content)?;
+        let file = File::open(path).map_err(|source| LocalModelError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut reader = BufReader::new(file);
+        let invalid = |source: candle_core::Error| LocalModelError::InvalidGguf {
+            path: path.to_path_buf(),
+            source: source.into(),
+        };
+        let device = Device::Cpu;
+        let mut tensor = |name: &str| content.tensor(&mut reader, name, &device);
+        let embedding = tensor("token_embd.weight").map_err(invalid)?;
+        let output_norm = tensor("output_norm.weight")
+            .and_then(|weight| RmsNorm::from_qtensor(weight, config.rms_eps))
+            .map_err(invalid)?;
+        let output = if content.tensor_infos.contains_key("output.weight") {
+            tensor("output.weight")
+        } else {
+            tensor("token_embd.weight")
+        }
+        .and_then(QMatMul::from_qtensor)
+        .map_err(invalid)?;
+        let mut blocks = Vec::with_capacity(config.layers);
+        for index in 0..config.layers {
+            let eps = config.rms_eps;
+            let block = (|| -> candle_core::Result<Block> {
+                let tensor = &mut tensor;
+                Ok(Block {
+                    attention_norm: norm(tensor, index, "attn_norm", eps)?,
+                    query: linear(tensor, index, "attn_q", true)?,
+                    key: linear(tensor, index, "attn_k", true)?,
+                    value: linear(tensor, index, "attn_v", true)?,
+                    attention_output: linear(tensor, index, "attn_output", false)?,
+                    ffn_norm: norm(tensor, index, "ffn_norm", eps)?,
+                    gate: linear(tensor, index, "ffn_gate", false)?,
+                    up: linear(tensor, index, "ffn_up", false)?,
+                    down: linear(tensor, index, "ffn_down", false)?,
+                })
+            })()
+            .map_err(invalid)?;
+            blocks.push(block);
+        }
+        let (cos, sin) = rotary_tables(&config).map_err(invalid)?;
+        Ok(Self {
+            config,
+            embedding,
+            blocks,
+            output_norm,
+            output,
+            cos,
+            sin,
+        })
+    }
+
+    /// The model's hyper-parameters.
+    pub(crate) fn config(&self) -> &Qwen2Config {
+        &self.config
+    }
+
+    /// Runs `tokens` (positions `cache.len()..`) through the model, appending to `cache`, and
+    /// returns the logits of the last token.
+    pub(crate) fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> candle_core::Result<Vec<f32>> {
+        let seq_len = tokens.len();
+        if seq_len == 0 {
+            candle_core::bail!("no tokens to process");
+        }
+        let start = cache.len();
+        if start + seq_len > self.config.context_length {
+            candle_core::bail!(
+                "{} tokens exceed the context length {}",
+                start + seq_len,
+                self.config.context_length
+            );
+        }
+        let slots = cache.slots(self.blocks.len());
+        let ids = Tensor::new(tokens, &Device::Cpu)?;
+        let mut x = self.embedding.embedding(&ids)?;
+        let mask = causal_mask(start, seq_len)?;
+        let cos = self.cos.narrow(0, start, seq_len)?;
+        let sin = self.sin.narrow(0, start, seq_len)?;
+        for (block, slot) in self.blocks.iter().zip(slots.iter_mut()) {
+            let residual = x.clone();
+            let normed = block.attention_norm.forward(&x)?;
+            let attention = self.attention(block, &normed, slot, mask.as_ref(), &cos, &sin)?;
+            x = (attention + residual)?;
+            let residual = x.clone();
+            let normed = block.ffn_norm.forward(&x)?;
+            let gate = candle_nn::ops::silu(&block.gate.forward(&normed)?)?;
+            let up = block.up.forward(&normed)?;
+            x = (block.down.forward(&(gate * up)?)? + residual)?;
+        }
+        cache.advance(seq_len);
+        let last = x.i((seq_len - 1)..seq_len)?;
+        let normed = self.output_norm.forward(&last)?;
+        let logits = self.output.forward(&normed)?;
+        logits.squeeze(0)?.to_dtype(DType::F32)?.to_vec1()
+    }
+
+    fn attention(
+        &self,
+        block: &Block,
+        x: &Tensor,
+        slot: &mut Option<(Tensor, Tensor)>,
+        mask: Option<&Tensor>,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let config = &self.config;
+        let seq_len = x.dim(0)?;
+        let heads = |t: Tensor, count: usize| -> candle_core::Result<Tensor> {
+            t.reshape((1, seq_len, count, config.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let query = heads(block.query.forward(x)?, config.heads)?;
+        let key = heads(block.key.forward(x)?, config.kv_heads)?;
+        let value = heads(block.value.forward(x)?, config.kv_heads)?;
+        let query = candle_nn::rotary_emb::rope(&query, cos, sin)?;
+        let key = candle_nn::rotary_emb::rope(&key, cos, sin)?;
+        let (key, value) = match slot.take() {
+            Some((cached_key, cached_value)) => (
+                Tensor::cat(&[&cached_key, &key], 2)?,
+                Tensor::cat(&[&cached_value, &value], 2)?,
+            ),
+            None => (key, value),
+        };
+        *slot = Some((key.clone(), value.clone()));
+        // Grouped-query attention: the query heads of one kv head become rows of one matrix.
+        let group = config.heads / config.kv_heads;
+        let total = key.dim(2)?;
+        let query = query.reshape((config.kv_heads, group * seq_len, config.head_dim))?;
+        let key = key.squeeze(0)?;
+        let value = value.squeeze(0)?;
+        let scale = 1.0 / (config.head_dim as f64).sqrt();
+        let scores = (query.matmul(&key.t()?)? * scale)?;
+        let scores = match mask {
+            Some(mask) => scores
+                .reshape((config.kv_heads, group, seq_len, total))?
+                .broadcast_add(mask)?
+                .reshape((config.kv_heads, group * seq_len, total))?,
+            None => scores,
+        };
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let output = weights.matmul(&value)?;
+        output
+            .reshape((config.heads, seq_len, config.head_dim))?
+            .transpose(0, 1)?
+            .reshape((seq_len, config.hidden))
+            .and_then(|output| block.attention_output.forward(&output))
+    }
+}
+
+/// A tensor of the file by name.
+type TensorReader<'a> = dyn FnMut(&str) -> candle_core::Result<QTensor> + 'a;
+
+/// The projection `blk.{index}.{name}`: quantized weights, and its bias if it has one.
+fn linear(
+    tensor: &mut TensorReader<'_>,
+    index: usize,
+    name: &str,
+    bias: bool,
+) -> candle_core::Result<Linear> {
+    let weight = Arc::new(tensor(&format!("blk.{index}.{name}.weight"))?);
+    let bias = if bias {
+        Some(tensor(&format!("blk.{index}.{name}.bias"))?.dequantize(&Device::Cpu)?)
+    } else {
+        None
+    };
+    Linear::from_arc(weight, bias)
+}
+
+/// The RMS norm `blk.{index}.{name}`.
+fn norm(
+    tensor: &mut TensorReader<'_>,
+    index: usize,
+    name: &str,
+    eps: f64,
+) -> candle_core::Result<RmsNorm> {
+    RmsNorm::from_qtensor(tensor(&format!("blk.{index}.{name}.weight"))?, eps)
+}
+
+/// NEOX rotary tables (positions × head_dim / 2), as candle-transformers computes them.
+fn rotary_tables(config: &Qwen2Config) -> candle_core::Result<(Tensor, Tensor)> {
+    let half = config.head_dim / 2;
+    let inverse: Vec<f32> = (0..half)
+        .map(|index| {
+            1.0 / config
+                .rope_base
+                .powf((2 * index) as f32 / config.head_dim as f32)
+        })
+        .collect();
+    let inverse = Tensor::from_vec(inverse, (1, half), &Device::Cpu)?;
+    let positions = Tensor::arange(0u32, config.context_length as u32, &Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .reshape((config.context_length, 1))?;
+    let angles = positions.matmul(&inverse)?;
+    Ok((angles.cos()?, angles.sin()?))
+}

@@ -1,0 +1,376 @@
+//! The [`RunStore`] implementation of [`PgStore`]: one statement per operation.
+//!
+//! Commits call the SQL functions of `migrations/postgres/0001_runs.sql`
+//! (`askloop_insert_run`, `askloop_update_run`), so the compare-and-swap, the appended
+//! messages, the lease and the completion sequence travel in one round trip and commit as one
+//! statement. Reads are single statements too, so each sees one snapshot.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use async_trait::async_trait;
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, QueryBuilder, Row};
+
+use askloop_core::model::Message;
+use askloop_core::store::codec::{decode_run, encode_head, encode_new_messages};
+use askloop_core::store::{
+    Lease, ListedRun, RunFilter, RunPage, RunState, StoredRun, ThreadHistory,
+};
+use askloop_core::{LeaseHolder, RunId, RunStatus, RunStore, StoreError, ThreadId};
+
+use crate::postgres::PgStore;
+use crate::postgres::error::{backend, map_pg_error};
+
+/// At most this many runs are remembered in a [`VersionCache`]; beyond it the cache starts
+/// over (a miss only costs sending a run's messages once more).
+const VERSION_CACHE_CAPACITY: usize = 4096;
+
+/// For runs this process committed or loaded: the version it knows and how many messages the
+/// store holds at that version. An update naming that version sends only the messages past
+/// them; on a miss it sends all of them and the database skips those it has.
+#[derive(Debug, Default)]
+pub(crate) struct VersionCache {
+    runs: Mutex<HashMap<RunId, (u64, usize)>>,
+}
+
+impl VersionCache {
+    /// How many messages the store holds for `run_id` at `version`, if known.
+    fn stored_count(&self, run_id: &RunId, version: u64) -> Option<usize> {
+        let runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        runs.get(run_id)
+            .filter(|(known, _)| *known == version)
+            .map(|(_, count)| *count)
+    }
+
+    /// Remembers that the store holds `count` messages of `run_id` at `version`.
+    fn remember(&self, run_id: &RunId, version: u64, count: usize) {
+        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        if runs.len() >= VERSION_CACHE_CAPACITY && !runs.contains_key(run_id) {
+            runs.clear();
+        }
+        runs.insert(run_id.clone(), (version, count));
+    }
+
+    /// Forgets `run_id` (it stopped being driven here, or its version moved elsewhere).
+    fn forget(&self, run_id: &RunId) {
+        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        runs.remove(run_id);
+    }
+}
+
+/// `askloop_update_run`'s answers besides a new version.
+const UPDATE_CONFLICT: i64 = 0;
+const UPDATE_NOT_FOUND: i64 = -1;
+const UPDATE_MESSAGES_GAP: i64 = -2;
+
+const INSERT_RUN: &str =
+    "SELECT askloop_insert_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+const UPDATE_RUN: &str = "SELECT askloop_update_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+// The lease alone: the version is the condition, never changed. The second column tells a
+// conflict from a missing run without another round trip (it reads the statement's snapshot,
+// which is enough to know the run exists).
+const RENEW_LEASE: &str = "WITH renewed AS ( \
+        UPDATE runs SET lease_holder = $3, lease_expires_at_ms = $4 \
+        WHERE id = $1 AND version = $2 RETURNING 1) \
+    SELECT EXISTS (SELECT 1 FROM renewed), EXISTS (SELECT 1 FROM runs WHERE id = $1)";
+
+const LOAD_RUN: &str = "SELECT version, head, lease_holder, lease_expires_at_ms, \
+        ARRAY(SELECT body FROM run_messages WHERE run_id = $1 ORDER BY seq) AS messages \
+    FROM runs WHERE id = $1";
+
+/// The listing's columns (the head carries the summary: never the messages); its conditions
+/// are added by [`list_query`].
+const LIST_RUNS: &str = "SELECT id, created_at_ms, head FROM runs WHERE TRUE";
+
+const THREAD_HISTORY: &str = "SELECT r.id, r.completion_seq, m.body \
+    FROM runs r LEFT JOIN run_messages m ON m.run_id = r.id \
+    WHERE r.thread_id = $1 AND r.completion_seq IS NOT NULL \
+      AND ($2::bigint IS NULL OR r.completion_seq <= $2) \
+    ORDER BY r.completion_seq, m.seq";
+
+/// A millisecond time or count as PostgreSQL's BIGINT (times past year 292 million saturate).
+fn to_bigint(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A BIGINT column read back (negative values, which askloop never writes, read as 0).
+fn from_bigint(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// A message position as PostgreSQL's INTEGER.
+fn to_integer(value: usize) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+/// The lease's two columns.
+fn lease_columns(lease: Option<&Lease>) -> (Option<&str>, Option<i64>) {
+    match lease {
+        Some(lease) => (
+            Some(lease.holder.as_str()),
+            Some(to_bigint(lease.expires_at_ms)),
+        ),
+        None => (None, None),
+    }
+}
+
+#[async_trait]
+impl RunStore for PgStore {
+    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+        let run_id = state.run_id();
+        let messages = encode_new_messages(state, 0)?;
+        let (holder, expires) = lease_columns(lease);
+        sqlx::query(INSERT_RUN)
+            .bind(run_id.as_str())
+            .bind(state.thread_id().as_str())
+            .bind(state.resource_id().map(|id| id.as_str()))
+            .bind(state.agent_id().as_str())
+            .bind(state.status().as_str())
+            .bind(to_bigint(state.created_at_ms()))
+            .bind(to_bigint(state.updated_at_ms()))
+            .bind(encode_head(state)?)
+            .bind(&messages)
+            .bind(holder)
+            .bind(expires)
+            .bind(state.status() == RunStatus::Completed)
+            .execute(&self.pool)
+            .await
+            .map_err(|error| map_pg_error(run_id, error))?;
+        self.remember(state, 1, lease);
+        Ok(1)
+    }
+
+    async fn update_run(
+        &self,
+        state: &RunState,
+        expected_version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
+        let run_id = state.run_id();
+        let head = encode_head(state)?;
+        let (holder, expires) = lease_columns(lease);
+        let mut first = self
+            .versions
+            .stored_count(run_id, expected_version)
+            .unwrap_or(0);
+        loop {
+            let messages = encode_new_messages(state, first)?;
+            let outcome: i64 = sqlx::query_scalar(UPDATE_RUN)
+                .bind(run_id.as_str())
+                .bind(to_bigint(expected_version))
+                .bind(state.status().as_str())
+                .bind(to_bigint(state.updated_at_ms()))
+                .bind(&head)
+                .bind(to_integer(first))
+                .bind(&messages)
+                .bind(holder)
+                .bind(expires)
+                .bind(state.status() == RunStatus::Completed)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|error| map_pg_error(run_id, error))?;
+            match outcome {
+                UPDATE_CONFLICT => {
+                    self.versions.forget(run_id);
+                    return Err(StoreError::Conflict {
+                        run_id: run_id.clone(),
+                        expected_version,
+                    });
+                }
+                UPDATE_NOT_FOUND => {
+                    self.versions.forget(run_id);
+                    return Err(StoreError::NotFound {
+                        run_id: run_id.clone(),
+                    });
+                }
+                // The cache was wrong (it never should be): send every message once.
+                UPDATE_MESSAGES_GAP if first > 0 => first = 0,
+                version if version > 0 => {
+                    let version = from_bigint(version);
+                    self.remember(state, version, lease);
+                    return Ok(version);
+                }
+                other => {
+                    return Err(StoreError::backend(UnexpectedAnswer {
+                        function: "askloop_update_run",
+                        value: other,
+                    }));
+                }
+            }
+        }
+    }
+
+    async fn renew_lease(
+        &self,
+        run_id: &RunId,
+        expected_version: u64,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
+        let (renewed, exists): (bool, bool) = sqlx::query_as(RENEW_LEASE)
+            .bind(run_id.as_str())
+            .bind(to_bigint(expected_version))
+            .bind(lease.holder.as_str())
+            .bind(to_bigint(lease.expires_at_ms))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|error| map_pg_error(run_id, error))?;
+        match (renewed, exists) {
+            (true, _) => Ok(()),
+            (false, true) => Err(StoreError::Conflict {
+                run_id: run_id.clone(),
+                expected_version,
+            }),
+            (false, false) => Err(StoreError::NotFound {
+                run_id: run_id.clone(),
+            }),
+        }
+    }
+
+    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+        let map = |error| map_pg_error(run_id, error);
+        let row = sqlx::query(LOAD_RUN)
+            .bind(run_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map)?
+            .ok_or_else(|| StoreError::NotFound {
+                run_id: run_id.clone(),
+            })?;
+        let version = from_bigint(row.try_get("version").map_err(map)?);
+        let head: String = row.try_get("head").map_err(map)?;
+        let messages: Vec<String> = row.try_get("messages").map_err(map)?;
+        let holder: Option<String> = row.try_get("lease_holder").map_err(map)?;
+        let expires: Option<i64> = row.try_get("lease_expires_at_ms").map_err(map)?;
+        let state = decode_run(run_id, &head, &messages)?;
+        self.versions.remember(run_id, version, messages.len());
+        let lease = holder
+            .zip(expires)
+            .map(|(holder, expires)| Lease::new(LeaseHolder::new(holder), from_bigint(expires)));
+        Ok(StoredRun::new(state, version, lease))
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
+        // One row more than asked for says whether there is a next page.
+        let limit = filter
+            .limit
+            .map(|limit| i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX));
+        let mut query = list_query(filter, limit);
+        let rows = query.build().fetch_all(&self.pool).await.map_err(backend)?;
+        let runs = rows.iter().map(listed_run).collect::<Result<Vec<_>, _>>()?;
+        Ok(RunPage::from_rows(runs, filter.limit))
+    }
+
+    async fn thread_history(
+        &self,
+        thread_id: &ThreadId,
+        through: Option<u64>,
+    ) -> Result<ThreadHistory, StoreError> {
+        let rows = sqlx::query(THREAD_HISTORY)
+            .bind(thread_id.as_str())
+            .bind(through.map(to_bigint))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        let mut messages = Vec::with_capacity(rows.len());
+        let mut highest = None;
+        for row in &rows {
+            let run_id = RunId::new(row.try_get::<String, _>("id").map_err(backend)?);
+            let seq = from_bigint(row.try_get("completion_seq").map_err(backend)?);
+            // NULL for a completed run without messages (none is, but it still counts).
+            let body: Option<String> = row.try_get("body").map_err(backend)?;
+            if let Some(body) = body {
+                messages.push(decode_message(&run_id, &body)?);
+            }
+            highest = Some(seq);
+        }
+        Ok(ThreadHistory::new(messages, highest))
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+impl PgStore {
+    /// Notes what the store holds of `state` after a commit at `version`: remembered while the
+    /// run is driven here (a lease), forgotten when it stops (a resume loads it again).
+    fn remember(&self, state: &RunState, version: u64, lease: Option<&Lease>) {
+        if lease.is_some() {
+            self.versions
+                .remember(state.run_id(), version, state.messages().len());
+        } else {
+            self.versions.forget(state.run_id());
+        }
+    }
+}
+
+/// The listing statement for `filter`: only the conditions it sets, so each shape of listing is
+/// its own prepared statement, planned on the index that fits it (a generic plan of
+/// `$1 IS NULL OR status = $1` would scan every run).
+fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> {
+    let mut query = QueryBuilder::new(LIST_RUNS);
+    if let Some(status) = filter.status {
+        query.push(" AND status = ").push_bind(status.as_str());
+    }
+    if let Some(thread_id) = &filter.thread_id {
+        query
+            .push(" AND thread_id = ")
+            .push_bind(thread_id.as_str());
+    }
+    if let Some(resource_id) = &filter.resource_id {
+        query
+            .push(" AND resource_id = ")
+            .push_bind(resource_id.as_str());
+    }
+    if let Some(agent_id) = &filter.agent_id {
+        query.push(" AND agent_id = ").push_bind(agent_id.as_str());
+    }
+    if let Some(cursor) = &filter.cursor {
+        query
+            .push(" AND (created_at_ms, id) < (")
+            .push_bind(to_bigint(cursor.created_at_ms))
+            .push(", ")
+            .push_bind(cursor.run_id.as_str())
+            .push(")");
+    }
+    query.push(" ORDER BY created_at_ms DESC, id DESC");
+    if let Some(limit) = limit {
+        query.push(" LIMIT ").push_bind(limit);
+    }
+    query
+}
+
+/// One listing row: the summary its head gives (read without the run's messages), or the
+/// row as unreadable when the head does not decode (a newer format, damaged text).
+fn listed_run(row: &PgRow) -> Result<ListedRun, StoreError> {
+    let run_id = RunId::new(row.try_get::<String, _>("id").map_err(backend)?);
+    let created_at_ms = from_bigint(row.try_get("created_at_ms").map_err(backend)?);
+    let head: String = row.try_get("head").map_err(backend)?;
+    Ok(match decode_run(&run_id, &head, [""; 0]) {
+        Ok(state) => ListedRun::Run(state.summary()),
+        Err(error) => ListedRun::Unreadable {
+            run_id,
+            created_at_ms,
+            error,
+        },
+    })
+}
+
+/// One stored message.
+fn decode_message(run_id: &RunId, text: &str) -> Result<Message, StoreError> {
+    serde_json::from_str(text).map_err(|source| StoreError::Corrupt {
+        run_id: run_id.clone(),
+        source,
+    })
+}
+
+/// A function of the migration answered with a value it never returns.
+#[derive(Debug, thiserror::Error)]
+#[error("{function} answered {value}, which it never returns")]
+struct UnexpectedAnswer {
+    function: &'static str,
+    value: i64,
+}

@@ -1,0 +1,499 @@
+//! [`SqliteStore`]: runs in one SQLite file (WAL journal): one writer thread committing in
+//! groups, reads on a small pool of read-only connections, compare-and-swap on a version column.
+//!
+//! - `schema.rs` — the migrations (`rusqlite_migration`) and the upgrade of format-1
+//!   databases;
+//! - `writer.rs` — the writer thread and its group commit;
+//! - `checkpoint.rs` — the thread that copies the WAL back into the database, off the commit
+//!   path;
+//! - `read.rs` — the read pool and every query;
+//! - `columns.rs` — a run's row, encoded on the caller's thread, and summaries from columns.
+
+mod checkpoint;
+mod columns;
+mod read;
+mod schema;
+mod writer;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OpenFlags};
+
+use askloop_core::store::codec;
+use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
+use askloop_core::{RunId, RunStatus, RunStore, StoreError, ThreadId};
+
+use crate::error::{OpenError, is_read_only_refusal, sqlite_open_cause};
+use crate::url::OpenOptions;
+use checkpoint::Checkpointer;
+use columns::{Head, millis};
+use read::{BUSY_TIMEOUT, ReadMode, Readers, open_reader};
+use writer::{Write, Writer};
+
+/// How durable a commit is (SQLite's `synchronous` setting).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Synchronous {
+    /// `NORMAL`: with WAL, a commit survives a process crash; the last commits before a power
+    /// loss may be lost (an announced suspension may be undone), and the database stays
+    /// consistent. Opt in with `?synchronous=normal`.
+    Normal,
+    /// `FULL` (the default): a commit waits for the disk, so it also survives a power loss.
+    /// Commits of concurrent runs share one transaction and one fsync (group commit).
+    #[default]
+    Full,
+}
+
+impl FromStr for Synchronous {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "normal" => Ok(Self::Normal),
+            "full" => Ok(Self::Full),
+            other => Err(format!(
+                "unknown sync mode {other:?}; expected normal or full"
+            )),
+        }
+    }
+}
+
+impl Synchronous {
+    /// `"normal"` or `"full"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "normal",
+            Self::Full => "full",
+        }
+    }
+}
+
+/// How many times opening for writing retries after a failed open or migration (see
+/// [`SqliteStore::open_with`]).
+const OPEN_RETRIES: u32 = 8;
+
+/// A [`RunStore`] in a SQLite file.
+///
+/// Several processes may open the same file: SQLite serializes their writes, and the version
+/// column makes every update a compare-and-swap, so two processes resuming the same run cannot
+/// both win. Within a process, one thread writes (committing the queued commits of every run
+/// together, see [`Synchronous::Full`]) and reads run on the calling thread over a small pool
+/// of read-only connections; each read is one indexed statement.
+///
+/// Cloning is cheap and shares the connections.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// `None` when opened read-only.
+    writer: Option<Writer>,
+    readers: Readers,
+    /// The version and message count last committed or loaded by this store, per run it is
+    /// driving: an update at that version needs no read to know which messages are new.
+    counts: Mutex<HashMap<RunId, (u64, i64)>>,
+}
+
+/// Entries of [`Inner::counts`] beyond which it is cleared (runs loaded and never updated).
+const MAX_COUNTS: usize = 4096;
+
+impl Inner {
+    /// Remembers that `run_id` holds `count` messages at `version`, unless it completed (a
+    /// completed run is not updated again).
+    fn remember(&self, run_id: &RunId, status: RunStatus, version: u64, count: usize) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if counts.len() >= MAX_COUNTS {
+            counts.clear();
+        }
+        if status != RunStatus::Completed {
+            counts.insert(
+                run_id.clone(),
+                (version, i64::try_from(count).unwrap_or(i64::MAX)),
+            );
+        } else {
+            counts.remove(run_id);
+        }
+    }
+
+    /// The stored message count at `version`, if known without reading.
+    fn known_count(&self, run_id: &RunId, version: u64) -> Option<i64> {
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        counts
+            .get(run_id)
+            .filter(|(known, _)| *known == version)
+            .map(|(_, count)| *count)
+    }
+}
+
+impl SqliteStore {
+    /// Opens the database at `path` for writing with this durability (creating the file and
+    /// its folder if needed) and brings its schema up to date. The same as
+    /// [`SqliteStore::open_with`] with default options.
+    ///
+    /// # Errors
+    /// [`OpenError::CreateDir`], [`OpenError::Connect`], [`OpenError::Migrate`].
+    pub async fn open(path: &Path, synchronous: Synchronous) -> Result<Self, OpenError> {
+        Self::open_with(path, synchronous, &OpenOptions::new()).await
+    }
+
+    /// Opens the database at `path` as `options` say.
+    ///
+    /// For writing: creates the file and its folder when missing (if
+    /// [`OpenOptions::create_if_missing()`]), switches it to WAL with the `synchronous`
+    /// setting, and migrates it to the current schema — a database of format 1 (made by
+    /// askloop's former sqlx store) is upgraded in place, atomically. Read-only
+    /// ([`OpenOptions::read_only()`]): creates, migrates and writes nothing (`synchronous` is
+    /// then irrelevant); a database that a writer closed in a folder this process cannot write
+    /// (where SQLite cannot create the WAL's shared-memory file) is opened as immutable, since
+    /// nobody can be writing to it.
+    ///
+    /// Opening is blocking work (file system, migration) and runs on tokio's blocking pool.
+    /// SQL statements are never logged.
+    ///
+    /// # Errors
+    /// [`OpenError::NotFound`] when the file does not exist and may not be created;
+    /// [`OpenError::IsDirectory`] when the path is a folder;
+    /// [`OpenError::CreateDir`], [`OpenError::Connect`], [`OpenError::Migrate`] (also for a
+    /// schema newer than this build's), [`OpenError::SchemaVersion`] for a read-only open of a
+    /// schema this build does not read as it is.
+    pub async fn open_with(
+        path: &Path,
+        synchronous: Synchronous,
+        options: &OpenOptions,
+    ) -> Result<Self, OpenError> {
+        let path = path.to_path_buf();
+        let options = *options;
+        let url = match synchronous {
+            Synchronous::Full => format!("sqlite://{}", path.display()),
+            Synchronous::Normal => format!("sqlite://{}?synchronous=normal", path.display()),
+        };
+        if path.is_dir() {
+            return Err(OpenError::IsDirectory {
+                path: path.display().to_string(),
+            });
+        }
+        let missing = matches!(path.try_exists(), Ok(false));
+        if missing && (options.read_only || !options.create_if_missing) {
+            return Err(OpenError::NotFound { url });
+        }
+        if options.read_only {
+            let shown = url.clone();
+            return tokio::task::spawn_blocking(move || open_read_only(path, url))
+                .await
+                .map_err(|error| OpenError::Connect {
+                    url: shown,
+                    source: Box::new(error),
+                })?;
+        }
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|source| OpenError::CreateDir {
+                path: parent.display().to_string(),
+                source,
+            })?;
+        }
+        // SQLite has no migration lock, and switching a new file to WAL takes a short
+        // exclusive lock: processes opening a new file at once may fail to open or to migrate
+        // it. A retry waits for the other and sees the work done.
+        let mut attempt = 0;
+        loop {
+            let opening = {
+                let path = path.clone();
+                let url = url.clone();
+                tokio::task::spawn_blocking(move || {
+                    open_writable(path, url, synchronous, options.create_if_missing)
+                })
+            };
+            let opened = opening.await.map_err(|error| OpenError::Connect {
+                url: url.clone(),
+                source: Box::new(error),
+            })?;
+            match opened {
+                Ok(store) => return Ok(store),
+                Err(OpenError::Migrate { .. } | OpenError::Connect { .. })
+                    if attempt < OPEN_RETRIES =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Commits what is queued and closes every connection (the last one to close folds the
+    /// WAL back into the database and removes the `-wal` and `-shm` files). Calls after it
+    /// fail with [`StoreError::Backend`].
+    pub async fn close(&self) {
+        self.inner.readers.close();
+        if let Some(writer) = &self.inner.writer {
+            writer.close().await;
+        }
+    }
+
+    /// Runs a short read: on the writer's connection when it is free (warm cache), else on
+    /// the read pool.
+    fn point_read<T>(
+        &self,
+        read: impl Fn(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if let Some(result) = self
+            .inner
+            .writer
+            .as_ref()
+            .and_then(|writer| writer.try_read(&read))
+        {
+            return result;
+        }
+        self.inner.readers.with(read)
+    }
+
+    /// The writer, or [`StoreError::ReadOnly`].
+    fn writer(&self) -> Result<&Writer, StoreError> {
+        self.inner.writer.as_ref().ok_or(StoreError::ReadOnly)
+    }
+}
+
+/// SQLite kept another journal mode than WAL (e.g. a database on a file system without shared
+/// memory).
+#[derive(Debug, thiserror::Error)]
+#[error("the database stays in journal mode {mode}, not WAL")]
+struct NotWal {
+    mode: String,
+}
+
+/// Opens for writing: the writer connection (WAL, `synchronous`), the migrations, the writer
+/// thread, and the read pool.
+fn open_writable(
+    path: PathBuf,
+    url: String,
+    synchronous: Synchronous,
+    create: bool,
+) -> Result<SqliteStore, OpenError> {
+    let connect = |source: rusqlite::Error| OpenError::Connect {
+        url: url.clone(),
+        source: sqlite_open_cause(source, &path),
+    };
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let mut connection = Connection::open_with_flags(&path, flags).map_err(connect)?;
+    connection.busy_timeout(BUSY_TIMEOUT).map_err(connect)?;
+    connection.set_prepared_statement_cache_capacity(32);
+    let mode: String = connection
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(connect)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(OpenError::Connect {
+            url,
+            source: Box::new(NotWal { mode }),
+        });
+    }
+    connection
+        .pragma_update(None, "synchronous", synchronous.as_str())
+        .map_err(connect)?;
+    schema::migrate(&mut connection).map_err(|source| OpenError::Migrate {
+        url: url.clone(),
+        source: Box::new(source),
+    })?;
+    connection
+        .pragma_update(None, "wal_autocheckpoint", checkpoint::SAFETY_NET_PAGES)
+        .map_err(connect)?;
+    let checkpoint_connection = Connection::open_with_flags(
+        &path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(connect)?;
+    checkpoint_connection
+        .busy_timeout(BUSY_TIMEOUT)
+        .map_err(connect)?;
+    let spawn_failed = |source| OpenError::Connect {
+        url: url.clone(),
+        source: Box::new(source),
+    };
+    let checkpointer = Checkpointer::start(checkpoint_connection).map_err(spawn_failed)?;
+    let writer = Writer::start(connection, checkpointer, synchronous == Synchronous::Normal)
+        .map_err(spawn_failed)?;
+    let first_reader = open_reader(&path, &ReadMode::Shared).map_err(connect)?;
+    Ok(SqliteStore {
+        inner: Arc::new(Inner {
+            writer: Some(writer),
+            readers: Readers::new(path, ReadMode::Shared, Some(first_reader)),
+            counts: Mutex::default(),
+        }),
+    })
+}
+
+/// Opens an existing database for reading only, as immutable when SQLite cannot set up WAL
+/// reading (a read-only folder without the `-shm` file); checks its schema version.
+fn open_read_only(path: PathBuf, url: String) -> Result<SqliteStore, OpenError> {
+    let (connection, mode) = match open_reader(&path, &ReadMode::Shared) {
+        Ok(connection) => (connection, ReadMode::Shared),
+        Err(first) if is_read_only_refusal(&first) => {
+            // SQLite opens a WAL database read-only only if it can use (or create) the `-shm`
+            // file. When it cannot, no process can be writing to the database either (a
+            // writer needs the same files), so reading it as immutable is safe.
+            match open_reader(&path, &ReadMode::Immutable) {
+                Ok(connection) => (connection, ReadMode::Immutable),
+                Err(_) => {
+                    return Err(OpenError::Connect {
+                        url,
+                        source: sqlite_open_cause(first, &path),
+                    });
+                }
+            }
+        }
+        Err(error) => {
+            return Err(OpenError::Connect {
+                url,
+                source: sqlite_open_cause(error, &path),
+            });
+        }
+    };
+    let found = schema::version(&connection).map_err(|source| OpenError::Connect {
+        url: url.clone(),
+        source: sqlite_open_cause(source, &path),
+    })?;
+    if found != schema::SCHEMA_VERSION {
+        return Err(OpenError::SchemaVersion {
+            url,
+            found,
+            supported: schema::SCHEMA_VERSION,
+        });
+    }
+    Ok(SqliteStore {
+        inner: Arc::new(Inner {
+            writer: None,
+            readers: Readers::new(path, mode, Some(connection)),
+            counts: Mutex::default(),
+        }),
+    })
+}
+
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+        let writer = self.writer()?;
+        let write = Write::Insert {
+            run_id: state.run_id().clone(),
+            thread_id: state.thread_id().as_str().to_owned(),
+            resource_id: state.resource_id().map(|id| id.as_str().to_owned()),
+            agent_id: state.agent_id().as_str().to_owned(),
+            created_at_ms: millis(state.created_at_ms()),
+            head: Head::of(state, lease)?,
+            messages: codec::encode_new_messages(state, 0)?,
+        };
+        let version = writer.write(write).await?;
+        self.inner.remember(
+            state.run_id(),
+            state.status(),
+            version,
+            state.messages().len(),
+        );
+        Ok(version)
+    }
+
+    async fn update_run(
+        &self,
+        state: &RunState,
+        expected_version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
+        let writer = self.writer()?;
+        let run_id = state.run_id();
+        let expected = i64::try_from(expected_version).unwrap_or(i64::MAX);
+        // The stored message count, to encode only the new messages: known from this store's
+        // last commit or load of the run at that version, else read before the write. The
+        // write checks it in the same transaction as the version (the count changes only with
+        // the version, so a count known at the expected version is right when that check
+        // passes).
+        let stored_count = match self.inner.known_count(run_id, expected_version) {
+            Some(count) => count,
+            None => {
+                match self.point_read(|connection| read::version_and_count(connection, run_id))? {
+                    None => {
+                        return Err(StoreError::NotFound {
+                            run_id: run_id.clone(),
+                        });
+                    }
+                    Some((version, _)) if version != expected => {
+                        return Err(StoreError::Conflict {
+                            run_id: run_id.clone(),
+                            expected_version,
+                        });
+                    }
+                    Some((_, count)) => count,
+                }
+            }
+        };
+        let write = Write::Update {
+            run_id: run_id.clone(),
+            expected_version: expected,
+            stored_count,
+            head: Head::of(state, lease)?,
+            new_messages: codec::encode_new_messages(
+                state,
+                usize::try_from(stored_count).unwrap_or(usize::MAX),
+            )?,
+        };
+        let version = writer.write(write).await?;
+        self.inner
+            .remember(run_id, state.status(), version, state.messages().len());
+        Ok(version)
+    }
+
+    async fn renew_lease(
+        &self,
+        run_id: &RunId,
+        expected_version: u64,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
+        let write = Write::Renew {
+            run_id: run_id.clone(),
+            expected_version: i64::try_from(expected_version).unwrap_or(i64::MAX),
+            holder: lease.holder.as_str().to_owned(),
+            expires_at_ms: millis(lease.expires_at_ms),
+        };
+        self.writer()?.write(write).await.map(|_| ())
+    }
+
+    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+        let stored = self.point_read(|connection| read::load_run(connection, run_id))?;
+        if self.inner.writer.is_some() {
+            self.inner.remember(
+                run_id,
+                stored.state.status(),
+                stored.version,
+                stored.state.messages().len(),
+            );
+        }
+        Ok(stored)
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
+        self.inner
+            .readers
+            .with(|connection| read::list_runs(connection, filter))
+    }
+
+    async fn thread_history(
+        &self,
+        thread_id: &ThreadId,
+        through: Option<u64>,
+    ) -> Result<ThreadHistory, StoreError> {
+        self.point_read(|connection| read::thread_history(connection, thread_id, through))
+    }
+
+    async fn close(&self) {
+        SqliteStore::close(self).await;
+    }
+}

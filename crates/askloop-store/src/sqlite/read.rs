@@ -1,0 +1,383 @@
+//! Reads: a small pool of read-only connections (WAL lets them read while the writer commits),
+//! each with its cache of prepared statements. Every read is one statement, so it sees one
+//! committed snapshot.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use askloop_core::store::codec;
+use askloop_core::store::{Lease, ListedRun, RunFilter, RunPage, StoredRun, ThreadHistory};
+use askloop_core::{LeaseHolder, RunId, StoreError, ThreadId};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
+
+use super::columns::{CURRENT_HEAD_PREFIX, ListedColumns, millis, summary, unsigned};
+use crate::error::{backend, map_sqlite_error};
+
+/// Idle read connections kept open.
+const MAX_IDLE: usize = 4;
+
+/// Prepared statements cached per connection (listing has one per filter combination).
+const STATEMENT_CACHE: usize = 64;
+
+/// How long a connection waits for another's lock before failing.
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a read was refused: the store is closed.
+#[derive(Debug, thiserror::Error)]
+#[error("the store is closed")]
+struct Closed;
+
+/// How to open a read connection.
+#[derive(Clone, Debug)]
+pub(super) enum ReadMode {
+    /// Read-only, with WAL reading (the `-shm` file is usable).
+    Shared,
+    /// As immutable: nobody can be writing (a read-only folder without the `-shm` file).
+    Immutable,
+}
+
+/// A pool of read-only connections, opened on demand.
+#[derive(Debug)]
+pub(super) struct Readers {
+    path: PathBuf,
+    mode: ReadMode,
+    idle: Mutex<Vec<Connection>>,
+    closed: AtomicBool,
+}
+
+/// Opens one read-only connection to `path` and reads the schema version through it, so that
+/// an unreadable database fails here and not at the first query.
+pub(super) fn open_reader(path: &Path, mode: &ReadMode) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = match mode {
+        ReadMode::Shared => Connection::open_with_flags(path, flags)?,
+        ReadMode::Immutable => {
+            Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)?
+        }
+    };
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    super::schema::version(&connection)?;
+    Ok(connection)
+}
+
+/// `file:PATH?immutable=1`, with the characters a URI gives meaning to escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for character in path.to_string_lossy().chars() {
+        match character {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            other => uri.push(other),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+impl Readers {
+    /// A pool over `path`, starting with `first` (already open).
+    pub(super) fn new(path: PathBuf, mode: ReadMode, first: Option<Connection>) -> Self {
+        Self {
+            path,
+            mode,
+            idle: Mutex::new(first.into_iter().collect()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Runs `read` on an idle connection (or a new one), then puts the connection back.
+    pub(super) fn with<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StoreError::backend(Closed));
+        }
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        let connection = match idle {
+            Some(connection) => connection,
+            None => open_reader(&self.path, &self.mode).map_err(backend)?,
+        };
+        let result = read(&connection);
+        if !self.closed.load(Ordering::Acquire) {
+            let mut idle = self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if idle.len() < MAX_IDLE {
+                idle.push(connection);
+            }
+        }
+        result
+    }
+
+    /// Closes the idle connections; connections in use are closed when their read ends.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let idle = std::mem::take(
+            &mut *self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for connection in idle {
+            if let Err((_, error)) = connection.close() {
+                tracing::warn!(error = %error, "closing a SQLite read connection failed");
+            }
+        }
+    }
+}
+
+/// The run's stored version and message count, if it exists.
+pub(super) fn version_and_count(
+    connection: &Connection,
+    run_id: &RunId,
+) -> Result<Option<(i64, i64)>, StoreError> {
+    connection
+        .prepare_cached("SELECT version, message_count FROM runs WHERE id = ?1")
+        .and_then(|mut select| {
+            select
+                .query_row([run_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(|error| map_sqlite_error(run_id, error))
+}
+
+/// A run with its version and lease: its head and its messages, read by one statement.
+pub(super) fn load_run(connection: &Connection, run_id: &RunId) -> Result<StoredRun, StoreError> {
+    let map = |error| map_sqlite_error(run_id, error);
+    let mut select = connection
+        .prepare_cached(
+            "SELECT r.version, r.head, r.lease_holder, r.lease_expires_at_ms, m.body \
+             FROM runs r LEFT JOIN run_messages m \
+               ON m.run_id = r.id AND m.seq < r.message_count \
+             WHERE r.id = ?1 ORDER BY m.seq",
+        )
+        .map_err(map)?;
+    let mut rows = select.query([run_id.as_str()]).map_err(map)?;
+    let Some(first) = rows.next().map_err(map)? else {
+        return Err(StoreError::NotFound {
+            run_id: run_id.clone(),
+        });
+    };
+    let version: i64 = first.get(0).map_err(map)?;
+    let head: String = first.get(1).map_err(map)?;
+    let holder: Option<String> = first.get(2).map_err(map)?;
+    let expires_at_ms: Option<i64> = first.get(3).map_err(map)?;
+    let mut messages: Vec<String> = Vec::new();
+    if let Some(body) = first.get::<_, Option<String>>(4).map_err(map)? {
+        messages.push(body);
+    }
+    while let Some(row) = rows.next().map_err(map)? {
+        if let Some(body) = row.get::<_, Option<String>>(4).map_err(map)? {
+            messages.push(body);
+        }
+    }
+    let state = codec::decode_run(run_id, &head, &messages)?;
+    let lease = holder.zip(expires_at_ms).map(|(holder, expires_at_ms)| {
+        Lease::new(LeaseHolder::new(holder), unsigned(expires_at_ms))
+    });
+    Ok(StoredRun::new(state, unsigned(version), lease))
+}
+
+/// The own messages of the thread's completed runs up to `through`, in completion order.
+pub(super) fn thread_history(
+    connection: &Connection,
+    thread_id: &ThreadId,
+    through: Option<u64>,
+) -> Result<ThreadHistory, StoreError> {
+    let mut select = connection
+        .prepare_cached(
+            "SELECT r.id, r.completion_seq, m.body FROM runs r \
+             LEFT JOIN run_messages m ON m.run_id = r.id AND m.seq < r.message_count \
+             WHERE r.thread_id = ?1 AND r.completion_seq IS NOT NULL \
+               AND r.completion_seq <= ?2 \
+             ORDER BY r.completion_seq, m.seq",
+        )
+        .map_err(backend)?;
+    let mut rows = select
+        .query(params![
+            thread_id.as_str(),
+            through.map_or(i64::MAX, millis)
+        ])
+        .map_err(backend)?;
+    let mut messages = Vec::new();
+    let mut highest = None;
+    while let Some(row) = rows.next().map_err(backend)? {
+        let run_id = RunId::new(row.get::<_, String>(0).map_err(backend)?);
+        let sequence: i64 = row.get(1).map_err(backend)?;
+        highest = Some(unsigned(sequence));
+        if let Some(body) = row.get::<_, Option<String>>(2).map_err(backend)? {
+            messages.push(
+                serde_json::from_str(&body)
+                    .map_err(|source| StoreError::Corrupt { run_id, source })?,
+            );
+        }
+    }
+    Ok(ThreadHistory::new(messages, highest))
+}
+
+/// A page of summaries, newest first, from the columns and the `pending` column (a head
+/// is decoded only for a row that is not of the current format or not well-formed, to say
+/// why it is unreadable).
+pub(super) fn list_runs(
+    connection: &Connection,
+    filter: &RunFilter,
+) -> Result<RunPage, StoreError> {
+    let (sql, values) = listing_query(filter);
+    {
+        let mut select = connection.prepare_cached(&sql).map_err(backend)?;
+        let mut rows = select.query(params_from_iter(values)).map_err(backend)?;
+        let mut runs = Vec::new();
+        while let Some(row) = rows.next().map_err(backend)? {
+            let columns = ListedColumns {
+                run_id: row.get(0).map_err(backend)?,
+                thread_id: row.get(1).map_err(backend)?,
+                resource_id: row.get(2).map_err(backend)?,
+                agent_id: row.get(3).map_err(backend)?,
+                status: row.get(4).map_err(backend)?,
+                created_at_ms: row.get(5).map_err(backend)?,
+                updated_at_ms: row.get(6).map_err(backend)?,
+                pending: row.get(7).map_err(backend)?,
+            };
+            let current: bool = row.get(8).map_err(backend)?;
+            let run_id = RunId::new(columns.run_id.clone());
+            let created_at_ms = unsigned(columns.created_at_ms);
+            let listed = if current {
+                summary(columns)
+            } else {
+                older_or_newer(connection, &run_id)
+            };
+            runs.push(match listed {
+                Ok(summary) => ListedRun::Run(summary),
+                Err(
+                    error @ (StoreError::Corrupt { .. } | StoreError::UnsupportedFormat { .. }),
+                ) => ListedRun::Unreadable {
+                    run_id,
+                    created_at_ms,
+                    error,
+                },
+                Err(error) => return Err(error),
+            });
+        }
+        Ok(RunPage::from_rows(runs, filter.limit))
+    }
+}
+
+/// The summary of a row whose head is not of the current format, decoded in full: the
+/// codec's error says whether it is newer or damaged.
+fn older_or_newer(
+    connection: &Connection,
+    run_id: &RunId,
+) -> Result<askloop_core::store::RunSummary, StoreError> {
+    let head: String = connection
+        .prepare_cached("SELECT head FROM runs WHERE id = ?1")
+        .and_then(|mut select| select.query_row([run_id.as_str()], |row| row.get(0)))
+        .map_err(|error| map_sqlite_error(run_id, error))?;
+    codec::decode_run(run_id, &head, std::iter::empty::<&str>()).map(|state| state.summary())
+}
+
+/// The listed columns, then whether the head is of the current format and well-formed JSON
+/// (checked inside SQLite, without decoding it).
+const LISTED_COLUMNS: &str = "id, thread_id, resource_id, agent_id, status, created_at_ms, \
+    updated_at_ms, pending, substr(head, 1, 19) = ?1 AND json_valid(head)";
+
+/// The listing statement for `filter` (only the conditions it uses, so that SQLite picks the
+/// index of the filter; one cached statement per combination) and its parameters.
+fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
+    let mut sql = format!("SELECT {LISTED_COLUMNS} FROM runs");
+    let mut values = vec![SqlValue::Text(CURRENT_HEAD_PREFIX.to_owned())];
+    let mut conditions = Vec::new();
+    let mut condition = |clause: &str, value: SqlValue| {
+        values.push(value);
+        conditions.push(clause.replace('?', &format!("?{}", values.len())));
+    };
+    if let Some(status) = filter.status {
+        condition("status = ?", SqlValue::Text(status.as_str().to_owned()));
+    }
+    if let Some(agent_id) = &filter.agent_id {
+        condition("agent_id = ?", SqlValue::Text(agent_id.as_str().to_owned()));
+    }
+    if let Some(thread_id) = &filter.thread_id {
+        condition(
+            "thread_id = ?",
+            SqlValue::Text(thread_id.as_str().to_owned()),
+        );
+    }
+    if let Some(resource_id) = &filter.resource_id {
+        condition(
+            "resource_id = ?",
+            SqlValue::Text(resource_id.as_str().to_owned()),
+        );
+    }
+    if let Some(cursor) = &filter.cursor {
+        values.push(SqlValue::Integer(millis(cursor.created_at_ms)));
+        values.push(SqlValue::Text(cursor.run_id.as_str().to_owned()));
+        conditions.push(format!(
+            "(created_at_ms, id) < (?{}, ?{})",
+            values.len() - 1,
+            values.len()
+        ));
+    }
+    if !conditions.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conditions.join(" AND "));
+    }
+    sql.push_str(" ORDER BY created_at_ms DESC, id DESC");
+    if let Some(limit) = filter.limit {
+        // One row more than asked for says whether there is a next page.
+        values.push(SqlValue::Integer(
+            i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX),
+        ));
+        sql.push_str(&format!(" LIMIT ?{}", values.len()));
+    }
+    (sql, values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use askloop_core::RunStatus;
+
+    #[test]
+    fn the_inbox_query_walks_the_status_index_without_sorting() {
+        let mut connection = Connection::open_in_memory().unwrap();
+        super::super::schema::migrate(&mut connection).unwrap();
+        for filter in [
+            RunFilter::new().status(RunStatus::Suspended).limit(50),
+            RunFilter::new().limit(50),
+            RunFilter::new().agent("a").limit(50),
+            RunFilter::new().thread("t").limit(50),
+            RunFilter::new().resource("u").limit(50),
+            RunFilter::new()
+                .status(RunStatus::Suspended)
+                .after(askloop_core::store::RunCursor::after_run(
+                    5,
+                    RunId::new("r"),
+                ))
+                .limit(50),
+        ] {
+            let (sql, values) = listing_query(&filter);
+            let mut explain = connection
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap();
+            let plan: Vec<String> = explain
+                .query_map(params_from_iter(values), |row| row.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join("; ");
+            assert!(plan.contains("USING INDEX"), "{sql}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
+    }
+}

@@ -1,0 +1,538 @@
+//! The writer: one thread owns the store's only read-write connection and commits in groups.
+//!
+//! Commit requests of any number of runs queue up. The thread takes everything
+//! queued (up to [`MAX_BATCH`]), runs each request inside its own savepoint (so one request's
+//! compare-and-swap conflict or error rolls back that request only), then issues one `COMMIT`
+//! — one fsync for the whole group under `synchronous=FULL` — and only then answers each
+//! request. While the disk syncs, the next group queues up, so full durability costs one fsync
+//! per group rather than one per run. A request is answered `Ok` only once its group's commit
+//! returned; if the commit fails, every request of the group gets the error and nothing of it
+//! is stored. Under `synchronous=NORMAL` (no fsync), a commit that finds the writer idle runs
+//! on the caller's thread instead, as a group of one (see [`Writer::start`]).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use askloop_core::{RunId, StoreError};
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
+
+use super::checkpoint::Checkpointer;
+use super::columns::Head;
+use crate::error::{backend, map_sqlite_error};
+
+/// Most requests committed in one transaction.
+const MAX_BATCH: usize = 512;
+
+/// One write, encoded by the caller.
+#[derive(Debug)]
+pub(super) enum Write {
+    /// A new run at version 1 with its messages.
+    Insert {
+        run_id: RunId,
+        thread_id: String,
+        resource_id: Option<String>,
+        agent_id: String,
+        created_at_ms: i64,
+        head: Head,
+        messages: Vec<String>,
+    },
+    /// A compare-and-swap update: the run must be at `expected_version` and hold
+    /// `stored_count` messages; `new_messages` are appended from there.
+    Update {
+        run_id: RunId,
+        expected_version: i64,
+        stored_count: i64,
+        head: Head,
+        new_messages: Vec<String>,
+    },
+    /// A lease renewal at `expected_version` (the version does not change).
+    Renew {
+        run_id: RunId,
+        expected_version: i64,
+        holder: String,
+        expires_at_ms: i64,
+    },
+}
+
+impl Write {
+    fn run_id(&self) -> &RunId {
+        match self {
+            Self::Insert { run_id, .. }
+            | Self::Update { run_id, .. }
+            | Self::Renew { run_id, .. } => run_id,
+        }
+    }
+}
+
+/// What a write returns: the run's version after it.
+type Reply = oneshot::Sender<Result<u64, StoreError>>;
+
+/// The handle to the writer: its thread, and the connection and queue it shares with the
+/// callers. Dropping it lets the thread commit what is queued and stop.
+#[derive(Debug)]
+pub(super) struct Writer {
+    shared: Arc<Shared>,
+    /// Whether a commit that finds the writer idle runs on the caller's thread (only without
+    /// fsync, see [`Writer::start`]).
+    inline: bool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// Copies the WAL back into the database in the background.
+    checkpointer: Checkpointer,
+    /// The read-write connection; `None` once closed. Held by the writer thread while it
+    /// commits a group, or by a caller committing alone.
+    connection: Mutex<Option<Connection>>,
+    queue: Mutex<Queue>,
+    /// Signalled when a request or a close is queued.
+    ready: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    requests: VecDeque<(Write, Reply)>,
+    /// A close was asked for (with a reply when by `close`, without when dropped).
+    closing: Option<Option<oneshot::Sender<()>>>,
+    /// No more requests are taken.
+    closed: bool,
+}
+
+/// Why a write got no answer: the writer is closed (or stopped).
+#[derive(Debug, thiserror::Error)]
+#[error("the store is closed")]
+struct Closed;
+
+/// A group commit's failure, shared by every request of the group.
+#[derive(Debug, thiserror::Error)]
+enum GroupFailed {
+    /// The transaction could not begin or end.
+    #[error("the group commit failed")]
+    Sqlite(#[source] Arc<rusqlite::Error>),
+    /// SQLite rolled the transaction back after another request's error (I/O, full disk).
+    #[error("the group commit was rolled back after another request's error")]
+    RolledBack,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Writer {
+    /// Starts the writer thread on `connection` (read-write, already migrated).
+    ///
+    /// With `inline` (for `synchronous=NORMAL`, where a commit does not wait for the disk), a
+    /// commit that finds nothing queued and the connection free runs at once on the caller's
+    /// thread, as a group of one: a sequential workload then never pays two thread wake-ups
+    /// per commit. Under `synchronous=FULL` every commit goes through the thread, so no caller
+    /// ever waits for the disk on an async worker, and concurrent commits share one fsync.
+    ///
+    /// # Errors
+    /// The I/O error of spawning the thread.
+    pub(super) fn start(
+        connection: Connection,
+        checkpointer: Checkpointer,
+        inline: bool,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            checkpointer,
+            connection: Mutex::new(Some(connection)),
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("askloop-sqlite-writer".into())
+                .spawn(move || run(&shared))?
+        };
+        Ok(Self {
+            shared,
+            inline,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Commits `write`: at once on this thread when allowed and the writer is idle, else with
+    /// the next group of the writer thread.
+    ///
+    /// # Errors
+    /// The request's own error (conflict, not found, already exists), or its group's.
+    pub(super) async fn write(&self, write: Write) -> Result<u64, StoreError> {
+        if self.inline
+            && lock(&self.shared.queue).requests.is_empty()
+            && let Ok(mut connection) = self.shared.connection.try_lock()
+            && let Some(connection) = connection.as_mut()
+        {
+            let mut results = commit_group(connection, std::slice::from_ref(&write));
+            self.shared.checkpointer.committed(count_ok(&results));
+            return results
+                .pop()
+                .unwrap_or_else(|| Err(StoreError::backend(Closed)));
+        }
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut queue = lock(&self.shared.queue);
+            if queue.closed || queue.closing.is_some() {
+                return Err(StoreError::backend(Closed));
+            }
+            queue.requests.push_back((write, reply));
+        }
+        self.shared.ready.notify_one();
+        answer.await.map_err(|_| StoreError::backend(Closed))?
+    }
+
+    /// Runs `read` on the read-write connection if it is free at once (its page cache is warm:
+    /// it made the last changes, while a read-only connection drops its cache whenever another
+    /// connection committed); `None` when the writer is busy or closed.
+    pub(super) fn try_read<T>(&self, read: impl FnOnce(&Connection) -> T) -> Option<T> {
+        let connection = self.shared.connection.try_lock().ok()?;
+        connection.as_ref().map(read)
+    }
+
+    /// Commits what is queued, closes the connection (SQLite then folds the WAL back and
+    /// removes its files if no other connection uses the database) and stops the thread.
+    pub(super) async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        let asked = {
+            let mut queue = lock(&self.shared.queue);
+            let first = !queue.closed && queue.closing.is_none();
+            if first {
+                queue.closing = Some(Some(done));
+            }
+            first
+        };
+        if asked {
+            // The writer's connection closes last, so SQLite folds the WAL back then.
+            self.shared.checkpointer.stop();
+            self.shared.ready.notify_one();
+            let _ = closed.await;
+        }
+        let thread = lock(&self.thread).take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::warn!("the SQLite writer thread panicked");
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let mut queue = lock(&self.shared.queue);
+        if !queue.closed && queue.closing.is_none() {
+            queue.closing = Some(None);
+            drop(queue);
+            self.shared.ready.notify_one();
+        }
+    }
+}
+
+/// The writer thread: waits for requests, takes every one queued (up to [`MAX_BATCH`]),
+/// commits them as one group and answers them; after a close, once the queue is empty, closes
+/// the connection.
+fn run(shared: &Shared) {
+    loop {
+        let (group, closing) = {
+            let mut queue = lock(&shared.queue);
+            while queue.requests.is_empty() && queue.closing.is_none() {
+                queue = shared
+                    .ready
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            let take = queue.requests.len().min(MAX_BATCH);
+            let group: Vec<(Write, Reply)> = queue.requests.drain(..take).collect();
+            let closing = if queue.requests.is_empty() {
+                queue.closing.take()
+            } else {
+                None
+            };
+            if closing.is_some() {
+                queue.closed = true;
+            }
+            (group, closing)
+        };
+        let mut connection = lock(&shared.connection);
+        if !group.is_empty() {
+            let (writes, replies): (Vec<Write>, Vec<Reply>) = group.into_iter().unzip();
+            let results = match connection.as_mut() {
+                Some(connection) => {
+                    let results = commit_group(connection, &writes);
+                    shared.checkpointer.committed(count_ok(&results));
+                    results
+                }
+                None => writes
+                    .iter()
+                    .map(|_| Err(StoreError::backend(Closed)))
+                    .collect(),
+            };
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result);
+            }
+        }
+        if let Some(done) = closing {
+            if let Some(connection) = connection.take()
+                && let Err((_, error)) = connection.close()
+            {
+                tracing::warn!(error = %error, "closing the SQLite writer connection failed");
+            }
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
+            return;
+        }
+    }
+}
+
+/// Runs a group in one transaction, a savepoint per request, and returns each request's
+/// result (every one failed when the transaction fails).
+fn commit_group(connection: &Connection, writes: &[Write]) -> Vec<Result<u64, StoreError>> {
+    if let Err(error) = execute(connection, "BEGIN IMMEDIATE") {
+        return fail_all(writes.len(), error);
+    }
+    let mut results = Vec::with_capacity(writes.len());
+    for write in writes {
+        // A group of one needs no savepoint: its failure rolls the transaction back.
+        let result = if writes.len() == 1 {
+            apply(connection, write)
+        } else {
+            apply_in_savepoint(connection, write)
+        };
+        // SQLite rolls the whole transaction back by itself after some errors (I/O, full
+        // disk): then nothing of the group is stored. The request that met the error gets it,
+        // the others say so.
+        if connection.is_autocommit() {
+            let failing = results.len();
+            let mut own = Some(result);
+            return (0..writes.len())
+                .map(|index| match own.take_if(|_| index == failing) {
+                    Some(Err(error)) => Err(error),
+                    _ => Err(StoreError::backend(GroupFailed::RolledBack)),
+                })
+                .collect();
+        }
+        results.push(result);
+    }
+    let end = if results.iter().any(Result::is_ok) {
+        execute(connection, "COMMIT")
+    } else {
+        execute(connection, "ROLLBACK")
+    };
+    if let Err(error) = end {
+        if !connection.is_autocommit() {
+            let _ = execute(connection, "ROLLBACK");
+        }
+        return fail_all(writes.len(), error);
+    }
+    results
+}
+
+fn count_ok(results: &[Result<u64, StoreError>]) -> usize {
+    results.iter().filter(|result| result.is_ok()).count()
+}
+
+/// `count` failures sharing `error`.
+fn fail_all(count: usize, error: rusqlite::Error) -> Vec<Result<u64, StoreError>> {
+    let read_only = matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly)
+    );
+    let shared = Arc::new(error);
+    (0..count)
+        .map(|_| {
+            Err(if read_only {
+                StoreError::ReadOnly
+            } else {
+                StoreError::backend(GroupFailed::Sqlite(shared.clone()))
+            })
+        })
+        .collect()
+}
+
+fn execute(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
+    connection.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Runs one request inside a savepoint: released when it succeeds, rolled back when it fails.
+fn apply_in_savepoint(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
+    execute(connection, "SAVEPOINT request").map_err(backend)?;
+    let result = apply(connection, write);
+    let end = match &result {
+        Ok(_) => execute(connection, "RELEASE request"),
+        Err(_) => execute(connection, "ROLLBACK TO request")
+            .and_then(|()| execute(connection, "RELEASE request")),
+    };
+    match end {
+        Ok(()) => result,
+        Err(error) => Err(backend(error)),
+    }
+}
+
+/// The next completion sequence: one more than the highest given.
+fn next_completion_seq(connection: &Connection) -> rusqlite::Result<i64> {
+    let highest: Option<i64> = connection
+        .prepare_cached(
+            "SELECT completion_seq FROM runs WHERE completion_seq IS NOT NULL \
+             ORDER BY completion_seq DESC LIMIT 1",
+        )?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    Ok(highest.unwrap_or(0) + 1)
+}
+
+fn append_messages(
+    connection: &Connection,
+    run_id: &RunId,
+    first_seq: i64,
+    messages: &[String],
+) -> rusqlite::Result<()> {
+    let mut insert = connection
+        .prepare_cached("INSERT INTO run_messages (run_id, seq, body) VALUES (?1, ?2, ?3)")?;
+    for (seq, body) in (first_seq..).zip(messages) {
+        insert.execute(params![run_id.as_str(), seq, body])?;
+    }
+    Ok(())
+}
+
+/// Why a compare-and-swap changed nothing: the run is missing, or at another version.
+fn cas_failure(
+    connection: &Connection,
+    run_id: &RunId,
+    expected_version: i64,
+) -> Result<u64, StoreError> {
+    let exists = connection
+        .prepare_cached("SELECT 1 FROM runs WHERE id = ?1")
+        .and_then(|mut select| select.query_row([run_id.as_str()], |_| Ok(())).optional())
+        .map_err(backend)?;
+    Err(match exists {
+        Some(()) => StoreError::Conflict {
+            run_id: run_id.clone(),
+            expected_version: u64::try_from(expected_version).unwrap_or(0),
+        },
+        None => StoreError::NotFound {
+            run_id: run_id.clone(),
+        },
+    })
+}
+
+/// Runs one request's statements.
+fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
+    let map = |error| map_sqlite_error(write.run_id(), error);
+    match write {
+        Write::Insert {
+            run_id,
+            thread_id,
+            resource_id,
+            agent_id,
+            created_at_ms,
+            head,
+            messages,
+        } => {
+            let completion_seq = if head.completed {
+                Some(next_completion_seq(connection).map_err(map)?)
+            } else {
+                None
+            };
+            connection
+                .prepare_cached(
+                    "INSERT INTO runs (id, thread_id, resource_id, agent_id, status, version, \
+                     created_at_ms, updated_at_ms, head, message_count, pending, lease_holder, \
+                     lease_expires_at_ms, completion_seq) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                )
+                .and_then(|mut insert| {
+                    insert.execute(params![
+                        run_id.as_str(),
+                        thread_id,
+                        resource_id,
+                        agent_id,
+                        head.status,
+                        created_at_ms,
+                        head.updated_at_ms,
+                        head.head,
+                        head.message_count,
+                        head.pending,
+                        head.lease_holder,
+                        head.lease_expires_at_ms,
+                        completion_seq,
+                    ])
+                })
+                .map_err(map)?;
+            append_messages(connection, run_id, 0, messages).map_err(map)?;
+            Ok(1)
+        }
+        Write::Update {
+            run_id,
+            expected_version,
+            stored_count,
+            head,
+            new_messages,
+        } => {
+            let completion_seq = if head.completed {
+                Some(next_completion_seq(connection).map_err(map)?)
+            } else {
+                None
+            };
+            // Only the columns that change are named: SQLite rewrites the entries of every
+            // index whose columns an UPDATE sets. The thread, resource, agent and creation
+            // time of a run never change.
+            let updated = connection
+                .prepare_cached(
+                    "UPDATE runs SET status = ?1, version = version + 1, updated_at_ms = ?2, \
+                     head = ?3, message_count = ?4, pending = ?5, lease_holder = ?6, \
+                     lease_expires_at_ms = ?7, completion_seq = COALESCE(completion_seq, ?8) \
+                     WHERE id = ?9 AND version = ?10 AND message_count = ?11",
+                )
+                .and_then(|mut update| {
+                    update.execute(params![
+                        head.status,
+                        head.updated_at_ms,
+                        head.head,
+                        head.message_count,
+                        head.pending,
+                        head.lease_holder,
+                        head.lease_expires_at_ms,
+                        completion_seq,
+                        run_id.as_str(),
+                        expected_version,
+                        stored_count,
+                    ])
+                })
+                .map_err(map)?;
+            if updated == 0 {
+                return cas_failure(connection, run_id, *expected_version);
+            }
+            append_messages(connection, run_id, *stored_count, new_messages).map_err(map)?;
+            Ok(u64::try_from(*expected_version).unwrap_or(0) + 1)
+        }
+        Write::Renew {
+            run_id,
+            expected_version,
+            holder,
+            expires_at_ms,
+        } => {
+            let updated = connection
+                .prepare_cached(
+                    "UPDATE runs SET lease_holder = ?1, lease_expires_at_ms = ?2 \
+                     WHERE id = ?3 AND version = ?4",
+                )
+                .and_then(|mut update| {
+                    update.execute(params![
+                        holder,
+                        expires_at_ms,
+                        run_id.as_str(),
+                        expected_version
+                    ])
+                })
+                .map_err(map)?;
+            if updated == 0 {
+                return cas_failure(connection, run_id, *expected_version);
+            }
+            Ok(u64::try_from(*expected_version).unwrap_or(0))
+        }
+    }
+}

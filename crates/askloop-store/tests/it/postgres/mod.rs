@@ -1,0 +1,194 @@
+//! PostgreSQL: the core conformance suite (here), opening (`open.rs`), what the tables hold
+//! (`tables.rs`), and exactly-once resumes across stores (`race.rs`).
+//!
+//! Every test works in its own freshly created schema (named in the connection's
+//! `search_path`) of the database at `ASKLOOP_TEST_POSTGRES` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), dropped when the test's store is dropped. Without
+//! a reachable PostgreSQL these tests fail; they never skip.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
+use askloop_core::{RunId, RunStore, StoreError, ThreadId};
+use askloop_store::{OpenOptions, StoreUrl, open_store};
+use async_trait::async_trait;
+use sqlx::Connection;
+
+mod open;
+mod race;
+mod tables;
+use sqlx::postgres::PgConnection;
+
+/// The test database's URL.
+pub(crate) fn database_url() -> String {
+    std::env::var("ASKLOOP_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// Connects to the test database, failing the test (never skipping it) when PostgreSQL is
+/// missing.
+async fn connect_admin() -> PgConnection {
+    let url = database_url();
+    match PgConnection::connect(&url).await {
+        Ok(connection) => connection,
+        Err(error) => panic!(
+            "these tests need PostgreSQL at {url} (set ASKLOOP_TEST_POSTGRES to another \
+             database): {error}"
+        ),
+    }
+}
+
+/// A schema of its own for one test, created empty and dropped (with everything in it) when
+/// this value is dropped.
+pub(crate) struct TestSchema {
+    name: String,
+}
+
+impl TestSchema {
+    /// Creates a schema no other test uses.
+    pub(crate) async fn create() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!(
+            "askloop_test_{}_{}_{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut admin = connect_admin().await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        Self { name }
+    }
+
+    /// The schema's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The test database's URL with this schema first in `search_path`.
+    pub(crate) fn url(&self) -> String {
+        let base = database_url();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        format!("{base}{separator}options=-c%20search_path%3D{}", self.name)
+    }
+
+    /// [`TestSchema::url`] as a store URL.
+    pub(crate) fn store_url(&self) -> StoreUrl {
+        self.url().parse().unwrap()
+    }
+
+    /// Opens a store in this schema (migrating it).
+    pub(crate) async fn open(&self) -> Arc<dyn RunStore> {
+        open_store(&self.store_url(), &OpenOptions::default())
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for TestSchema {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop may run inside a runtime: use a thread of its own with its own runtime.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let mut admin = PgConnection::connect(&database_url()).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS {name} CASCADE"
+                )))
+                .execute(&mut admin)
+                .await?;
+                admin.close().await
+            })
+        })
+        .join();
+        if let Ok(Err(error)) = dropped {
+            eprintln!("could not drop test schema {}: {error}", self.name);
+        }
+    }
+}
+
+/// A store in a schema of its own, dropped with the store.
+struct SchemaStore {
+    store: Arc<dyn RunStore>,
+    _schema: TestSchema,
+}
+
+#[async_trait]
+impl RunStore for SchemaStore {
+    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+        self.store.insert_run(state, lease).await
+    }
+    async fn update_run(
+        &self,
+        state: &RunState,
+        expected_version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
+        self.store.update_run(state, expected_version, lease).await
+    }
+    async fn renew_lease(
+        &self,
+        run_id: &RunId,
+        expected_version: u64,
+        lease: &Lease,
+    ) -> Result<(), StoreError> {
+        self.store
+            .renew_lease(run_id, expected_version, lease)
+            .await
+    }
+    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+        self.store.load_run(run_id).await
+    }
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
+        self.store.list_runs(filter).await
+    }
+    async fn thread_history(
+        &self,
+        thread_id: &ThreadId,
+        through: Option<u64>,
+    ) -> Result<ThreadHistory, StoreError> {
+        self.store.thread_history(thread_id, through).await
+    }
+    async fn close(&self) {
+        self.store.close().await;
+    }
+}
+
+/// A fresh PostgreSQL store in a schema of its own.
+pub(crate) async fn fresh_store() -> Arc<dyn RunStore> {
+    let schema = TestSchema::create().await;
+    let store = schema.open().await;
+    Arc::new(SchemaStore {
+        store,
+        _schema: schema,
+    })
+}
+
+mod conformance {
+    askloop_core::store_conformance_tests!(super::fresh_store());
+}
+
+/// Starts one run that suspends at its question; returns its id.
+pub(crate) async fn one_suspended_run(store: Arc<dyn RunStore>) -> RunId {
+    let output = race::agent(store)
+        .generate("Summarize my project")
+        .await
+        .unwrap();
+    assert!(
+        matches!(output.status, askloop_core::RunOutcome::Suspended { .. }),
+        "{:?}",
+        output.status
+    );
+    output.run_id
+}
