@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use askloop_core::RunStatus;
-use askloop_store::StoreUrl;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Exit statuses, shown at the end of `--help`.
@@ -39,13 +38,15 @@ pub(crate) struct Cli {
 /// Flags every subcommand accepts.
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
-    /// Where runs are kept: `sqlite://PATH` or `memory` [default: $ASKLOOP_STORE, then
-    /// askloop.toml's `store`, then sqlite://DATA_DIR/askloop.db, DATA_DIR being
-    /// $ASKLOOP_DATA_DIR or the platform data folder, e.g. ~/.local/share/askloop]
+    /// Where runs are kept: `sqlite://PATH[?synchronous=normal|full]`, `postgres://…` or
+    /// `memory` [default: $ASKLOOP_STORE, then askloop.toml's `store`, then
+    /// sqlite://DATA_DIR/askloop.db, DATA_DIR being $ASKLOOP_DATA_DIR or the platform data
+    /// folder, e.g. ~/.local/share/askloop]
     // Not clap's `env`: the variable is read only when the flag is absent, so the flag
-    // overrides a bad value (clap would parse a global flag's variable first).
+    // overrides a bad value (clap would parse a global flag's variable first). Parsed by
+    // `Context::open`, not by clap: clap's error would echo the raw value, password included.
     #[arg(long, global = true, value_name = "URL")]
-    pub(crate) store: Option<StoreUrl>,
+    pub(crate) store: Option<String>,
     /// The agents file to read [default: $ASKLOOP_CONFIG, then ./askloop.toml when it exists]
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) config: Option<PathBuf>,

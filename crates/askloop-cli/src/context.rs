@@ -86,8 +86,12 @@ impl Context {
         let default_url = default_store_url()
             .ok()
             .map(|url| absolute(url, &current_dir));
+        // Parsed here, with the password masked in every message (StoreUrl's errors mask it).
         let flag_or_env = match &global.store {
-            Some(url) => Some(url.clone()),
+            Some(text) => Some(
+                text.parse::<StoreUrl>()
+                    .map_err(|error| invalid_because("invalid --store", error))?,
+            ),
             None => env_value(STORE_ENV)
                 .map(|text| text.parse::<StoreUrl>())
                 .transpose()

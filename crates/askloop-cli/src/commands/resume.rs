@@ -41,6 +41,14 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
         let run_id = RunId::new(args.run_id);
         let state = context.load_run(&run_id).await?;
         if state.status() == RunStatus::Failed {
+            // The same answer again to a call that has it (the step after it failed, or was
+            // cancelled): idempotent, as for any other run.
+            if let (Some(answer), Some(id)) = (&answer, &args.tool_call_id)
+                && answered_with(&state, id, answer)
+            {
+                already_answered(&context, &run_id, &ToolCallId::new(id.as_str())).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
             // Said before the model is built, so a missing key does not hide the real problem.
             return Err(invalid(format!(
                 "run {run_id} is failed, not suspended; retry its step with `{}`",
@@ -117,6 +125,9 @@ async fn already_answered(
         RunStatus::Running => format!(
             "the process that took it stopped before finishing: run `{prefix} runs continue {run_id}`"
         ),
+        RunStatus::Failed => {
+            format!("the step after it failed: retry it with `{prefix} runs continue {run_id}`")
+        }
         status => format!("the run is {status} (see `{prefix} runs show {run_id}`)"),
     };
     writeln!(
@@ -125,6 +136,21 @@ async fn already_answered(
          nothing changed; {status}"
     )?;
     Ok(())
+}
+
+/// Whether the run's messages hold a result of call `tool_call_id` that a resume gave
+/// `answer`.
+fn answered_with(
+    state: &askloop_core::store::RunState,
+    tool_call_id: &str,
+    answer: &Value,
+) -> bool {
+    state.messages().iter().any(|message| match message {
+        askloop_core::model::Message::Tool { results } => results.iter().any(|result| {
+            result.tool_call_id.as_str() == tool_call_id && result.answer.as_ref() == Some(answer)
+        }),
+        _ => false,
+    })
 }
 
 /// A refused resume, with a hint where a flag fixes it.

@@ -356,3 +356,98 @@ fn chat_without_a_terminal_ends_on_a_signal_with_its_status_and_the_hint() {
         );
     }
 }
+
+/// A `--store` value that does not parse is refused with the password masked and the reason,
+/// as the same URL from ASKLOOP_STORE is (clap used to echo the raw value).
+#[test]
+fn a_bad_store_flag_never_prints_its_password() {
+    let dir = TestDir::new();
+    for url in [
+        "postgres://postgres:s3cretPW@127.0.0.1:5432/test?synchronous=bogus",
+        "postgres://u:s3cretPW@127.0.0.1:99999/db",
+    ] {
+        let flag = outcome(dir.command(&["--store", url, "runs", "list"])).code(2);
+        assert!(!flag.stderr.contains("s3cretPW"), "{}", flag.stderr);
+        assert!(
+            flag.stderr.starts_with("error: invalid --store: "),
+            "{}",
+            flag.stderr
+        );
+        assert!(flag.stderr.contains("***"), "{}", flag.stderr);
+        let mut command = dir.command(&["runs", "list"]);
+        command.env("ASKLOOP_STORE", url);
+        let env = outcome(command).code(2);
+        assert!(!env.stderr.contains("s3cretPW"), "{}", env.stderr);
+        // One reason, worded the same whichever way the URL came.
+        assert_eq!(
+            flag.stderr
+                .split_once(": ")
+                .unwrap()
+                .1
+                .split_once(": ")
+                .unwrap()
+                .1,
+            env.stderr
+                .split_once(": ")
+                .unwrap()
+                .1
+                .split_once(": ")
+                .unwrap()
+                .1
+        );
+    }
+    let bogus = outcome(dir.command(&[
+        "--store",
+        "postgres://postgres:s3cretPW@127.0.0.1:5432/test?synchronous=bogus",
+        "runs",
+        "list",
+    ]))
+    .code(2);
+    assert!(
+        bogus.stderr.contains("unknown synchronous=\"bogus\""),
+        "{}",
+        bogus.stderr
+    );
+}
+
+/// The same answer again after the step that followed it failed: already answered, nothing
+/// changed, exit 0 with the `runs continue` hint (a retrying script sees no false failure).
+#[test]
+fn the_same_answer_again_after_a_failed_step_is_idempotent() {
+    let dir = TestDir::new();
+    let spec = dir.script(
+        "fails.json",
+        r#"{"steps":[{"toolCalls":[{"id":"q","name":"ask_user","args":{"question":"where?"}}]},{"error":"model down"}]}"#,
+    );
+    let json = dir
+        .run(&["run", "--model", &spec, "--json", "go"])
+        .success();
+    let run_id = json.json_lines()[0]["runId"].as_str().unwrap().to_owned();
+    let resume = [
+        "resume",
+        run_id.as_str(),
+        "--tool-call-id",
+        "q",
+        "--answer",
+        "Lisbon",
+    ];
+    dir.run(&resume).code(1);
+    let again = dir.run(&resume).success();
+    assert!(
+        again.stderr.contains("already answered with this answer"),
+        "{}",
+        again.stderr
+    );
+    assert!(again.stderr.contains("runs continue"), "{}", again.stderr);
+    // Another answer is still refused, and the run is as it was.
+    let other = [
+        "resume",
+        run_id.as_str(),
+        "--tool-call-id",
+        "q",
+        "--answer",
+        "Porto",
+    ];
+    dir.run(&other).code(2);
+    assert_eq!(dir.show(&run_id)["status"], "failed");
+}
