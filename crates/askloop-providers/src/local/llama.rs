@@ -21,7 +21,7 @@ const DENSE_MIN_TOKENS: usize = 2;
 /// processes prompts about 15% faster than f16 (0.21 GB; peak RSS about 0.47 GB).
 const DENSE_DTYPE: DType = DType::F32;
 
-/// The hyper-parameters of a llama model, read from GGUF metadata.
+/// The hyper-parameters of a llama-like model (`llama`, `qwen2`), read from GGUF metadata.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct LlamaConfig {
     /// Transformer blocks.
@@ -206,23 +206,39 @@ impl LlamaConfig {
                 architecture,
             });
         }
+        Self::read(path, content, "llama", 2048)
+    }
+
+    /// Reads the hyper-parameters under `prefix` (`llama`, `qwen2`: the keys of the GGUF
+    /// specification, e.g. `PREFIX.embedding_length`); `default_context` when the file gives
+    /// no context length.
+    ///
+    /// # Errors
+    /// [`LocalModelError::MissingMetadata`].
+    pub(crate) fn read(
+        path: &Path,
+        content: &gguf_file::Content,
+        prefix: &str,
+        default_context: usize,
+    ) -> Result<Self, LocalModelError> {
         let missing = |key: String| LocalModelError::MissingMetadata {
             path: path.to_path_buf(),
             key,
         };
-        let hidden = metadata_u32(content, "llama.embedding_length").map_err(missing)?;
-        let heads = metadata_u32(content, "llama.attention.head_count").map_err(missing)?;
-        let kv_heads = metadata_u32(content, "llama.attention.head_count_kv").unwrap_or(heads);
-        let rope_base = metadata_f32(content, "llama.rope.freq_base").unwrap_or(10_000.0);
+        let key = |name: &str| format!("{prefix}.{name}");
+        let hidden = metadata_u32(content, &key("embedding_length")).map_err(missing)?;
+        let heads = metadata_u32(content, &key("attention.head_count")).map_err(missing)?;
+        let kv_heads = metadata_u32(content, &key("attention.head_count_kv")).unwrap_or(heads);
+        let rope_base = metadata_f32(content, &key("rope.freq_base")).unwrap_or(10_000.0);
         let rms_eps =
-            metadata_f32(content, "llama.attention.layer_norm_rms_epsilon").map_err(missing)?;
-        let layers = metadata_u32(content, "llama.block_count").map_err(missing)?;
-        let context_length = metadata_u32(content, "llama.context_length").unwrap_or(2048);
+            metadata_f32(content, &key("attention.layer_norm_rms_epsilon")).map_err(missing)?;
+        let layers = metadata_u32(content, &key("block_count")).map_err(missing)?;
+        let context_length =
+            metadata_u32(content, &key("context_length")).unwrap_or(default_context);
         if heads == 0 || kv_heads == 0 || hidden % heads != 0 || heads % kv_heads != 0 {
-            return Err(LocalModelError::MissingMetadata {
-                path: path.to_path_buf(),
-                key: "llama.attention.head_count (consistent with embedding_length)".to_owned(),
-            });
+            return Err(missing(format!(
+                "{prefix}.attention.head_count (consistent with embedding_length)"
+            )));
         }
         Ok(Self {
             layers,
@@ -441,7 +457,9 @@ pub(crate) fn causal_mask(start: usize, seq_len: usize) -> candle_core::Result<O
     Tensor::from_vec(values, (seq_len, total), &Device::Cpu).map(Some)
 }
 
-fn rotary_tables(config: &LlamaConfig) -> candle_core::Result<(Tensor, Tensor)> {
+/// Rotary tables (positions × head_dim / 2): the cosines and sines of each position's angles,
+/// as candle-transformers computes them; `llama` and `qwen2` share them.
+pub(crate) fn rotary_tables(config: &LlamaConfig) -> candle_core::Result<(Tensor, Tensor)> {
     let half = config.head_dim / 2;
     let inverse: Vec<f32> = (0..half)
         .map(|index| {

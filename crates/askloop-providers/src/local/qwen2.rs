@@ -28,72 +28,21 @@ use candle_core::{DType, Device, IndexOp, Module, Tensor};
 use candle_transformers::quantized_nn::{Linear, RmsNorm};
 
 use crate::local::error::LocalModelError;
-use crate::local::llama::{KvCache, causal_mask, metadata_f32, metadata_u32};
+use crate::local::llama::{KvCache, LlamaConfig, causal_mask, rotary_tables};
 
 /// Positions the rotary tables cover at most (the model knows 32,768; prompts here stay far
 /// shorter, and the tables cost 0.5 MB per 1,024 positions).
 const MAX_CONTEXT: usize = 8192;
 
-/// The hyper-parameters of a `qwen2` GGUF file.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Qwen2Config {
-    /// Transformer blocks.
-    pub(crate) layers: usize,
-    /// Width of the residual stream.
-    pub(crate) hidden: usize,
-    /// Attention (query) heads.
-    pub(crate) heads: usize,
-    /// Key/value heads.
-    pub(crate) kv_heads: usize,
-    /// Width of one head.
-    pub(crate) head_dim: usize,
-    /// Rotary base frequency.
-    pub(crate) rope_base: f32,
-    /// RMS norm epsilon.
-    pub(crate) rms_eps: f64,
-    /// Positions the model runs (the file's context length, at most [`MAX_CONTEXT`]).
-    pub(crate) context_length: usize,
-}
-
-impl Qwen2Config {
-    /// Reads the hyper-parameters of a `qwen2` GGUF file.
-    ///
-    /// # Errors
-    /// [`LocalModelError::MissingMetadata`].
-    pub(crate) fn from_gguf(
-        path: &Path,
-        content: &gguf_file::Content,
-    ) -> Result<Self, LocalModelError> {
-        let missing = |key: String| LocalModelError::MissingMetadata {
-            path: path.to_path_buf(),
-            key,
-        };
-        let hidden = metadata_u32(content, "qwen2.embedding_length").map_err(missing)?;
-        let heads = metadata_u32(content, "qwen2.attention.head_count").map_err(missing)?;
-        let kv_heads = metadata_u32(content, "qwen2.attention.head_count_kv").unwrap_or(heads);
-        let layers = metadata_u32(content, "qwen2.block_count").map_err(missing)?;
-        let rms_eps =
-            metadata_f32(content, "qwen2.attention.layer_norm_rms_epsilon").map_err(missing)?;
-        let rope_base = metadata_f32(content, "qwen2.rope.freq_base").unwrap_or(10_000.0);
-        let context_length = metadata_u32(content, "qwen2.context_length")
-            .unwrap_or(MAX_CONTEXT)
-            .min(MAX_CONTEXT);
-        if heads == 0 || kv_heads == 0 || hidden % heads != 0 || heads % kv_heads != 0 {
-            return Err(missing(
-                "qwen2.attention.head_count (consistent with embedding_length)".to_owned(),
-            ));
-        }
-        Ok(Self {
-            layers,
-            hidden,
-            heads,
-            kv_heads,
-            head_dim: hidden / heads,
-            rope_base,
-            rms_eps: f64::from(rms_eps),
-            context_length,
-        })
-    }
+/// The hyper-parameters of a `qwen2` GGUF file (the llama-like set under `qwen2.`), its
+/// context length capped at [`MAX_CONTEXT`].
+///
+/// # Errors
+/// [`LocalModelError::MissingMetadata`].
+fn read_config(path: &Path, content: &gguf_file::Content) -> Result<LlamaConfig, LocalModelError> {
+    let mut config = LlamaConfig::read(path, content, "qwen2", MAX_CONTEXT)?;
+    config.context_length = config.context_length.min(MAX_CONTEXT);
+    Ok(config)
 }
 
 struct Block {
@@ -110,7 +59,7 @@ struct Block {
 
 /// A `qwen2` model's weights, shared read-only by every generation.
 pub(crate) struct Qwen2Model {
-    config: Qwen2Config,
+    config: LlamaConfig,
     /// The token embedding, quantized; rows are dequantized as they are looked up.
     embedding: QTensor,
     blocks: Vec<Block>,
@@ -127,7 +76,7 @@ impl Qwen2Model {
     /// [`LocalModelError::Read`], [`LocalModelError::InvalidGguf`],
     /// [`LocalModelError::MissingMetadata`].
     pub(crate) fn load(path: &Path, content: &gguf_file::Content) -> Result<Self, LocalModelError> {
-        let config = Qwen2Config::from_gguf(path, content)?;
+        let config = read_config(path, content)?;
         let file = File::open(path).map_err(|source| LocalModelError::Read {
             path: path.to_path_buf(),
             source,
@@ -183,7 +132,7 @@ impl Qwen2Model {
     }
 
     /// The model's hyper-parameters.
-    pub(crate) fn config(&self) -> &Qwen2Config {
+    pub(crate) fn config(&self) -> &LlamaConfig {
         &self.config
     }
 
@@ -311,22 +260,4 @@ fn norm(
     eps: f64,
 ) -> candle_core::Result<RmsNorm> {
     RmsNorm::from_qtensor(tensor(&format!("blk.{index}.{name}.weight"))?, eps)
-}
-
-/// NEOX rotary tables (positions × head_dim / 2), as candle-transformers computes them.
-fn rotary_tables(config: &Qwen2Config) -> candle_core::Result<(Tensor, Tensor)> {
-    let half = config.head_dim / 2;
-    let inverse: Vec<f32> = (0..half)
-        .map(|index| {
-            1.0 / config
-                .rope_base
-                .powf((2 * index) as f32 / config.head_dim as f32)
-        })
-        .collect();
-    let inverse = Tensor::from_vec(inverse, (1, half), &Device::Cpu)?;
-    let positions = Tensor::arange(0u32, config.context_length as u32, &Device::Cpu)?
-        .to_dtype(DType::F32)?
-        .reshape((config.context_length, 1))?;
-    let angles = positions.matmul(&inverse)?;
-    Ok((angles.cos()?, angles.sin()?))
 }
