@@ -39,7 +39,7 @@ const PROMPT: &str = "Help me plan a trip";
 fn request(choice: ToolChoice, max_tokens: u32) -> anyhow::Result<ModelRequest> {
     let agent = Agent::builder("bench")
         .model(ScriptedModel::from_steps(vec![]))
-        .tool(AskUser)
+        .tool(AskUser::new())
         .build()?;
     Ok(ModelRequest::new(vec![Message::user(PROMPT)])
         .with_system(BUILTIN_INSTRUCTIONS)

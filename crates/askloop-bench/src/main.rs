@@ -221,7 +221,7 @@ async fn open(common: &Common) -> anyhow::Result<(StoreUrl, Arc<dyn RunStore>)> 
 fn agent(store: Arc<dyn RunStore>, script: &str, max_steps: u32) -> anyhow::Result<Agent> {
     Ok(Agent::builder("assistant")
         .model(ScriptedModel::from_json(script)?)
-        .tool(AskUser)
+        .tool(AskUser::new())
         .max_steps(max_steps)
         .shared_store(store)
         .build()?)

@@ -52,9 +52,14 @@ pub(crate) struct AgentDefinition {
     /// Sampling and tool-choice settings.
     pub(crate) settings: ModelSettings,
     /// MCP servers by name (stdio servers run in askloop.toml's folder). Their
-    /// `require_approval` is kept here and on each tool ([`askloop_mcp::McpTool::requires_approval`])
-    /// for the approvals to come; nothing enforces it yet.
+    /// `require_approval` is on each tool ([`askloop_mcp::McpTool::requires_approval`]).
     pub(crate) mcp: BTreeMap<String, McpServerConfig>,
+    /// The agent's own approval rule (besides its MCP servers').
+    pub(crate) require_approval: askloop_mcp::RequireApproval,
+    /// `ask_user`'s settings.
+    pub(crate) allow_other: bool,
+    /// Each question's deadline, if any.
+    pub(crate) question_timeout: Option<std::time::Duration>,
 }
 
 impl AgentDefinition {
@@ -113,6 +118,9 @@ impl AgentDefinition {
             max_questions: None,
             settings: ModelSettings::default(),
             mcp: BTreeMap::new(),
+            require_approval: askloop_mcp::RequireApproval::None,
+            allow_other: false,
+            question_timeout: None,
         }
     }
 
@@ -155,6 +163,14 @@ impl AgentDefinition {
                     (name.clone(), server)
                 })
                 .collect(),
+            require_approval: agent
+                .require_approval
+                .clone()
+                .unwrap_or(askloop_mcp::RequireApproval::None),
+            allow_other: agent.allow_other.unwrap_or(false),
+            question_timeout: agent
+                .question_timeout_seconds
+                .map(std::time::Duration::from_secs),
         })
     }
 
@@ -238,8 +254,15 @@ impl AgentDefinition {
             builder = builder.max_questions(max_questions);
         }
         for name in &self.tools {
-            builder = builder.shared_tool(builtin_tool(name)?);
+            builder = builder.shared_tool(self.builtin_tool(name)?);
         }
+        builder = match &self.require_approval {
+            askloop_mcp::RequireApproval::All => builder.require_approval(true),
+            askloop_mcp::RequireApproval::None => builder,
+            askloop_mcp::RequireApproval::Only(names) => names
+                .iter()
+                .fold(builder, |builder, name| builder.require_approval_for(name)),
+        };
         for tool in mcp.dyn_tools() {
             builder = builder.shared_tool(tool);
         }
@@ -247,14 +270,22 @@ impl AgentDefinition {
     }
 }
 
-/// A built-in tool by name.
-fn builtin_tool(name: &str) -> anyhow::Result<Arc<dyn DynTool>> {
-    match name {
-        "ask_user" => Ok(Arc::new(AskUser)),
-        other => Err(invalid(format!(
-            "unknown tool {other:?}; known tools: {}",
-            crate::config::KNOWN_TOOLS.join(", ")
-        ))),
+impl AgentDefinition {
+    /// A built-in tool by name, with this agent's settings.
+    fn builtin_tool(&self, name: &str) -> anyhow::Result<Arc<dyn DynTool>> {
+        match name {
+            "ask_user" => {
+                let mut ask_user = AskUser::new().allow_other(self.allow_other);
+                if let Some(timeout) = self.question_timeout {
+                    ask_user = ask_user.timeout(timeout);
+                }
+                Ok(Arc::new(ask_user))
+            }
+            other => Err(invalid(format!(
+                "unknown tool {other:?}; known tools: {}",
+                crate::config::KNOWN_TOOLS.join(", ")
+            ))),
+        }
     }
 }
 

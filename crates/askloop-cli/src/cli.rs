@@ -62,6 +62,12 @@ pub(crate) enum Command {
     #[command(after_help = EXIT_STATUS_HELP)]
     Resume(ResumeArgs),
     /// List, show and continue runs
+    /// Approve a tool call that waits for approval: its tool runs, and the run goes on
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Approve(ApproveArgs),
+    /// Decline a tool call that waits for approval: its tool never runs; the model gets the reason
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Decline(DeclineArgs),
     #[command(subcommand)]
     Runs(RunsCommand),
     /// Talk with an agent in one thread; its questions are answered inline
@@ -153,6 +159,53 @@ pub(crate) struct ResumeArgs {
 }
 
 /// `askloop runs …`.
+/// `askloop approve`.
+#[derive(Debug, Args)]
+pub(crate) struct ApproveArgs {
+    /// The suspended run.
+    #[arg(value_name = "RUN_ID", value_parser = id)]
+    pub(crate) run_id: String,
+    /// The call to approve (needed when several wait for approval).
+    #[arg(long, value_name = "ID", value_parser = id)]
+    pub(crate) tool_call_id: Option<String>,
+    /// Print every chunk as a JSON line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `askloop decline`.
+#[derive(Debug, Args)]
+pub(crate) struct DeclineArgs {
+    /// The suspended run.
+    #[arg(value_name = "RUN_ID", value_parser = id)]
+    pub(crate) run_id: String,
+    /// The call to decline (needed when several wait for approval).
+    #[arg(long, value_name = "ID", value_parser = id)]
+    pub(crate) tool_call_id: Option<String>,
+    /// Why, for the model (a default text when absent).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
+    /// Print every chunk as a JSON line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `askloop runs cancel`.
+#[derive(Debug, Args)]
+pub(crate) struct CancelArgs {
+    /// The run to cancel.
+    #[arg(value_name = "RUN_ID", value_parser = id)]
+    pub(crate) run_id: String,
+}
+
+/// `askloop runs sweep`.
+#[derive(Debug, Args)]
+pub(crate) struct SweepArgs {
+    /// Print every chunk of the runs that go on as JSON lines instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum RunsCommand {
     /// List runs, newest first
@@ -166,6 +219,12 @@ pub(crate) enum RunsCommand {
     /// Continue every run whose process stopped while running it (its lease expired)
     #[command(after_help = EXIT_STATUS_HELP)]
     Recover(RecoverArgs),
+    /// Cancel a run: its waiting calls are resolved as cancelled, and it refuses answers
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Cancel(CancelArgs),
+    /// Expire the questions whose deadline passed, and let their runs go on
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Sweep(SweepArgs),
 }
 
 /// A run status as a flag value.
@@ -179,6 +238,8 @@ pub(crate) enum StatusArg {
     Completed,
     /// Stopped by an error.
     Failed,
+    /// Cancelled (`askloop runs cancel`).
+    Cancelled,
 }
 
 impl From<StatusArg> for RunStatus {
@@ -188,6 +249,7 @@ impl From<StatusArg> for RunStatus {
             StatusArg::Running => Self::Running,
             StatusArg::Completed => Self::Completed,
             StatusArg::Failed => Self::Failed,
+            StatusArg::Cancelled => Self::Cancelled,
         }
     }
 }

@@ -17,10 +17,13 @@
 //! seed = 7
 //! tool_choice = "auto"                    # "auto" | "required" | "none" | { tool = "ask_user" }
 //! first_step_tool_choice = { tool = "ask_user" }
+//! require_approval = false                # true (every tool but ask_user) | ["tool", …]
+//! allow_other = true                      # select questions also take the person's own words
+//! question_timeout_seconds = 86400        # questions expire after this (`askloop runs sweep`)
 //!
 //! [agents.planner.mcp.fs]                 # an MCP server whose tools the agent gets
 //! command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/notes"]
-//! require_approval = ["write_file"]       # or true (the default) / false; kept, not yet enforced
+//! require_approval = ["write_file"]       # or true (the default) / false
 //! ```
 //!
 //! `max_questions` is the run's question budget: once spent, `ask_user` is no longer offered
@@ -93,6 +96,14 @@ pub(crate) struct AgentConfig {
     /// MCP servers by name (`[agents.ID.mcp.NAME]`): the agent gets all their tools.
     #[serde(default)]
     pub(crate) mcp: BTreeMap<String, askloop_mcp::McpServerConfig>,
+    /// Which of the agent's tools need a person's approval before they run: `true` (every tool
+    /// but `ask_user`), `false` (the default) or a list of tool names. MCP servers add their own
+    /// `require_approval`.
+    pub(crate) require_approval: Option<askloop_mcp::RequireApproval>,
+    /// Whether `ask_user`'s select questions also take the person's own words.
+    pub(crate) allow_other: Option<bool>,
+    /// Seconds a question may wait for its answer; `askloop runs sweep` then expires it.
+    pub(crate) question_timeout_seconds: Option<u64>,
 }
 
 /// A `tool_choice` value: `"auto"`, `"required"`, `"none"` or `{ tool = "NAME" }`.

@@ -287,10 +287,7 @@ mod tests {
                     name: "ask_user".into(),
                     args: askloop_core::model::ToolArgs::Json(json!({})),
                 },
-                &askloop_core::Suspension {
-                    payload,
-                    resume_schema: None,
-                },
+                &askloop_core::Suspension::new(payload),
             )
         };
         let single = call(

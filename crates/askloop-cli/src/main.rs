@@ -130,6 +130,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Run(args) => commands::run::run(&global, args).await,
             Command::Resume(args) => commands::resume::resume(&global, args).await,
             Command::Chat(args) => commands::chat::chat(&global, args).await,
+            Command::Approve(args) => commands::approve::approve(&global, args).await,
+            Command::Decline(args) => commands::approve::decline(&global, args).await,
+            Command::Runs(RunsCommand::Cancel(args)) => commands::runs::cancel(&global, args).await,
+            Command::Runs(RunsCommand::Sweep(args)) => commands::runs::sweep(&global, args).await,
             Command::Runs(RunsCommand::List(args)) => commands::runs::list(&global, args).await,
             Command::Runs(RunsCommand::Show(args)) => commands::runs::show(&global, args).await,
             Command::Runs(RunsCommand::Continue(args)) => {

@@ -63,6 +63,7 @@ impl Output {
                 self.note(&format!("« {}", result_summary(result)))?;
                 Ok(())
             }
+            Chunk::ToolCallApproval { .. } => Ok(()),
             Chunk::Finish { .. } => self.end_line(),
             _ => Ok(()),
         }

@@ -49,7 +49,12 @@ impl Answerer {
             Self::Nobody => Ok(Asked::Unanswered),
             Self::Terminal => {
                 output.end_line()?;
-                match ask_on_terminal(call) {
+                let asked = if call.kind == askloop_core::PendingKind::Approval {
+                    ask_approval_on_terminal(call)
+                } else {
+                    ask_on_terminal(call)
+                };
+                match asked {
                     Ok(answer) => Ok(Asked::Answer(answer)),
                     Err(InquireError::OperationCanceled | InquireError::OperationInterrupted) => {
                         Ok(Asked::Stopped)
@@ -288,10 +293,7 @@ mod tests {
                 name: "ask_user".into(),
                 args: askloop_core::model::ToolArgs::Json(json!({})),
             },
-            &askloop_core::Suspension {
-                payload,
-                resume_schema: None,
-            },
+            &askloop_core::Suspension::new(payload),
         )
     }
 
@@ -351,4 +353,24 @@ mod tests {
         assert!(line_prompt(&single).contains("tool call c1"));
         assert!(help(Some("keys"), &single).ends_with("answers tool call c1"));
     }
+}
+
+/// An approval on a terminal: `y` runs the tool; `n` asks for an optional reason for the model.
+/// The answer is the reference framework's approval data, `{"approved": …, "reason"?: …}`.
+fn ask_approval_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
+    let message = crate::session::approval_line(call);
+    let approved = inquire::Confirm::new(&format!("{message} - allow it?"))
+        .with_help_message(&help(Some("y/n"), call))
+        .prompt()?;
+    if approved {
+        return Ok(serde_json::json!({"approved": true}));
+    }
+    let reason = inquire::Text::new("Reason for the model (optional):")
+        .with_help_message(&help(Some("enter to skip"), call))
+        .prompt()?;
+    Ok(if reason.trim().is_empty() {
+        serde_json::json!({"approved": false})
+    } else {
+        serde_json::json!({"approved": false, "reason": reason})
+    })
 }

@@ -3,8 +3,8 @@
 
 use askloop_core::model::{FinishReason, ModelError, ToolCall};
 use askloop_core::{
-    Agent, AgentError, AgentStream, Chunk, PendingToolCall, ResumeError, RunId, StoreError,
-    ToolCallId, error_chain_text, wire,
+    Agent, AgentError, AgentStream, Chunk, PendingKind, PendingToolCall, ResumeError, RunId,
+    StoreError, ToolCallId, error_chain_text, wire,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -124,7 +124,10 @@ impl<'a> Session<'a> {
                 Asked::Answer(answer) => {
                     match self
                         .agent
-                        .resume_stream(answer, run_id, Some(&call.tool_call_id))
+                        .respond(run_id)
+                        .by("cli")
+                        .answer(&call.tool_call_id, answer)
+                        .stream()
                         .await
                     {
                         Ok(stream) => {
@@ -340,6 +343,10 @@ pub(crate) fn print_pending(
         output.line(&format!("run {run_id} is waiting for an answer"))?;
     }
     for call in pending {
+        if call.kind == PendingKind::Approval {
+            print_approval(output, context, run_id, call, shown)?;
+            continue;
+        }
         if human {
             output.line("")?;
             if shown != Some(&call.tool_call_id) {
@@ -366,4 +373,51 @@ pub(crate) fn print_pending(
         }
     }
     Ok(())
+}
+
+/// A call waiting for approval: the tool and its arguments, and the commands that approve or
+/// decline it.
+fn print_approval(
+    output: &mut Output,
+    context: &Context,
+    run_id: &RunId,
+    call: &PendingToolCall,
+    shown: Option<&ToolCallId>,
+) -> std::io::Result<()> {
+    let human = output.mode() == Mode::Human;
+    if human {
+        output.line("")?;
+        if shown != Some(&call.tool_call_id) {
+            output.line(&approval_line(call))?;
+        }
+    }
+    if !context.is_durable() {
+        return Ok(());
+    }
+    let command = |verb: &str| {
+        context
+            .command(verb)
+            .arg(run_id.as_str())
+            .flag("--tool-call-id", Some(call.tool_call_id.as_str()))
+            .to_string()
+    };
+    let line = format!(
+        "approve with: {}   decline with: {} --reason '<why>'",
+        command("approve"),
+        command("decline")
+    );
+    if human {
+        output.line(&line)
+    } else {
+        output.note(&line)
+    }
+}
+
+/// `tool NAME wants to run with {args}` for a call waiting for approval.
+pub(crate) fn approval_line(call: &PendingToolCall) -> String {
+    format!(
+        "tool {} wants to run with {} (approve or decline)",
+        crate::format::escape_controls(&call.tool_name),
+        cut(&call.args.to_string(), SHOW_LIMIT)
+    )
 }

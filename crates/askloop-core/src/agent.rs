@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::definition::AgentDefinition;
+use crate::definition::{AgentDefinition, ApprovalPolicy};
 use crate::error::{AgentError, ResumeError};
 use crate::ids::{AgentId, LeaseHolder, RunId, ToolCallId};
 use crate::model::{LanguageModel, ModelSettings, ToolDefinition};
 use crate::options::RunOptions;
-use crate::run_loop;
+use crate::response::CallResponse;
+use crate::run_loop::{self, Resolution};
 use crate::schema::SchemaError;
 use crate::store::{MemoryStore, RunStore};
 use crate::stream::{AgentStream, RunOutput};
@@ -37,7 +38,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// let model = ScriptedModel::from_json(r#"{"steps":[
 ///     {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?"}}]},
 ///     {"text":"Done."}]}"#)?;
-/// let agent = Agent::builder("assistant").model(model).tool(AskUser).build()?;
+/// let agent = Agent::builder("assistant").model(model).tool(AskUser::new()).build()?;
 ///
 /// let first = agent.generate("Summarize my project").await?;
 /// assert!(matches!(first.status, RunOutcome::Suspended { .. }));
@@ -88,6 +89,7 @@ impl Agent {
             settings: ModelSettings::default(),
             store: None,
             lease: DEFAULT_LEASE,
+            approval: ApprovalPolicy::default(),
         }
     }
 
@@ -165,7 +167,9 @@ impl Agent {
     ///   the run asks next.
     ///
     /// The call is claimed in the store (compare-and-swap) before its tool's resume path runs,
-    /// so of several concurrent resumes exactly one wins.
+    /// so of several concurrent resumes of one call exactly one wins; answers to *different*
+    /// calls of one step sent at the same moment all land. To answer several calls in one
+    /// commit, or to say who answered, use [`Agent::respond`].
     ///
     /// # Errors
     /// Before anything changes: [`ResumeError::RunNotFound`], [`ResumeError::NotSuspended`],
@@ -179,7 +183,93 @@ impl Agent {
         run_id: &RunId,
         tool_call_id: Option<&ToolCallId>,
     ) -> Result<AgentStream, ResumeError> {
-        let claim = run_loop::claim_resume(&self.inner, resume_data, run_id, tool_call_id).await?;
+        let respond = self.respond(run_id);
+        match tool_call_id {
+            Some(id) => respond.answer(id, resume_data),
+            None => respond.answer_pending_call(resume_data),
+        }
+        .stream()
+        .await
+    }
+
+    /// Responses to several waiting calls of one run, sent together: build them with
+    /// [`Respond::answer`], [`Respond::approve`], [`Respond::decline`] and [`Respond::by`],
+    /// then [`Respond::stream`]. All are checked first, then all applied in one commit, or
+    /// none.
+    pub fn respond(&self, run_id: &RunId) -> Respond<'_> {
+        Respond {
+            agent: self,
+            run_id: run_id.clone(),
+            items: Vec::new(),
+            by: None,
+        }
+    }
+
+    /// Approves a call awaiting approval (`tool-call-approval`): its tool runs, and the run
+    /// streams on from there. The reference framework's `approveToolCall`.
+    ///
+    /// # Errors
+    /// As [`Agent::resume_stream`]; [`ResumeError::InvalidAnswer`] when the call asks a
+    /// question instead.
+    pub async fn approve_tool_call(
+        &self,
+        run_id: &RunId,
+        tool_call_id: &ToolCallId,
+    ) -> Result<AgentStream, ResumeError> {
+        self.respond(run_id).approve(tool_call_id).stream().await
+    }
+
+    /// Declines a call awaiting approval: its tool never runs; the model gets an error result
+    /// with `reason` (a default text when `None`), and the run streams on. The reference
+    /// framework's `declineToolCall`.
+    ///
+    /// # Errors
+    /// As [`Agent::approve_tool_call`].
+    pub async fn decline_tool_call(
+        &self,
+        run_id: &RunId,
+        tool_call_id: &ToolCallId,
+        reason: Option<String>,
+    ) -> Result<AgentStream, ResumeError> {
+        self.respond(run_id)
+            .decline(tool_call_id, reason)
+            .stream()
+            .await
+    }
+
+    /// Cancels a run: every call that waits gets an error result saying the run was cancelled,
+    /// the run ends as [`RunStatus::Cancelled`](crate::RunStatus::Cancelled) and refuses
+    /// resumes from then on. `by` is recorded in the audit (a resource id, a key's name,
+    /// `cli`).
+    ///
+    /// # Errors
+    /// [`ResumeError::RunNotFound`], [`ResumeError::WrongAgent`],
+    /// [`ResumeError::NotCancellable`] (completed or already cancelled),
+    /// [`ResumeError::InProgress`] (a live process drives it), [`ResumeError::Conflict`],
+    /// [`ResumeError::Store`].
+    pub async fn cancel_run(&self, run_id: &RunId, by: Option<String>) -> Result<(), ResumeError> {
+        run_loop::cancel_run(&self.inner, run_id, by).await
+    }
+
+    /// Expires the calls of `expired` (found by [`expired_runs`]) whose deadline passed: each
+    /// gets an error result telling the model no answer came in time (recorded as by `by`),
+    /// and the run streams on (or stays suspended on its other questions). Of two sweepers
+    /// racing, one expires each call; the other gets [`ResumeError::Conflict`] or
+    /// [`ResumeError::AlreadyAnswered`].
+    ///
+    /// # Errors
+    /// As [`Agent::resume_stream`].
+    pub async fn expire_due(
+        &self,
+        expired: &crate::ExpiredRun,
+        by: Option<String>,
+    ) -> Result<AgentStream, ResumeError> {
+        let items = expired
+            .tool_call_ids
+            .iter()
+            .map(|id| (Some(id.clone()), Resolution::Expire))
+            .collect();
+        let claim = run_loop::claim_resume(&self.inner, &expired.run_id, items, by).await?;
         Ok(run_loop::resume(self.inner.clone(), claim))
     }
 
@@ -193,6 +283,108 @@ impl Agent {
     pub async fn continue_stream(&self, run_id: &RunId) -> Result<AgentStream, ResumeError> {
         let claim = run_loop::claim_continue(&self.inner, run_id).await?;
         Ok(run_loop::resume(self.inner.clone(), claim))
+    }
+}
+
+/// The suspended runs in `store` with questions whose deadline is at or before `now_ms` (ms
+/// since the Unix epoch), oldest first: what a sweep expires with [`Agent::expire_due`] (the
+/// agent whose id [`crate::ExpiredRun::agent_id`] names).
+///
+/// # Errors
+/// [`crate::StoreError`] when the store fails.
+pub async fn expired_runs(
+    store: &dyn RunStore,
+    now_ms: u64,
+) -> Result<Vec<crate::ExpiredRun>, crate::StoreError> {
+    run_loop::expired_calls(store, now_ms).await
+}
+
+/// Responses to waiting calls of one run, sent in one commit ([`Agent::respond`]).
+///
+/// ```no_run
+/// # async fn demo(agent: &askloop_core::Agent, run: &askloop_core::RunId,
+/// #   a: &askloop_core::ToolCallId, b: &askloop_core::ToolCallId) -> Result<(), askloop_core::ResumeError> {
+/// let stream = agent
+///     .respond(run)
+///     .by("alice")
+///     .answer(a, serde_json::json!("PostgreSQL"))
+///     .approve(b)
+///     .stream()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct Respond<'a> {
+    agent: &'a Agent,
+    run_id: RunId,
+    items: Vec<(Option<ToolCallId>, Resolution)>,
+    by: Option<String>,
+}
+
+impl std::fmt::Debug for Respond<'_> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Respond")
+            .field("run_id", &self.run_id)
+            .field("responses", &self.items.len())
+            .field("by", &self.by)
+            .finish()
+    }
+}
+
+impl Respond<'_> {
+    /// Who responds, for the audit (a resource id, an API key's name, `cli`).
+    pub fn by(mut self, by: impl Into<String>) -> Self {
+        self.by = Some(by.into());
+        self
+    }
+
+    /// Answers the suspended call `tool_call_id`.
+    pub fn answer(mut self, tool_call_id: &ToolCallId, answer: Value) -> Self {
+        self.items.push((
+            Some(tool_call_id.clone()),
+            Resolution::Respond(CallResponse::Answer(answer)),
+        ));
+        self
+    }
+
+    /// Answers the one call pending now, whichever it is (see [`Agent::resume_stream`] with
+    /// `None`: refused when several calls wait, and alone in its batch).
+    pub fn answer_pending_call(mut self, answer: Value) -> Self {
+        self.items
+            .push((None, Resolution::Respond(CallResponse::Answer(answer))));
+        self
+    }
+
+    /// Responds to the call `tool_call_id` with `response`.
+    pub fn response(mut self, tool_call_id: &ToolCallId, response: CallResponse) -> Self {
+        self.items
+            .push((Some(tool_call_id.clone()), Resolution::Respond(response)));
+        self
+    }
+
+    /// Approves the call `tool_call_id`, which awaits approval.
+    pub fn approve(self, tool_call_id: &ToolCallId) -> Self {
+        self.response(tool_call_id, CallResponse::Approve)
+    }
+
+    /// Declines the call `tool_call_id`, which awaits approval, with an optional reason for
+    /// the model.
+    pub fn decline(self, tool_call_id: &ToolCallId, reason: Option<String>) -> Self {
+        self.response(tool_call_id, CallResponse::Decline { reason })
+    }
+
+    /// Checks every response, applies them all in one compare-and-swap, and streams the run
+    /// from there (it suspends again if calls still wait).
+    ///
+    /// # Errors
+    /// As [`Agent::resume_stream`], for the first response that is refused (then nothing
+    /// changed); [`ResumeError::DuplicateToolCall`], [`ResumeError::UnnamedInBatch`],
+    /// [`ResumeError::EmptyBatch`].
+    pub async fn stream(self) -> Result<AgentStream, ResumeError> {
+        let claim =
+            run_loop::claim_resume(&self.agent.inner, &self.run_id, self.items, self.by).await?;
+        Ok(run_loop::resume(self.agent.inner.clone(), claim))
     }
 }
 
@@ -237,9 +429,37 @@ pub struct AgentBuilder {
     settings: ModelSettings,
     store: Option<Arc<dyn RunStore>>,
     lease: Duration,
+    approval: ApprovalPolicy,
 }
 
 impl AgentBuilder {
+    /// Every call of every tool that does not itself ask the user (all but `ask_user`) waits
+    /// for a person's approval before it runs (`true`), or only those other rules name
+    /// (`false`, the default).
+    pub fn require_approval(mut self, all: bool) -> Self {
+        self.approval.all = all;
+        self
+    }
+
+    /// Every call of the tool `name` waits for a person's approval before it runs.
+    pub fn require_approval_for(mut self, name: impl Into<String>) -> Self {
+        self.approval.tools.push((name.into(), None));
+        self
+    }
+
+    /// A call of the tool `name` waits for a person's approval when `predicate` says so, given
+    /// the call's arguments (already checked against the tool's input schema).
+    pub fn require_approval_if(
+        mut self,
+        name: impl Into<String>,
+        predicate: impl Fn(&Value) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.approval
+            .tools
+            .push((name.into(), Some(Arc::new(predicate))));
+        self
+    }
+
     /// The display name.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
@@ -369,6 +589,7 @@ impl AgentBuilder {
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 lease_holder: LeaseHolder::generate(),
                 lease_duration: self.lease,
+                approval: self.approval,
             }),
         })
     }

@@ -18,9 +18,62 @@ use serde_json::{Value, json};
 use crate::text::{NON_BLANK_PATTERN, is_blank};
 use crate::tool::{Execution, ResumeRejection, Suspension, Tool, ToolContext};
 
-/// The `ask_user` tool. Stateless; add it to an agent with `.tool(AskUser)`.
+/// The `ask_user` tool; add it to an agent with `.tool(AskUser::new())`.
+///
+/// Settings, all set by the application (never by the model):
+/// - [`AskUser::allow_other`]: a select question also accepts the person's own words,
+///   `{"other": "…"}` (off by default);
+/// - [`AskUser::timeout`]: each question's deadline, from when it is asked (none by default);
+/// - [`AskUser::model_timeout`]: lets the model give a question's deadline itself
+///   (`timeoutSeconds`), capped at this; without it the argument is not offered.
+///
+/// A question with a deadline carries `expiresAt` (RFC 3339) in its payload; once it passes,
+/// a sweep ([`crate::Agent::expire_due`], `askloop runs sweep`) resolves the call with a result
+/// telling the model no answer came in time.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct AskUser;
+pub struct AskUser {
+    allow_other: bool,
+    timeout: Option<std::time::Duration>,
+    model_timeout: Option<std::time::Duration>,
+}
+
+impl AskUser {
+    /// The tool with its defaults: select questions take only their labels, no deadlines.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a select question also accepts the person's own words (`{"other": "text"}`);
+    /// the model is then told the answer is the person's own text, not an option.
+    pub fn allow_other(mut self, allow: bool) -> Self {
+        self.allow_other = allow;
+        self
+    }
+
+    /// Every question expires this long after it is asked unless the model gives a shorter
+    /// or longer one within [`AskUser::model_timeout`].
+    pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Offers the model a `timeoutSeconds` argument, capped at `max`.
+    pub fn model_timeout(mut self, max: std::time::Duration) -> Self {
+        self.model_timeout = Some(max);
+        self
+    }
+
+    /// A question's deadline (ms since the Unix epoch) from now, if it has one.
+    fn deadline_ms(&self, asked_seconds: Option<u64>) -> Option<u64> {
+        let asked = match (asked_seconds, self.model_timeout) {
+            (Some(seconds), Some(max)) => Some(std::time::Duration::from_secs(seconds).min(max)),
+            _ => None,
+        };
+        let timeout = asked.or(self.timeout)?;
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        Some(crate::run::now_ms().saturating_add(millis))
+    }
+}
 
 /// `ask_user`'s arguments, as the model sends them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -36,6 +89,10 @@ pub struct AskUserArgs {
     /// are provided. Requires options.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection_mode: Option<SelectionMode>,
+    /// Seconds the user has to answer; afterwards you get a result saying no answer came.
+    /// Offered only when the application allows it, and capped by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
 }
 
 /// One choice of a select question.
@@ -81,6 +138,12 @@ pub struct AskUserQuestion {
     /// The resolved mode (absent for free text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection_mode: Option<SelectionMode>,
+    /// Whether the person may answer a select question in their own words, `{"other": "…"}`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_other: bool,
+    /// When the question expires unanswered (RFC 3339), if it has a deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 /// `ask_user`'s result, in the reference's shape: `{"content": "...", "isError": false}`.
@@ -131,6 +194,8 @@ impl AskUserQuestion {
             question: args.question,
             options,
             selection_mode,
+            allow_other: false,
+            expires_at: None,
         })
     }
 
@@ -151,23 +216,52 @@ impl AskUserQuestion {
     }
 
     /// JSON Schema (draft-07, like the reference's) of exactly the answers this question accepts:
-    /// a non-blank string; one of the labels; a non-empty array of distinct labels.
+    /// a non-blank string; one of the labels; a non-empty array of distinct labels. With
+    /// [`AskUserQuestion::allow_other`], a label may also be `{"other": "<non-blank text>"}`.
     pub fn resume_schema(&self) -> Value {
+        let label = json!({"type": "string", "enum": self.labels()});
+        let choice = if self.allow_other {
+            json!({"anyOf": [label, {
+                "type": "object",
+                "properties": {"other": {"type": "string", "minLength": 1, "pattern": NON_BLANK_PATTERN}},
+                "required": ["other"],
+                "additionalProperties": false
+            }]})
+        } else {
+            label
+        };
         match self.selection_mode {
             None => {
                 json!({"$schema": DRAFT_07, "type": "string", "minLength": 1, "pattern": NON_BLANK_PATTERN})
             }
             Some(SelectionMode::SingleSelect) => {
-                json!({"$schema": DRAFT_07, "type": "string", "enum": self.labels()})
+                let mut schema = choice;
+                if let Some(object) = schema.as_object_mut() {
+                    object.insert("$schema".into(), json!(DRAFT_07));
+                }
+                schema
             }
             Some(SelectionMode::MultiSelect) => json!({
                 "$schema": DRAFT_07,
                 "type": "array",
-                "items": {"type": "string", "enum": self.labels()},
+                "items": choice,
                 "minItems": 1,
                 "uniqueItems": true
             }),
         }
+    }
+
+    /// The person's own words in an answer item, if it is `{"other": "text"}` and this
+    /// question allows them.
+    fn other_text<'a>(&self, item: &'a Value) -> Option<&'a str> {
+        if !self.allow_other {
+            return None;
+        }
+        let object = item.as_object()?;
+        if object.len() != 1 {
+            return None;
+        }
+        object.get("other")?.as_str().filter(|text| !is_blank(text))
     }
 
     /// The text the tool returns outside an agent run.
@@ -204,9 +298,10 @@ impl AskUserQuestion {
                 let problems = match answer {
                     Value::String(label) if labels.contains(&label.as_str()) => vec![],
                     Value::String(label) => vec![format!("{label:?} is not one of the labels")],
+                    other if self.other_text(other).is_some() => vec![],
                     other => vec![format!("got {}", describe(other))],
                 };
-                (expected, problems)
+                (self.with_other(expected), problems)
             }
             Some(SelectionMode::MultiSelect) => {
                 let expected = format!(
@@ -230,6 +325,7 @@ impl AskUserQuestion {
                                     problems.push(format!("{label:?} is selected more than once"));
                                 }
                                 Value::String(_) => {}
+                                other if self.other_text(other).is_some() => {}
                                 other => problems.push(format!("an item is {}", describe(other))),
                             }
                         }
@@ -237,13 +333,23 @@ impl AskUserQuestion {
                     }
                     other => vec![format!("got {}", describe(other))],
                 };
-                (expected, problems)
+                (self.with_other(expected), problems)
             }
         };
         if problems.is_empty() {
             Ok(())
         } else {
             Err(ResumeRejection { expected, problems })
+        }
+    }
+}
+
+impl AskUserQuestion {
+    fn with_other(&self, expected: String) -> String {
+        if self.allow_other {
+            format!("{expected}, or the person's own words as {{\"other\": \"…\"}}")
+        } else {
+            expected
         }
     }
 }
@@ -259,19 +365,20 @@ fn describe(value: &Value) -> String {
     }
 }
 
-/// The text of an answer as the model reads it: a string as-is, an array joined with `", "`.
+/// The text of an answer as the model reads it: a string as-is, an array joined with `", "`,
+/// the person's own words (`{"other": …}`) marked as such.
 fn answer_text(answer: &Value) -> String {
-    match answer {
+    let item_text = |item: &Value| match item {
         Value::String(text) => text.clone(),
-        Value::Array(items) => items
-            .iter()
-            .map(|item| {
-                item.as_str()
-                    .map_or_else(|| item.to_string(), str::to_owned)
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
+        Value::Object(object) => match object.get("other").and_then(Value::as_str) {
+            Some(text) => format!("{text} (in their own words, not one of the options)"),
+            None => item.to_string(),
+        },
         other => other.to_string(),
+    };
+    match answer {
+        Value::Array(items) => items.iter().map(item_text).collect::<Vec<_>>().join(", "),
+        other => item_text(other),
     }
 }
 
@@ -289,6 +396,16 @@ impl Tool for AskUser {
             .to_owned()
     }
 
+    fn input_schema(&self) -> Value {
+        let mut schema = crate::tool::schema_of::<AskUserArgs>();
+        if self.model_timeout.is_none()
+            && let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut)
+        {
+            properties.remove("timeoutSeconds");
+        }
+        schema
+    }
+
     fn suspend_schema(&self) -> Option<Value> {
         Some(json!({
             "type": "object",
@@ -296,7 +413,9 @@ impl Tool for AskUser {
                 "question": {"type": "string"},
                 "options": {"type": "array", "items": {"type": "object", "properties": {
                     "label": {"type": "string"}, "description": {"type": "string"}}, "required": ["label"]}},
-                "selectionMode": {"enum": ["single_select", "multi_select"]}
+                "selectionMode": {"enum": ["single_select", "multi_select"]},
+                "allowOther": {"type": "boolean"},
+                "expiresAt": {"type": "string", "format": "date-time"}
             },
             "required": ["question"]
         }))
@@ -342,7 +461,8 @@ impl Tool for AskUser {
                 is_error: false,
             }));
         }
-        let question = match AskUserQuestion::from_args(args) {
+        let asked_seconds = args.timeout_seconds;
+        let mut question = match AskUserQuestion::from_args(args) {
             Ok(question) => question,
             Err(message) => {
                 return Ok(Execution::Complete(AskUserResult {
@@ -357,8 +477,15 @@ impl Tool for AskUser {
                 is_error: false,
             }));
         }
+        question.allow_other = self.allow_other && question.selection_mode.is_some();
+        let deadline = self.deadline_ms(asked_seconds);
+        question.expires_at = deadline.map(crate::time::rfc3339);
         let schema = question.resume_schema();
         let payload = serde_json::to_value(&question).unwrap_or(Value::Null);
-        Ok(context.suspend_with_schema(payload, schema))
+        Ok(Execution::Suspend(Suspension {
+            payload,
+            resume_schema: Some(schema),
+            expires_at_ms: deadline,
+        }))
     }
 }

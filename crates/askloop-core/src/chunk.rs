@@ -10,9 +10,10 @@ use crate::tool::Suspension;
 /// One event of a run's stream.
 ///
 /// A new run yields `Start`, then per step `StepStart`, `TextDelta`s, `ToolCall`s, `ToolResult`s
-/// and `StepFinish`, and ends with `Finish` — or, when tools suspend, with one
-/// `ToolCallSuspended` per waiting call and no `Finish`. A resumed run starts with the answered
-/// call's `ToolResult`.
+/// and `StepFinish`, and ends with `Finish` — or, when calls wait for a person, with one
+/// `ToolCallSuspended` or `ToolCallApproval` per waiting call of the step (every one, also
+/// those an earlier stream announced) and no `Finish`. A resumed run starts with the answered
+/// calls' `ToolCall` and `ToolResult`.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Chunk {
@@ -55,6 +56,14 @@ pub enum Chunk {
         call: ToolCall,
         /// What it asks, and which answers it accepts.
         suspension: Suspension,
+    },
+    /// A tool call waits for a person's approval before its tool runs; the run state is
+    /// already committed. Answer it with `approve_tool_call` / `decline_tool_call`.
+    ToolCallApproval {
+        /// The call awaiting approval.
+        call: ToolCall,
+        /// JSON Schema of the answer an approval accepts ([`crate::run::approval_schema`]).
+        resume_schema: serde_json::Value,
     },
     /// A model step finished.
     StepFinish {

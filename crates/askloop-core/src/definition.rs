@@ -29,6 +29,22 @@ pub(crate) struct AgentDefinition {
     pub(crate) lease_holder: LeaseHolder,
     /// How long a lease lasts unless renewed.
     pub(crate) lease_duration: Duration,
+    /// Which calls need a person's approval before they run (besides the tools' own
+    /// [`crate::Tool::requires_approval`]).
+    pub(crate) approval: ApprovalPolicy,
+}
+
+/// A predicate over a call's checked arguments: whether it needs approval.
+pub(crate) type ApprovalPredicate = Arc<dyn Fn(&serde_json::Value) -> bool + Send + Sync>;
+
+/// The agent's approval rules: every tool (except those that ask the user), or per tool name a
+/// flag or a predicate over the arguments.
+#[derive(Clone, Default)]
+pub(crate) struct ApprovalPolicy {
+    /// Every tool that does not itself ask the user needs approval.
+    pub(crate) all: bool,
+    /// Per tool name: `None` always, `Some(predicate)` when it says so.
+    pub(crate) tools: Vec<(String, Option<ApprovalPredicate>)>,
 }
 
 impl AgentDefinition {
@@ -51,6 +67,25 @@ impl AgentDefinition {
         self.tools
             .iter()
             .find(|tool| tool.definition().name == name)
+    }
+
+    /// Whether a call of `name` with these checked arguments needs a person's approval before
+    /// it runs: the agent's rules or the tool's own say so.
+    pub(crate) fn requires_approval(&self, name: &str, args: &serde_json::Value) -> bool {
+        let Some(tool) = self.tool(name) else {
+            return false;
+        };
+        if tool.tool().requires_approval(args) {
+            return true;
+        }
+        if self.approval.all && !tool.tool().asks_user() {
+            return true;
+        }
+        self.approval
+            .tools
+            .iter()
+            .filter(|(tool, _)| tool == name)
+            .any(|(_, predicate)| predicate.as_ref().is_none_or(|predicate| predicate(args)))
     }
 
     /// Whether `name` is a tool that asks the user (counted by the question budget).

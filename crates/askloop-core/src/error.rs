@@ -157,6 +157,36 @@ pub enum ResumeError {
         /// The agent asked to resume it.
         actual: AgentId,
     },
+    /// A batch named the same call twice.
+    #[error("the answers for run {run_id} name tool call {tool_call_id} twice")]
+    DuplicateToolCall {
+        /// The run.
+        run_id: RunId,
+        /// The call named twice.
+        tool_call_id: ToolCallId,
+    },
+    /// A batch of several responses left one without its tool call id.
+    #[error("the answers for run {run_id} must each name their tool call")]
+    UnnamedInBatch {
+        /// The run.
+        run_id: RunId,
+    },
+    /// A batch without any response.
+    #[error("no answer was given for run {run_id}")]
+    EmptyBatch {
+        /// The run.
+        run_id: RunId,
+    },
+    /// The run has ended (completed or cancelled): nothing is left to cancel.
+    #[error(
+        "run {run_id} is {status}; only a suspended, failed or abandoned running run can be cancelled"
+    )]
+    NotCancellable {
+        /// The run.
+        run_id: RunId,
+        /// Its status.
+        status: RunStatus,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -178,6 +208,10 @@ impl ResumeError {
             Self::Interrupted { .. } => "interrupted",
             Self::ToolUnavailable { .. } => "tool_unavailable",
             Self::WrongAgent { .. } => "wrong_agent",
+            Self::DuplicateToolCall { .. } => "duplicate_tool_call",
+            Self::UnnamedInBatch { .. } => "unnamed_tool_call",
+            Self::EmptyBatch { .. } => "empty_batch",
+            Self::NotCancellable { .. } => "not_cancellable",
             Self::Store(_) => "store_error",
         }
     }

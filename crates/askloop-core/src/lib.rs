@@ -30,7 +30,7 @@
 //!   {"toolCalls":[{"id":"c1","name":"ask_user",
 //!     "args":{"question":"Which repo?","options":[{"label":"main"},{"label":"docs"}]}}]},
 //!   {"text":"Summary of main."}]}"#)?;
-//! let agent = Agent::builder("assistant").model(model).tool(AskUser).build()?;
+//! let agent = Agent::builder("assistant").model(model).tool(AskUser::new()).build()?;
 //!
 //! let mut stream = agent.stream("Summarize my project");
 //! let run_id = stream.run_id().clone();
@@ -59,10 +59,12 @@ mod ids;
 mod message;
 mod options;
 mod paths;
+mod response;
 mod run;
 mod run_loop;
 mod stream;
 mod text;
+pub mod time;
 mod tool;
 
 pub mod model;
@@ -71,7 +73,9 @@ pub mod store;
 pub mod testing;
 pub mod wire;
 
-pub use agent::{Agent, AgentBuildError, AgentBuilder, DEFAULT_LEASE, DEFAULT_MAX_STEPS};
+pub use agent::{
+    Agent, AgentBuildError, AgentBuilder, DEFAULT_LEASE, DEFAULT_MAX_STEPS, Respond, expired_runs,
+};
 pub use ask_user::{
     AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, SelectionMode,
 };
@@ -81,7 +85,12 @@ pub use error::{AgentError, ResumeError, error_chain_text};
 pub use ids::{AgentId, LeaseHolder, ResourceId, RunId, ThreadId, ToolCallId};
 pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
-pub use run::{PendingToolCall, RunFailure, RunStatus, UnknownRunStatus};
+pub use response::CallResponse;
+pub use run::{
+    AuditAction, AuditRecord, PendingKind, PendingToolCall, RunFailure, RunStatus,
+    UnknownRunStatus, approval_schema,
+};
+pub use run_loop::ExpiredRun;
 pub use store::{RunStore, StoreError};
 pub use stream::{AgentStream, RunOutcome, RunOutput};
 pub use text::is_blank;

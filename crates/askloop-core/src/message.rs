@@ -141,6 +141,10 @@ pub struct ToolResult {
     /// model. Absent (`None`) for calls that completed without suspending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<Value>,
+    /// Who answered, approved, declined, expired or cancelled the call, and when (empty for a
+    /// call no person touched); not sent to the model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<crate::run::AuditRecord>,
 }
 
 impl ToolResult {
@@ -152,6 +156,20 @@ impl ToolResult {
             result: serde_json::json!({ "content": message.into(), "isError": true }),
             is_error: true,
             answer: None,
+            audit: Vec::new(),
+        }
+    }
+
+    /// A successful result `{"content": text, "isError": false}` (the reference framework's
+    /// shape for a text result).
+    pub fn text(call: &ToolCall, text: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            result: serde_json::json!({ "content": text.into(), "isError": false }),
+            is_error: false,
+            answer: None,
+            audit: Vec::new(),
         }
     }
 
@@ -205,6 +223,9 @@ pub enum FinishReason {
     MaxSteps,
     /// Anything else the provider reported.
     Other,
+    /// The run was waiting for answers when the person wrote a new message to its thread: its
+    /// waiting calls got results saying so, and a new run went on from the message.
+    Superseded,
 }
 
 impl FinishReason {
@@ -217,6 +238,7 @@ impl FinishReason {
             Self::ContentFilter => "content-filter",
             Self::MaxSteps => "max-steps",
             Self::Other => "other",
+            Self::Superseded => "superseded",
         }
     }
 }

@@ -63,24 +63,30 @@ pub enum RunStatus {
     /// Stopped by an error; `continue_stream` (`askloop runs continue`) retries the step that
     /// failed.
     Failed,
+    /// Ended by a cancel ([`crate::Agent::cancel_run`], `askloop runs cancel`): its pending
+    /// calls were resolved as cancelled; it refuses resumes and continues.
+    Cancelled,
 }
 
 impl RunStatus {
     /// Every status, in life order.
-    pub const ALL: [RunStatus; 4] = [
+    pub const ALL: [RunStatus; 5] = [
         Self::Running,
         Self::Suspended,
         Self::Completed,
         Self::Failed,
+        Self::Cancelled,
     ];
 
-    /// The status's name (`"running"`, `"suspended"`, `"completed"`, `"failed"`).
+    /// The status's name (`"running"`, `"suspended"`, `"completed"`, `"failed"`,
+    /// `"cancelled"`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Running => "running",
             Self::Suspended => "suspended",
             Self::Completed => "completed",
             Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -93,7 +99,9 @@ impl std::fmt::Display for RunStatus {
 
 /// A run status name that is not one of [`RunStatus::ALL`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown run status {given:?}; expected running, suspended, completed or failed")]
+#[error(
+    "unknown run status {given:?}; expected running, suspended, completed, failed or cancelled"
+)]
 pub struct UnknownRunStatus {
     /// The text given.
     pub given: String,
@@ -170,6 +178,10 @@ pub(crate) struct PendingStep {
 pub(crate) struct CallSlot {
     pub(crate) call: ToolCall,
     pub(crate) state: CallState,
+    /// Who answered, approved, declined, expired or cancelled this call, and when, in order;
+    /// copied into the call's result when it completes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) audit: Vec<AuditRecord>,
 }
 
 /// Where one tool call of a pending step stands.
@@ -184,6 +196,10 @@ pub(crate) enum CallState {
     Completed { result: ToolResult },
     /// Waiting for an answer.
     Suspended { suspension: Suspension },
+    /// Waiting for a person to approve or decline the call before its tool runs (the agent
+    /// requires approval for it). Approved, it becomes `running`; declined, `completed` with
+    /// an error result giving the reason.
+    AwaitingApproval,
     /// An answer was accepted and claimed; the tool's resume path is running (or was, when a
     /// process died: `continue_stream` runs it again with the recorded answer if the tool is
     /// idempotent, else gives the model an outcome-unknown error result).
@@ -197,24 +213,99 @@ pub(crate) enum CallState {
 }
 
 impl PendingStep {
-    /// The ids of the calls still waiting for an answer, in call order.
+    /// The ids of the calls still waiting for a person (an answer or an approval), in call
+    /// order.
     pub(crate) fn suspended_ids(&self) -> Vec<ToolCallId> {
         self.calls
             .iter()
-            .filter(|slot| matches!(slot.state, CallState::Suspended { .. }))
+            .filter(|slot| slot.state.is_waiting())
             .map(|slot| slot.call.id.clone())
             .collect()
     }
 
-    /// Every result, in call order, if all are complete.
+    /// Every result, in call order, if all are complete; each carries its slot's audit.
     pub(crate) fn results(&self) -> Option<Vec<ToolResult>> {
         self.calls
             .iter()
             .map(|slot| match &slot.state {
-                CallState::Completed { result } => Some(result.clone()),
+                CallState::Completed { result } => {
+                    let mut result = result.clone();
+                    if result.audit.is_empty() {
+                        result.audit.clone_from(&slot.audit);
+                    }
+                    Some(result)
+                }
                 _ => None,
             })
             .collect()
+    }
+}
+
+impl CallState {
+    /// Whether the call waits for a person: an answer (`suspended`) or an approval.
+    pub(crate) fn is_waiting(&self) -> bool {
+        matches!(self, Self::Suspended { .. } | Self::AwaitingApproval)
+    }
+}
+
+/// What a person (or the program acting for one) did to a waiting call or a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum AuditAction {
+    /// Answered a suspended call.
+    Answer,
+    /// Approved a call that required approval.
+    Approve,
+    /// Declined a call that required approval (its tool never ran).
+    Decline,
+    /// The question's deadline passed without an answer (applied by a sweep).
+    Expire,
+    /// The run was cancelled while the call waited.
+    Cancel,
+    /// The person wrote a new message instead of answering.
+    Message,
+}
+
+impl AuditAction {
+    /// The action's name (`"answer"`, `"approve"`, `"decline"`, `"expire"`, `"cancel"`,
+    /// `"message"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answer => "answer",
+            Self::Approve => "approve",
+            Self::Decline => "decline",
+            Self::Expire => "expire",
+            Self::Cancel => "cancel",
+            Self::Message => "message",
+        }
+    }
+}
+
+/// One entry of a call's audit trail: what was done, by whom, when. Kept with the call's
+/// result ([`ToolResult::audit`]) and shown by `askloop runs show`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct AuditRecord {
+    /// What was done.
+    pub action: AuditAction,
+    /// Who did it, as the caller said: a resource id, an API key's name, `cli` for the
+    /// terminal, `sweep` for an expiry; `None` when the caller did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+impl AuditRecord {
+    /// A record of `action` by `by`, now.
+    pub fn now(action: AuditAction, by: Option<String>) -> Self {
+        Self {
+            action,
+            by,
+            at_ms: now_ms(),
+        }
     }
 }
 
@@ -233,6 +324,38 @@ pub struct PendingToolCall {
     pub suspend_payload: Value,
     /// JSON Schema of accepted answers, if any.
     pub resume_schema: Option<Value>,
+    /// What the call waits for: an answer, or an approval.
+    #[serde(default)]
+    pub kind: PendingKind,
+    /// When the question expires unheard (ms since the Unix epoch), if it has a deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+}
+
+/// What a pending call waits for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum PendingKind {
+    /// An answer: the tool suspended itself (`tool-call-suspended`).
+    #[default]
+    Answer,
+    /// An approval: the agent requires one before the tool runs (`tool-call-approval`);
+    /// answered with [`crate::Agent::approve_tool_call`] or [`crate::Agent::decline_tool_call`],
+    /// or with an answer `{"approved": true|false, "reason"?: "…"}`.
+    Approval,
+}
+
+/// JSON Schema of the answer an approval accepts, as the reference framework's
+/// `tool-call-approval` chunk gives it: `{"approved": boolean}` (askloop also reads an
+/// optional `reason` text for a decline).
+pub fn approval_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+        "required": ["approved"],
+        "additionalProperties": false
+    })
 }
 
 impl PendingToolCall {
@@ -244,6 +367,23 @@ impl PendingToolCall {
             args: call.args.to_value(),
             suspend_payload: suspension.payload.clone(),
             resume_schema: suspension.resume_schema.clone(),
+            kind: PendingKind::Answer,
+            expires_at_ms: suspension.expires_at_ms,
+        }
+    }
+
+    /// The pending approval of `call`: its payload is `{toolName, args}`, its schema
+    /// [`approval_schema`].
+    pub fn approval(call: &ToolCall) -> Self {
+        let args = call.args.to_value();
+        Self {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            suspend_payload: serde_json::json!({"toolName": call.name, "args": args}),
+            args,
+            resume_schema: Some(approval_schema()),
+            kind: PendingKind::Approval,
+            expires_at_ms: None,
         }
     }
 }
@@ -430,7 +570,8 @@ impl RunState {
         self.updated_at_ms
     }
 
-    /// The calls waiting for an answer, with their questions, in call order.
+    /// The calls waiting for a person (an answer or an approval), with their questions, in
+    /// call order.
     pub fn pending_tool_calls(&self) -> Vec<PendingToolCall> {
         let Some(step) = &self.pending_step else {
             return Vec::new();
@@ -441,6 +582,7 @@ impl RunState {
                 CallState::Suspended { suspension } => {
                     Some(PendingToolCall::new(&slot.call, suspension))
                 }
+                CallState::AwaitingApproval => Some(PendingToolCall::approval(&slot.call)),
                 _ => None,
             })
             .collect()
@@ -513,7 +655,7 @@ mod tests {
         let error = "done".parse::<RunStatus>().unwrap_err();
         assert_eq!(
             error.to_string(),
-            "unknown run status \"done\"; expected running, suspended, completed or failed"
+            "unknown run status \"done\"; expected running, suspended, completed, failed or cancelled"
         );
     }
 }

@@ -5,6 +5,8 @@
 
 use serde_json::Value;
 
+pub use crate::tool::schema_of;
+
 /// A compiled JSON Schema.
 pub struct SchemaValidator {
     validator: jsonschema::Validator,

@@ -82,13 +82,12 @@ impl AgentStream {
                 Chunk::StepFinish { usage, .. } => output.usage.add(usage),
                 Chunk::ToolCallSuspended { call, suspension } => {
                     if let RunOutcome::Suspended { pending } = &mut output.status {
-                        pending.push(PendingToolCall {
-                            tool_call_id: call.id.clone(),
-                            tool_name: call.name.clone(),
-                            args: call.args.to_value(),
-                            suspend_payload: suspension.payload,
-                            resume_schema: suspension.resume_schema,
-                        });
+                        pending.push(PendingToolCall::new(&call, &suspension));
+                    }
+                }
+                Chunk::ToolCallApproval { call, .. } => {
+                    if let RunOutcome::Suspended { pending } = &mut output.status {
+                        pending.push(PendingToolCall::approval(&call));
                     }
                 }
                 Chunk::Finish { reason, .. } => finished = Some(reason),
@@ -131,10 +130,10 @@ pub enum RunOutcome {
         /// Why.
         reason: FinishReason,
     },
-    /// The run waits for answers to these calls. (Empty only when a resume answered one of
-    /// several calls and the others had already been announced.)
+    /// The run waits for a person: answers or approvals of these calls (every waiting call of
+    /// the step, in call order).
     Suspended {
-        /// The calls this stream suspended.
+        /// The waiting calls.
         pending: Vec<PendingToolCall>,
     },
 }

@@ -33,6 +33,23 @@ pub struct Suspension {
     /// JSON Schema of the answers this suspension accepts; `None` accepts any JSON value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_schema: Option<Value>,
+    /// When the question expires unanswered, in ms since the Unix epoch (`None`: never). A
+    /// sweep ([`crate::Agent::expire_due`], `askloop runs sweep`) then resolves the call with
+    /// a result telling the model that no answer came in time. Tools that set it also put it
+    /// in the payload as `expiresAt` (RFC 3339) for people and clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Suspension {
+    /// A suspension with this payload, no schema of its own and no deadline.
+    pub fn new(payload: Value) -> Self {
+        Self {
+            payload,
+            resume_schema: None,
+            expires_at_ms: None,
+        }
+    }
 }
 
 /// The context one tool call runs in.
@@ -89,10 +106,7 @@ impl ToolContext {
     /// Suspends this call with `payload`; answers are checked against the tool's
     /// [`Tool::resume_schema`], if any. Return the value from `execute`.
     pub fn suspend<T>(&self, payload: Value) -> Execution<T> {
-        Execution::Suspend(Suspension {
-            payload,
-            resume_schema: None,
-        })
+        Execution::Suspend(Suspension::new(payload))
     }
 
     /// Suspends this call with `payload` and a JSON Schema for this suspension's answers.
@@ -100,6 +114,7 @@ impl ToolContext {
         Execution::Suspend(Suspension {
             payload,
             resume_schema: Some(resume_schema),
+            expires_at_ms: None,
         })
     }
 }
@@ -146,6 +161,12 @@ pub trait Tool: Send + Sync + 'static {
     /// What the tool does, for the model.
     fn description(&self) -> String;
 
+    /// JSON Schema of the arguments, as the model sees it. Default: the schemars schema of
+    /// [`Tool::Args`] ([`crate::schema::schema_of`]); override to hide fields a setting switches off.
+    fn input_schema(&self) -> Value {
+        schema_of::<Self::Args>()
+    }
+
     /// JSON Schema of the suspend payload, if the tool suspends.
     fn suspend_schema(&self) -> Option<Value> {
         None
@@ -167,6 +188,14 @@ pub trait Tool: Send + Sync + 'static {
     /// stopped while this tool was running", and the call never runs twice. Idempotent calls
     /// skip those commits and simply run again after a crash.
     fn idempotent(&self) -> bool {
+        false
+    }
+
+    /// Whether this call needs a person's approval before it runs (`args` passed the input
+    /// schema). Agents can also require approval per tool name
+    /// ([`crate::AgentBuilder::require_approval`]); either is enough. Default `false`.
+    fn requires_approval(&self, args: &Value) -> bool {
+        let _ = args;
         false
     }
 
@@ -205,6 +234,12 @@ pub trait Tool: Send + Sync + 'static {
         args: Self::Args,
         context: &ToolContext,
     ) -> Result<Execution<Self::Output>, Self::Error>;
+}
+
+/// The schemars JSON Schema of `T` (`{"type": "object"}` if it cannot be serialized).
+pub fn schema_of<T: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T))
+        .unwrap_or_else(|_| serde_json::json!({"type": "object"}))
 }
 
 fn validate_against_schema(schema: Option<&Value>, value: &Value) -> Result<(), ResumeRejection> {
@@ -292,6 +327,8 @@ pub trait DynTool: Send + Sync {
     fn idempotent(&self) -> bool;
     /// See [`Tool::asks_user`].
     fn asks_user(&self) -> bool;
+    /// See [`Tool::requires_approval`].
+    fn requires_approval(&self, args: &Value) -> bool;
     /// See [`Tool::validate_resume`].
     ///
     /// # Errors
@@ -323,8 +360,7 @@ impl<T: Tool> DynTool for T {
         ToolDefinition {
             name: T::NAME.to_owned(),
             description: Tool::description(self),
-            input_schema: serde_json::to_value(schemars::schema_for!(T::Args))
-                .unwrap_or_else(|_| serde_json::json!({"type": "object"})),
+            input_schema: Tool::input_schema(self),
         }
     }
 
@@ -342,6 +378,10 @@ impl<T: Tool> DynTool for T {
 
     fn asks_user(&self) -> bool {
         Tool::asks_user(self)
+    }
+
+    fn requires_approval(&self, args: &Value) -> bool {
+        Tool::requires_approval(self, args)
     }
 
     fn validate_resume(

@@ -67,6 +67,18 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
             fields.insert("resumeSchema".into(), schema);
             envelope("tool-call-suspended", run_id, Value::Object(fields))
         }
+        Chunk::ToolCallApproval {
+            call,
+            resume_schema,
+        } => {
+            let mut fields = call_fields(call);
+            // As for suspensions, the reference sends the schema as a JSON string.
+            fields.insert(
+                "resumeSchema".into(),
+                Value::String(resume_schema.to_string()),
+            );
+            envelope("tool-call-approval", run_id, Value::Object(fields))
+        }
         Chunk::StepFinish {
             reason,
             usage,

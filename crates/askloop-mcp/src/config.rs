@@ -27,8 +27,8 @@ use serde::{Deserialize, Deserializer};
 pub struct McpServerConfig {
     /// Where the server is.
     pub transport: McpTransport,
-    /// Which of the server's tools need approval before they run. Parsed and kept; the agent
-    /// loop does not enforce it yet (approvals are a later part of issue 10).
+    /// Which of the server's tools need a person's approval before they run (the agent loop
+    /// suspends each such call with a `tool-call-approval` chunk).
     pub require_approval: RequireApproval,
 }
 

@@ -80,8 +80,8 @@ impl McpTool {
         self.read_only || self.idempotent
     }
 
-    /// Whether the server's `require_approval` covers this tool. Kept for the agent loop's
-    /// approvals (a later part of issue 10); nothing enforces it yet.
+    /// Whether the server's `require_approval` covers this tool: then every call waits for a
+    /// person's approval (`tool-call-approval`) before it runs.
     pub fn requires_approval(&self) -> bool {
         self.requires_approval
     }
@@ -164,6 +164,10 @@ impl DynTool for McpTool {
 
     fn asks_user(&self) -> bool {
         false
+    }
+
+    fn requires_approval(&self, _args: &Value) -> bool {
+        self.requires_approval
     }
 
     fn validate_resume(

@@ -15,7 +15,7 @@ use askloop_providers::local::{LocalModel, default_model_path};
 fn request(prompt: &str, choice: ToolChoice, max_tokens: u32) -> Result<ModelRequest, String> {
     let agent = Agent::builder("bench")
         .model(askloop_core::testing::ScriptedModel::from_steps(vec![]))
-        .tool(AskUser)
+        .tool(AskUser::new())
         .build()
         .map_err(|error| error.to_string())?;
     Ok(ModelRequest::new(vec![Message::user(prompt)])

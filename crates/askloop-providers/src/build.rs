@@ -36,7 +36,7 @@ use crate::spec::ModelSpec;
 /// let agent = Agent::builder("assistant")
 ///     .shared_model(model)
 ///     .model_spec(spec.to_string())
-///     .tool(AskUser)
+///     .tool(AskUser::new())
 ///     .build()?;
 /// # let _ = agent;
 /// # Ok(()) }

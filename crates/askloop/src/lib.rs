@@ -28,7 +28,7 @@
 //! let model = ScriptedModel::from_json(r#"{"steps":[
 //!   {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?"}}]},
 //!   {"text":"Done."}]}"#)?;
-//! let agent = Agent::builder("assistant").model(model).tool(AskUser).build()?;
+//! let agent = Agent::builder("assistant").model(model).tool(AskUser::new()).build()?;
 //! let first = agent.generate("Summarize my project").await?;
 //! let RunOutcome::Suspended { pending } = &first.status else { unreachable!() };
 //! assert_eq!(pending[0].suspend_payload["question"], "Which repo?");

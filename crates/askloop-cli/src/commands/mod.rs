@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod approve;
 pub(crate) mod chat;
 pub(crate) mod model;
 pub(crate) mod resume;

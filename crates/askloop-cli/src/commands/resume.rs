@@ -82,10 +82,12 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
         };
         let tool_call_id = args.tool_call_id.map(ToolCallId::new);
         session.announce_answered = tool_call_id.is_none();
-        let stream = match agent
-            .resume_stream(answer, &run_id, tool_call_id.as_ref())
-            .await
-        {
+        let respond = agent.respond(&run_id).by("cli");
+        let respond = match &tool_call_id {
+            Some(id) => respond.answer(id, answer),
+            None => respond.answer_pending_call(answer),
+        };
+        let stream = match respond.stream().await {
             Ok(stream) => stream,
             Err(ResumeError::AlreadyAnswered {
                 run_id,

@@ -13,7 +13,9 @@ use askloop_core::{
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::{ContinueArgs, GlobalArgs, ListArgs, RecoverArgs, ShowArgs};
+use crate::cli::{
+    CancelArgs, ContinueArgs, GlobalArgs, ListArgs, RecoverArgs, ShowArgs, SweepArgs,
+};
 use crate::context::{Access, CommandLine, Context};
 use crate::exit::{invalid, invalid_because};
 use crate::format::{SHOW_LIMIT, compact_json, cut, format_time, result_summary, truncate};
@@ -350,7 +352,21 @@ fn message_lines(message: &Message) -> Vec<String> {
             .collect(),
         Message::Tool { results } => results
             .iter()
-            .map(|result| format!("tool {}", result_summary(result)))
+            .flat_map(|result| {
+                let mut lines = vec![format!("tool {}", result_summary(result))];
+                lines.extend(result.audit.iter().map(|record| {
+                    format!(
+                        "  {} by {} at {} UTC",
+                        record.action.as_str(),
+                        record.by.as_deref().map_or_else(
+                            || "(not said)".to_owned(),
+                            |by| crate::format::escape_controls(by).into_owned()
+                        ),
+                        format_time(record.at_ms)
+                    )
+                }));
+                lines
+            })
             .collect(),
     }
 }
@@ -558,6 +574,89 @@ pub(crate) async fn recover(global: &GlobalArgs, args: RecoverArgs) -> anyhow::R
             if let Err(error) = continued {
                 output.note(&format!(
                     "run {run_id} was not recovered: {}",
+                    crate::exit::one_line(&error)
+                ))?;
+                first_error.get_or_insert(error);
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(ExitCode::SUCCESS),
+        }
+    }
+    .await;
+    context.close().await;
+    result
+}
+
+/// Runs `askloop runs cancel RUN_ID`: every call the run waits on gets a result saying the run
+/// was cancelled (recorded as by `cli`), and the run ends as cancelled.
+///
+/// # Errors
+/// Invalid input for an unknown run or one that already ended; a live process driving it.
+pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Result<ExitCode> {
+    let context = Context::open(global, Access::Update).await?;
+    let result: anyhow::Result<ExitCode> = async {
+        let run_id = RunId::new(args.run_id);
+        let state = context.load_run(&run_id).await?;
+        let agent = context.agent_for_run(&state, None).await?;
+        agent
+            .cancel_run(&run_id, Some("cli".to_owned()))
+            .await
+            .map_err(|error| context.refused(error))?;
+        let mut output = Output::new(Mode::Human);
+        output.note(&format!("run {run_id} is cancelled"))?;
+        Ok(ExitCode::SUCCESS)
+    }
+    .await;
+    context.close().await;
+    result
+}
+
+/// Runs `askloop runs sweep`: expires every question whose deadline passed (each call gets a
+/// result telling the model no answer came in time, recorded as by `sweep`) and follows each
+/// such run to its next question or its end. Two sweeps at once expire each question once.
+///
+/// # Errors
+/// Store errors; the first run that fails (the others are still tried first).
+pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Result<ExitCode> {
+    let context = Context::open(global, Access::Update).await?;
+    let result: anyhow::Result<ExitCode> = async {
+        let due = askloop_core::expired_runs(context.store.as_ref(), lease_now_ms()).await?;
+        let mode = if args.json { Mode::Json } else { Mode::Human };
+        let mut output = Output::new(mode);
+        if due.is_empty() {
+            output.note("no question has expired")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        let mut first_error = None;
+        for expired in due {
+            let run_id = expired.run_id.clone();
+            let swept: anyhow::Result<()> = async {
+                let state = context.load_run(&run_id).await?;
+                let agent = context.agent_for_run(&state, None).await?;
+                let stream = match agent.expire_due(&expired, Some("sweep".to_owned())).await {
+                    Ok(stream) => stream,
+                    // Another sweep (or an answer) got there first: nothing to do.
+                    Err(
+                        ResumeError::Conflict { .. }
+                        | ResumeError::AlreadyAnswered { .. }
+                        | ResumeError::NotSuspended { .. },
+                    ) => return Ok(()),
+                    Err(error) => return Err(context.refused(error)),
+                };
+                output.note(&format!(
+                    "run {run_id}: {} question(s) expired",
+                    expired.tool_call_ids.len()
+                ))?;
+                let mut session = Session::new(&context, agent, mode);
+                session.answerer = crate::prompt::Answerer::Nobody;
+                session.follow(stream, Origin::Stored).await.map(|_| ())
+            }
+            .await;
+            if let Err(error) = swept {
+                output.note(&format!(
+                    "run {run_id} was not swept: {}",
                     crate::exit::one_line(&error)
                 ))?;
                 first_error.get_or_insert(error);

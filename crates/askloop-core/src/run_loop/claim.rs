@@ -6,15 +6,21 @@
 //! continue takes the run over, applying the journal's recovery rules in the same
 //! compare-and-swap, and a resume says what happened ([`ResumeError::Interrupted`]).
 
-use serde_json::Value;
+use std::time::Duration;
+
+use serde_json::{Value, json};
 
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{RunId, ToolCallId};
 use crate::message::ToolResult;
-use crate::run::{CallState, PendingStep, RunState, RunStatus};
+use crate::response::CallResponse;
+use crate::run::{
+    AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, approval_schema, now_ms,
+};
 use crate::run_loop::clock::lease_now_ms;
 use crate::store::{Lease, StoreError, StoredRun};
+use crate::tool::ResumeRejection;
 
 /// The error result a call gets when the process running it stopped before its result was
 /// recorded and its tool is not idempotent.
@@ -25,19 +31,22 @@ pub(crate) const OUTCOME_UNKNOWN: &str =
 pub(crate) struct Claim {
     state: RunState,
     version: u64,
+    /// The calls the claim itself completed (declined, expired): the stream announces their
+    /// results first.
+    resolved: Vec<usize>,
 }
 
 impl Claim {
-    pub(super) fn into_parts(self) -> (RunState, u64) {
-        (self.state, self.version)
+    pub(super) fn into_parts(self) -> (RunState, u64, Vec<usize>) {
+        (self.state, self.version, self.resolved)
     }
 }
 
 /// How many times a claim re-reads the run after losing a compare-and-swap to a commit that
 /// did not touch the targeted call.
-const CLAIM_ATTEMPTS: usize = 3;
+pub(super) const CLAIM_ATTEMPTS: usize = 3;
 
-fn map_load_error(error: StoreError) -> ResumeError {
+pub(super) fn map_load_error(error: StoreError) -> ResumeError {
     match error {
         StoreError::NotFound { run_id } => ResumeError::RunNotFound { run_id },
         other => ResumeError::Store(other),
@@ -45,7 +54,10 @@ fn map_load_error(error: StoreError) -> ResumeError {
 }
 
 /// Loads a run and checks that it belongs to `agent`.
-async fn load_own_run(agent: &AgentDefinition, run_id: &RunId) -> Result<StoredRun, ResumeError> {
+pub(super) async fn load_own_run(
+    agent: &AgentDefinition,
+    run_id: &RunId,
+) -> Result<StoredRun, ResumeError> {
     let stored = agent.store.load_run(run_id).await.map_err(map_load_error)?;
     if stored.state.agent_id != agent.id {
         return Err(ResumeError::WrongAgent {
@@ -58,7 +70,7 @@ async fn load_own_run(agent: &AgentDefinition, run_id: &RunId) -> Result<StoredR
 }
 
 /// The live lease of a running run, if another driver holds one now.
-fn live_lease(stored: &StoredRun) -> Option<&Lease> {
+pub(super) fn live_lease(stored: &StoredRun) -> Option<&Lease> {
     if stored.state.status != RunStatus::Running {
         return None;
     }
@@ -75,20 +87,45 @@ fn in_progress(run_id: &RunId, lease: &Lease) -> ResumeError {
     }
 }
 
-/// Checks a resume against the stored run and claims the call (compare-and-swap): the slot
-/// becomes `resuming` with the answer, the run `running` under this agent's lease. Nothing
-/// changes unless it returns `Ok`.
+/// How long a claim waits while another process settles a claim on a *different* call of the
+/// same step (the run is `running` under its live lease, the targeted call still waits): that
+/// process re-suspends the run in a moment, and then this claim lands too.
+const BUSY_WAIT: Duration = Duration::from_secs(10);
+
+/// What a claim does to one waiting call.
+#[derive(Clone, Debug)]
+pub(crate) enum Resolution {
+    /// A person's response: an answer, an approval or a decline.
+    Respond(CallResponse),
+    /// The call's deadline passed (applied by a sweep).
+    Expire,
+}
+
+/// Checks responses against the stored run and claims their calls in one compare-and-swap:
+/// an answered call becomes `resuming` with its answer, an approved one `running`, a declined
+/// or expired one `completed` with its error result; the run becomes `running` under this
+/// agent's lease. Every response is checked before anything changes: one invalid response
+/// refuses them all. Nothing changes unless it returns `Ok`.
 pub(crate) async fn claim_resume(
     agent: &AgentDefinition,
-    resume_data: Value,
     run_id: &RunId,
-    tool_call_id: Option<&ToolCallId>,
+    items: Vec<(Option<ToolCallId>, Resolution)>,
+    by: Option<String>,
 ) -> Result<Claim, ResumeError> {
+    check_items(run_id, &items)?;
     let mut lost_race = false;
-    for _ in 0..CLAIM_ATTEMPTS {
+    let mut attempts = 0;
+    let busy_until = tokio::time::Instant::now() + BUSY_WAIT;
+    let mut pause = Duration::from_millis(2);
+    loop {
         let stored = load_own_run(agent, run_id).await?;
-        let index = match pick_call(&stored, tool_call_id, &resume_data) {
-            Ok(index) => index,
+        if busy_with_another_call(&stored, &items) && tokio::time::Instant::now() < busy_until {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+            continue;
+        }
+        let (state, resolved) = match apply(agent, &stored, &items, by.as_ref()) {
+            Ok(applied) => applied,
             // A lost compare-and-swap means another resume won: say so, unless the second read
             // shows this very answer recorded (then the resume is idempotent).
             Err(
@@ -103,8 +140,118 @@ pub(crate) async fn claim_resume(
             }
             Err(error) => return Err(error),
         };
-        let version = stored.version;
-        let mut state = stored.state;
+        let lease = agent.new_lease();
+        match agent
+            .store
+            .update_run(&state, stored.version, Some(&lease))
+            .await
+        {
+            Ok(version) => {
+                return Ok(Claim {
+                    state,
+                    version,
+                    resolved,
+                });
+            }
+            Err(StoreError::Conflict { .. }) => {
+                lost_race = true;
+                attempts += 1;
+                if attempts >= CLAIM_ATTEMPTS {
+                    return Err(ResumeError::Conflict {
+                        run_id: run_id.clone(),
+                    });
+                }
+            }
+            Err(error) => return Err(map_load_error(error)),
+        }
+    }
+}
+
+/// Refuses a batch that names a call twice, or leaves a call unnamed beside others.
+fn check_items(
+    run_id: &RunId,
+    items: &[(Option<ToolCallId>, Resolution)],
+) -> Result<(), ResumeError> {
+    if items.is_empty() {
+        return Err(ResumeError::EmptyBatch {
+            run_id: run_id.clone(),
+        });
+    }
+    if items.len() > 1 && items.iter().any(|(id, _)| id.is_none()) {
+        return Err(ResumeError::UnnamedInBatch {
+            run_id: run_id.clone(),
+        });
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (id, _) in items {
+        if let Some(id) = id
+            && !seen.insert(id)
+        {
+            return Err(ResumeError::DuplicateToolCall {
+                run_id: run_id.clone(),
+                tool_call_id: id.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether another process is settling a claim on other calls of this run's step while every
+/// call named here still waits: the run will be suspended again in a moment.
+fn busy_with_another_call(stored: &StoredRun, items: &[(Option<ToolCallId>, Resolution)]) -> bool {
+    let state = &stored.state;
+    if state.status != RunStatus::Running || live_lease(stored).is_none() {
+        return false;
+    }
+    let Some(step) = &state.pending_step else {
+        return false;
+    };
+    let in_flight = step.calls.iter().any(|slot| {
+        matches!(
+            slot.state,
+            CallState::Resuming { .. } | CallState::Running { .. }
+        )
+    });
+    in_flight
+        && items.iter().all(|(id, _)| {
+            id.as_ref().is_some_and(|id| {
+                step.calls
+                    .iter()
+                    .any(|slot| &slot.call.id == id && slot.state.is_waiting())
+            })
+        })
+}
+
+/// The canonical answer of a resolution, as recorded with the call's result: the answer
+/// itself, or `{"approved": …, "reason"?: …}`; `None` for an expiry.
+fn recorded_answer(resolution: &Resolution) -> Option<Value> {
+    match resolution {
+        Resolution::Respond(CallResponse::Answer(answer)) => Some(answer.clone()),
+        Resolution::Respond(CallResponse::Approve) => Some(json!({"approved": true})),
+        Resolution::Respond(CallResponse::Decline { reason: None }) => {
+            Some(json!({"approved": false}))
+        }
+        Resolution::Respond(CallResponse::Decline {
+            reason: Some(reason),
+        }) => Some(json!({"approved": false, "reason": reason})),
+        Resolution::Expire => None,
+    }
+}
+
+/// The state after applying every resolution to the stored run, and the indexes of the calls
+/// it completed (declined, expired), or why nothing may change.
+fn apply(
+    agent: &AgentDefinition,
+    stored: &StoredRun,
+    items: &[(Option<ToolCallId>, Resolution)],
+    by: Option<&String>,
+) -> Result<(RunState, Vec<usize>), ResumeError> {
+    let run_id = &stored.state.run_id;
+    let mut state = stored.state.clone();
+    let mut resolved = Vec::new();
+    for (tool_call_id, resolution) in items {
+        let answer = recorded_answer(resolution).unwrap_or(Value::Null);
+        let index = pick_call(stored, tool_call_id.as_ref(), &answer)?;
         let Some(slot) = state
             .pending_step
             .as_mut()
@@ -115,41 +262,131 @@ pub(crate) async fn claim_resume(
                 status: state.status,
             });
         };
-        let CallState::Suspended { suspension } = &slot.state else {
-            return Err(ResumeError::Conflict {
-                run_id: run_id.clone(),
-            });
+        let invalid = |rejection: ResumeRejection| ResumeError::InvalidAnswer {
+            run_id: run_id.clone(),
+            tool_call_id: slot.call.id.clone(),
+            tool_name: slot.call.name.clone(),
+            rejection,
         };
-        let Some(tool) = agent.tool(&slot.call.name) else {
-            return Err(ResumeError::ToolUnavailable {
-                run_id: run_id.clone(),
-                tool_name: slot.call.name.clone(),
-            });
+        let action = match (&slot.state, resolution) {
+            (
+                CallState::Suspended { suspension },
+                Resolution::Respond(CallResponse::Answer(answer)),
+            ) => {
+                let Some(tool) = agent.tool(&slot.call.name) else {
+                    return Err(ResumeError::ToolUnavailable {
+                        run_id: run_id.clone(),
+                        tool_name: slot.call.name.clone(),
+                    });
+                };
+                tool.tool()
+                    .validate_resume(suspension, answer)
+                    .map_err(invalid)?;
+                slot.state = CallState::Resuming {
+                    suspension: suspension.clone(),
+                    resume_data: answer.clone(),
+                };
+                AuditAction::Answer
+            }
+            (CallState::Suspended { .. }, Resolution::Respond(_)) => {
+                return Err(invalid(ResumeRejection {
+                    expected:
+                        "an answer: this call asks a question, it does not wait for an approval"
+                            .into(),
+                    problems: Vec::new(),
+                }));
+            }
+            (CallState::Suspended { suspension }, Resolution::Expire) => {
+                let mut result = ToolResult::error(&slot.call, NO_ANSWER_IN_TIME);
+                result.result = json!({"content": expired_text(suspension), "isError": true});
+                slot.state = CallState::Completed { result };
+                resolved.push(index);
+                AuditAction::Expire
+            }
+            (CallState::AwaitingApproval, Resolution::Respond(response)) => {
+                let (approved, reason) = approval_of(response).map_err(invalid)?;
+                if approved {
+                    // The approval is the journal entry: the call is committed as started
+                    // before its tool runs, and never asked for approval again.
+                    slot.state = CallState::Running {
+                        started_at_ms: now_ms(),
+                    };
+                    AuditAction::Approve
+                } else {
+                    let mut result =
+                        ToolResult::error(&slot.call, declined_text(reason.as_deref()));
+                    result.answer = recorded_answer(resolution);
+                    slot.state = CallState::Completed { result };
+                    resolved.push(index);
+                    AuditAction::Decline
+                }
+            }
+            (CallState::AwaitingApproval, Resolution::Expire) => {
+                return Err(ResumeError::NotSuspended {
+                    run_id: run_id.clone(),
+                    status: state.status,
+                });
+            }
+            _ => {
+                return Err(ResumeError::Conflict {
+                    run_id: run_id.clone(),
+                });
+            }
         };
-        if let Err(rejection) = tool.tool().validate_resume(suspension, &resume_data) {
-            return Err(ResumeError::InvalidAnswer {
-                run_id: run_id.clone(),
-                tool_call_id: slot.call.id.clone(),
-                tool_name: slot.call.name.clone(),
-                rejection,
-            });
+        slot.audit.push(AuditRecord::now(action, by.cloned()));
+    }
+    state.status = RunStatus::Running;
+    state.touch();
+    Ok((state, resolved))
+}
+
+/// The error text a call gets when its question expired unanswered.
+pub(crate) const NO_ANSWER_IN_TIME: &str = "no answer came in time: the question expired";
+
+fn expired_text(suspension: &crate::tool::Suspension) -> String {
+    match suspension.expires_at_ms {
+        Some(at) => format!("{NO_ANSWER_IN_TIME} at {}", crate::time::rfc3339(at)),
+        None => NO_ANSWER_IN_TIME.to_owned(),
+    }
+}
+
+/// The error text a declined call gets: the person's reason, or a default.
+pub(crate) fn declined_text(reason: Option<&str>) -> String {
+    match reason.map(str::trim).filter(|reason| !reason.is_empty()) {
+        Some(reason) => {
+            format!("the person declined this tool call; it did not run. Reason: {reason}")
         }
-        slot.state = CallState::Resuming {
-            suspension: suspension.clone(),
-            resume_data: resume_data.clone(),
-        };
-        state.status = RunStatus::Running;
-        state.touch();
-        let lease = agent.new_lease();
-        match agent.store.update_run(&state, version, Some(&lease)).await {
-            Ok(version) => return Ok(Claim { state, version }),
-            Err(StoreError::Conflict { .. }) => lost_race = true,
-            Err(error) => return Err(map_load_error(error)),
+        None => "the person declined this tool call; it did not run".to_owned(),
+    }
+}
+
+/// Reads an approval response: `approve`, `decline`, or an answer `{"approved": bool,
+/// "reason"?: string}` (the reference framework's approval resume data).
+fn approval_of(response: &CallResponse) -> Result<(bool, Option<String>), ResumeRejection> {
+    match response {
+        CallResponse::Approve => Ok((true, None)),
+        CallResponse::Decline { reason } => Ok((false, reason.clone())),
+        CallResponse::Answer(answer) => {
+            let schema = approval_schema();
+            let problems = crate::schema::SchemaValidator::new(&schema)
+                .map(|validator| validator.problems(answer))
+                .unwrap_or_default();
+            let approved = answer.get("approved").and_then(Value::as_bool);
+            match approved {
+                Some(approved) if problems.is_empty() => Ok((
+                    approved,
+                    answer
+                        .get("reason")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                )),
+                _ => Err(ResumeRejection {
+                    expected: "an approval: {\"approved\": true} or {\"approved\": false, \"reason\": \"…\"}".into(),
+                    problems,
+                }),
+            }
         }
     }
-    Err(ResumeError::Conflict {
-        run_id: run_id.clone(),
-    })
 }
 
 /// Which slot of the pending step a resume targets: the call named by `tool_call_id`, or the
@@ -300,7 +537,11 @@ pub(crate) async fn claim_continue(
         .update_run(&state, stored.version, Some(&lease))
         .await
     {
-        Ok(version) => Ok(Claim { state, version }),
+        Ok(version) => Ok(Claim {
+            state,
+            version,
+            resolved: Vec::new(),
+        }),
         Err(StoreError::Conflict { .. }) => Err(ResumeError::Conflict {
             run_id: run_id.clone(),
         }),

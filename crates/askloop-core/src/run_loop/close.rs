@@ -4,7 +4,7 @@
 use crate::chunk::Chunk;
 use crate::error::AgentError;
 use crate::message::{FinishReason, Message, Usage};
-use crate::run::{CallState, PendingStep, RunStatus};
+use crate::run::{CallState, PendingStep, RunStatus, approval_schema};
 use crate::run_loop::ActiveRun;
 use crate::run_loop::emit::Emitter;
 use crate::run_loop::model_step::StepResponse;
@@ -19,9 +19,10 @@ pub(super) enum StepEnd {
 }
 
 /// Closes a step. If any call waits, the run is committed as suspended and one
-/// `tool-call-suspended` is emitted per waiting call (only those at `announce`, when given: the
-/// others were announced by an earlier stream). Otherwise the results, in call order, join the
-/// conversation and `step-finish` is emitted with the step's `usage`.
+/// `tool-call-suspended` (or `tool-call-approval`) is emitted per waiting call, every one of
+/// them, also those an earlier stream announced, so each stream lists everything the run waits
+/// for. Otherwise the results, in call order, join the conversation and `step-finish` is
+/// emitted with the step's `usage`.
 ///
 /// # Errors
 /// [`AgentError::Store`] if the suspension cannot be committed (nothing is announced then).
@@ -29,7 +30,6 @@ pub(super) async fn close_step(
     run: &mut ActiveRun,
     step: PendingStep,
     usage: Usage,
-    announce: Option<&[usize]>,
     out: &mut Emitter,
 ) -> Result<StepEnd, AgentError> {
     let Some(results) = step.results() else {
@@ -39,16 +39,23 @@ pub(super) async fn close_step(
         let Some(step) = &run.state.pending_step else {
             return Ok(StepEnd::Suspended);
         };
-        for (index, slot) in step.calls.iter().enumerate() {
-            if announce.is_some_and(|announce| !announce.contains(&index)) {
-                continue;
-            }
-            if let CallState::Suspended { suspension } = &slot.state {
-                out.emit(Chunk::ToolCallSuspended {
-                    call: slot.call.clone(),
-                    suspension: suspension.clone(),
-                })
-                .await;
+        for slot in &step.calls {
+            match &slot.state {
+                CallState::Suspended { suspension } => {
+                    out.emit(Chunk::ToolCallSuspended {
+                        call: slot.call.clone(),
+                        suspension: suspension.clone(),
+                    })
+                    .await;
+                }
+                CallState::AwaitingApproval => {
+                    out.emit(Chunk::ToolCallApproval {
+                        call: slot.call.clone(),
+                        resume_schema: approval_schema(),
+                    })
+                    .await;
+                }
+                _ => {}
             }
         }
         return Ok(StepEnd::Suspended);

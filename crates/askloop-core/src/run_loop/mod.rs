@@ -14,6 +14,7 @@ mod claim;
 pub(crate) mod clock;
 mod close;
 mod emit;
+mod end;
 mod model_step;
 mod tools;
 
@@ -28,7 +29,9 @@ use futures::future::Either;
 
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) use claim::OUTCOME_UNKNOWN;
-pub(crate) use claim::{Claim, claim_continue, claim_resume};
+pub(crate) use claim::{Claim, Resolution, claim_continue, claim_resume};
+pub use end::ExpiredRun;
+pub(crate) use end::{cancel_run, expired_calls};
 
 use crate::cancel::CancelHandle;
 use crate::chunk::Chunk;
@@ -55,6 +58,9 @@ struct ActiveRun {
     /// The stored version while the stored status is `running` and no commit is in flight:
     /// what the heartbeat renews the lease at. Shared with it.
     leased: Arc<Mutex<Option<u64>>>,
+    /// The calls of the pending step that the claim completed itself (declined, expired),
+    /// whose results the stream announces first.
+    resolved: Vec<usize>,
 }
 
 impl ActiveRun {
@@ -127,6 +133,15 @@ pub(crate) fn start(
     let stream = driven(move |mut out| async move {
         let (thread_id, history) = match options.thread_id {
             Some(thread_id) => {
+                // A new message to a thread whose run waits for answers supersedes that run
+                // first: its waiting calls get results saying so, and it joins the history.
+                end::supersede_waiting_runs(
+                    &agent,
+                    &thread_id,
+                    &input,
+                    options.resource_id.as_ref(),
+                )
+                .await?;
                 let history = agent.store.thread_history(&thread_id, None).await?;
                 (thread_id, history)
             }
@@ -154,6 +169,7 @@ pub(crate) fn start(
             cancel: run_cancel,
             history: Some(history.messages),
             leased: Arc::new(Mutex::new(Some(version))),
+            resolved: Vec::new(),
         };
         drive_leased(run, &mut out).await
     });
@@ -162,7 +178,7 @@ pub(crate) fn start(
 
 /// Streams a run that a resume or continue has claimed.
 pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
-    let (state, version) = claim.into_parts();
+    let (state, version, resolved) = claim.into_parts();
     let run_id = state.run_id.clone();
     let cancel = CancelHandle::new();
     let run = ActiveRun {
@@ -172,6 +188,7 @@ pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
         cancel: cancel.clone(),
         history: None,
         leased: Arc::new(Mutex::new(Some(version))),
+        resolved,
     };
     let stream = driven(move |mut out| async move { drive_leased(run, &mut out).await });
     AgentStream::new(run_id, cancel, Box::pin(stream))
@@ -253,18 +270,12 @@ async fn drive(mut run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> 
     //    commit before it.
     let mut needs_commit = false;
     if let Some(step) = run.state.pending_step.take() {
-        let settled = match tools::settle_claimed(&mut run, step, out).await {
+        let resolved = std::mem::take(&mut run.resolved);
+        let settled = match tools::settle_claimed(&mut run, step, &resolved, out).await {
             Ok(settled) => settled,
             Err(error) => return Err(run.fail(error).await),
         };
-        let end = close::close_step(
-            &mut run,
-            settled.step,
-            Usage::default(),
-            Some(&settled.resuspended),
-            out,
-        )
-        .await?;
+        let end = close::close_step(&mut run, settled.step, Usage::default(), out).await?;
         if end == StepEnd::Suspended {
             return Ok(());
         }
@@ -289,8 +300,7 @@ async fn drive(mut run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> 
             Ok(step) => step,
             Err(error) => return Err(run.fail(error).await),
         };
-        if close::close_step(&mut run, step, response.usage, None, out).await? == StepEnd::Suspended
-        {
+        if close::close_step(&mut run, step, response.usage, out).await? == StepEnd::Suspended {
             return Ok(());
         }
     }

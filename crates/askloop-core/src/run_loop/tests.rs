@@ -712,7 +712,7 @@ async fn issue8_the_question_budget_stops_questions() {
     ]));
     let agent = Agent::builder("tester")
         .shared_model(model.clone())
-        .tool(crate::AskUser)
+        .tool(crate::AskUser::new())
         .tool(Counter::default())
         .settings(
             crate::model::ModelSettings::new()
@@ -843,7 +843,7 @@ impl crate::Tool for Probe {
 #[test]
 fn only_ask_user_is_idempotent_by_default() {
     use crate::DynTool;
-    assert!(crate::AskUser.idempotent());
+    assert!(crate::AskUser::new().idempotent());
     assert!(!DynTool::idempotent(&Counter::default()));
     assert!(!DynTool::idempotent(&Gate::default()));
 }
@@ -863,7 +863,7 @@ async fn side_effecting_calls_are_journaled_before_they_run_and_recorded_as_they
     let counter = Counter::default();
     let agent = Agent::builder("tester")
         .shared_model(model.clone())
-        .tool(crate::AskUser)
+        .tool(crate::AskUser::new())
         .tool(counter.clone())
         .tool(Probe {
             store: store.clone(),
@@ -987,6 +987,11 @@ async fn resumes_after_a_resumer_died_say_what_happened() {
         .resume_stream(yes.clone(), &run_id, Some(&g1))
         .await
         .unwrap();
+    // The stream re-announces the call first, then runs its resume path.
+    assert!(matches!(
+        futures::poll!(stream.next()),
+        std::task::Poll::Ready(Some(Ok(Chunk::ToolCall { .. })))
+    ));
     let _ = futures::poll!(stream.next());
     assert_eq!(gate.resumes.load(Ordering::SeqCst), 1);
     drop(stream);
@@ -1077,7 +1082,7 @@ async fn an_idempotent_resume_interrupted_by_a_crash_runs_again() {
     let build = || {
         Agent::builder("tester")
             .shared_model(model.clone())
-            .tool(crate::AskUser)
+            .tool(crate::AskUser::new())
             .shared_store(store.clone())
             .build()
             .unwrap()

@@ -53,6 +53,11 @@ pub(super) async fn run_calls(
                 ),
             },
             None => match prepare(&agent, &call) {
+                // Approval is decided here, by the agent and the tool, from the checked
+                // arguments: nothing the model writes can approve a call.
+                Ok(args) if agent.requires_approval(&call.name, &args) => {
+                    CallState::AwaitingApproval
+                }
                 Ok(args) => {
                     work.push((index, args, None));
                     CallState::Running {
@@ -62,7 +67,11 @@ pub(super) async fn run_calls(
                 Err(result) => CallState::Completed { result: *result },
             },
         };
-        slots.push(CallSlot { call, state });
+        slots.push(CallSlot {
+            call,
+            state,
+            audit: Vec::new(),
+        });
     }
     let mut step = PendingStep { calls: slots };
     let journaled = work
@@ -166,23 +175,41 @@ fn over_question_budget(run: &ActiveRun, calls: &[ToolCall]) -> Vec<Option<u32>>
 pub(super) struct Settled {
     /// The step, its answered calls now completed (or suspended again).
     pub(super) step: PendingStep,
-    /// The calls that suspended again, by index: only these are announced anew.
-    pub(super) resuspended: Vec<usize>,
 }
 
-/// Runs the resume paths of the step's claimed calls (`resuming`, with their recorded answers)
-/// and, after a takeover, the idempotent calls left `running` (from the start), concurrently;
-/// commits each outcome of a non-idempotent tool as soon as it exists, and emits the
-/// `tool-result`s of those that completed.
+/// Runs the resume paths of the step's claimed calls (`resuming`, with their recorded answers),
+/// the approved calls and, after a takeover, the idempotent calls left `running` (from the
+/// start), concurrently; commits each outcome of a non-idempotent tool as soon as it exists.
+/// Emits, for every call the claim touched (`resolved`: those it completed itself, declined or
+/// expired), its `tool-call` again (so a client that starts listening here sees a complete
+/// pair) and, once completed, its `tool-result`.
 ///
 /// # Errors
 /// [`AgentError::Store`] when a commit fails.
 pub(super) async fn settle_claimed(
     run: &mut ActiveRun,
     mut step: PendingStep,
+    resolved: &[usize],
     out: &mut Emitter,
 ) -> Result<Settled, AgentError> {
     let agent = Arc::clone(&run.agent);
+    for index in resolved {
+        if let Some(slot) = step.calls.get(*index)
+            && let CallState::Completed { result } = &slot.state
+        {
+            let mut result = result.clone();
+            result.audit.clone_from(&slot.audit);
+            out.emit(Chunk::ToolCall {
+                call: slot.call.clone(),
+            })
+            .await;
+            out.emit(Chunk::ToolResult {
+                call: slot.call.clone(),
+                result,
+            })
+            .await;
+        }
+    }
     let mut work = Vec::new();
     for (index, slot) in step.calls.iter_mut().enumerate() {
         let answer = match &slot.state {
@@ -196,24 +223,30 @@ pub(super) async fn settle_claimed(
         }
     }
     let claimed: Vec<usize> = work.iter().map(|(index, _, _)| *index).collect();
+    for index in &claimed {
+        if let Some(slot) = step.calls.get(*index) {
+            out.emit(Chunk::ToolCall {
+                call: slot.call.clone(),
+            })
+            .await;
+        }
+    }
     run_work(run, &agent, &mut step, work, true).await?;
-    let mut resuspended = Vec::new();
     for index in claimed {
         let Some(slot) = step.calls.get(index) else {
             continue;
         };
-        match &slot.state {
-            CallState::Completed { result } => {
-                out.emit(Chunk::ToolResult {
-                    call: slot.call.clone(),
-                    result: result.clone(),
-                })
-                .await;
-            }
-            _ => resuspended.push(index),
+        if let CallState::Completed { result } = &slot.state {
+            let mut result = result.clone();
+            result.audit.clone_from(&slot.audit);
+            out.emit(Chunk::ToolResult {
+                call: slot.call.clone(),
+                result,
+            })
+            .await;
         }
     }
-    Ok(Settled { step, resuspended })
+    Ok(Settled { step })
 }
 
 /// Checks a call before it runs: its tool exists and its arguments fit the tool's schema.
@@ -266,6 +299,7 @@ async fn execute(
                     result: output,
                     is_error,
                     answer,
+                    audit: Vec::new(),
                 },
             }
         }

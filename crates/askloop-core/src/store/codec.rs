@@ -359,6 +359,7 @@ pub fn upgrade_v1(run_id: &RunId, text: &str) -> Result<RunState, StoreError> {
             .calls
             .into_iter()
             .map(|slot| CallSlot {
+                audit: Vec::new(),
                 call: slot.call,
                 state: match slot.state {
                     V1CallState::Completed { result } => CallState::Completed { result },
@@ -418,12 +419,10 @@ mod tests {
                     args: crate::message::ToolArgs::Json(serde_json::json!({})),
                 },
                 state: CallState::Resuming {
-                    suspension: Suspension {
-                        payload: serde_json::json!({"q": 1}),
-                        resume_schema: None,
-                    },
+                    suspension: Suspension::new(serde_json::json!({"q": 1})),
                     resume_data: serde_json::json!("yes"),
                 },
+                audit: Vec::new(),
             }],
         });
         state

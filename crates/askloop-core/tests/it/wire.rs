@@ -26,7 +26,7 @@ fn reference(name: &str) -> Vec<Value> {
 async fn ours() -> (Vec<Value>, Vec<Value>) {
     let agent = Agent::builder("assistant")
         .model(ScriptedModel::from_json(SCRIPT).unwrap())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .build()
         .unwrap();
     let stream = agent.stream("Summarize my project");

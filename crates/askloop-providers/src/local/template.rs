@@ -495,6 +495,7 @@ mod tests {
                     result: json!("User answered: Lisbon"),
                     is_error: false,
                     answer: None,
+                    audit: Vec::new(),
                 }],
             },
         ])
@@ -541,6 +542,7 @@ mod tests {
                     result: json!("User answered: Lisbon"),
                     is_error: false,
                     answer: None,
+                    audit: Vec::new(),
                 }],
             },
         ])

@@ -21,7 +21,7 @@ async fn agent(wire: &Wire, server: &MockServer, store: &Arc<MemoryStore>) -> Ag
         .instructions("You plan trips.")
         .shared_model(model)
         .model_spec(wire.spec().to_string())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .shared_store(store.clone())
         .build()
         .unwrap()
@@ -310,5 +310,117 @@ async fn anthropic_redacted_thinking_survives_a_resume() {
             {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB9URj2pLmN3kF8/dW5hR7xJ0aP1oLs9yTcMnKVf2wRpEGjH9XZaBt4UvDcPrQ=="},
             {"type": "tool_use", "id": "toolu_redacted", "name": "ask_user",
              "input": {"question": "Which city?"}}]})
+    );
+}
+
+/// Two questions wait; the person writes a new message to the thread instead. The model's next
+/// request: the two calls, one result each (saying the person wrote instead), then the new
+/// message — a history each protocol accepts. Returns the second request's messages.
+async fn new_message_while_two_questions_wait(wire: &Wire) -> Value {
+    let server = wire
+        .server(vec![
+            wire.ok(wire.fixtures.parallel_tool_calls),
+            wire.ok(wire.fixtures.final_text),
+        ])
+        .await;
+    let store = Arc::new(MemoryStore::new());
+    let thread = askloop_core::ThreadId::new("t-new-message");
+    let started = agent(wire, &server, &store)
+        .await
+        .stream_with(
+            "Plan my trip",
+            askloop_core::RunOptions::new().thread(thread.clone()),
+        )
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(pending(&started).len(), 2);
+    let next = agent(wire, &server, &store)
+        .await
+        .stream_with(
+            "Actually, just book Rome",
+            askloop_core::RunOptions::new().thread(thread),
+        )
+        .collect_output()
+        .await
+        .unwrap();
+    assert!(matches!(next.status, RunOutcome::Finished { .. }));
+    let bodies = bodies(&server).await;
+    assert_eq!(bodies.len(), 2);
+    bodies[1]["messages"].clone()
+}
+
+fn instead(text: &str) -> String {
+    json!({"content": format!("the person did not answer and wrote instead: {text:?}"), "isError": false})
+        .to_string()
+}
+
+#[tokio::test]
+async fn new_message_while_questions_wait_openai() {
+    let messages = new_message_while_two_questions_wait(&OPENAI).await;
+    let messages = messages.as_array().unwrap();
+    let tail = &messages[messages.len() - 4..];
+    assert_eq!(tail[0]["role"], "assistant");
+    assert_eq!(
+        tail[1],
+        json!({"role": "tool", "content": instead("Actually, just book Rome"), "tool_call_id": "call_first"})
+    );
+    assert_eq!(
+        tail[2],
+        json!({"role": "tool", "content": instead("Actually, just book Rome"), "tool_call_id": "call_second"})
+    );
+    assert_eq!(
+        tail[3],
+        json!({"role": "user", "content": "Actually, just book Rome"})
+    );
+}
+
+#[tokio::test]
+async fn new_message_while_questions_wait_anthropic() {
+    let messages = new_message_while_two_questions_wait(&ANTHROPIC).await;
+    let messages = messages.as_array().unwrap();
+    // Every tool_use answered by a tool_result in the very next (user) message, then the text.
+    let last_assistant = messages
+        .iter()
+        .rposition(|message| message["role"] == "assistant")
+        .unwrap();
+    let after: Vec<&Value> = messages[last_assistant + 1..].iter().collect();
+    let blocks: Vec<Value> = after
+        .iter()
+        .flat_map(|message| match &message["content"] {
+            Value::Array(blocks) => blocks.clone(),
+            text => vec![json!({"type": "text", "text": text})],
+        })
+        .collect();
+    assert!(
+        after.iter().all(|message| message["role"] == "user"),
+        "{after:?}"
+    );
+    assert_eq!(
+        blocks,
+        [
+            json!({"type": "tool_result", "tool_use_id": "toolu_first", "content": instead("Actually, just book Rome")}),
+            json!({"type": "tool_result", "tool_use_id": "toolu_second", "content": instead("Actually, just book Rome")}),
+            json!({"type": "text", "text": "Actually, just book Rome"}),
+        ]
+    );
+    assert_eq!(
+        after[0]["content"][0]["type"], "tool_result",
+        "results come first"
+    );
+}
+
+#[tokio::test]
+async fn new_message_while_questions_wait_ollama() {
+    let messages = new_message_while_two_questions_wait(&OLLAMA).await;
+    let messages = messages.as_array().unwrap();
+    let tail = &messages[messages.len() - 3..];
+    assert_eq!(
+        tail,
+        [
+            json!({"role": "tool", "content": instead("Actually, just book Rome")}),
+            json!({"role": "tool", "content": instead("Actually, just book Rome")}),
+            json!({"role": "user", "content": "Actually, just book Rome"}),
+        ]
     );
 }

@@ -282,7 +282,7 @@ pub(crate) async fn bodies(server: &MockServer) -> Vec<Value> {
 pub(crate) fn ask_user_definition() -> ToolDefinition {
     let agent = Agent::builder("definitions")
         .model(ScriptedModel::from_steps(Vec::new()))
-        .tool(AskUser)
+        .tool(AskUser::new())
         .build()
         .unwrap();
     agent.tool_definitions()[0].clone()

@@ -14,7 +14,7 @@ const SCRIPT: &str = r#"{"steps":[{"text":"Hello."}]}"#;
 async fn one_run(store: Arc<dyn RunStore>) {
     let agent = Agent::builder("assistant")
         .model(ScriptedModel::from_json(SCRIPT).unwrap())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .shared_store(store)
         .build()
         .unwrap();

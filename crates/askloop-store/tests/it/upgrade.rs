@@ -44,7 +44,7 @@ fn agent(store: Arc<dyn RunStore>, script: &str) -> Agent {
     Agent::builder("assistant")
         .model(ScriptedModel::from_json(script).unwrap())
         .model_spec("scripted:fixture.json")
-        .tool(AskUser)
+        .tool(AskUser::new())
         .shared_store(store)
         .build()
         .unwrap()

@@ -16,6 +16,7 @@
 //! scenario panics (fails the test) on a broken promise; none is skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod hitl;
 mod store;
 pub mod support;
 
@@ -64,6 +65,12 @@ macro_rules! store_conformance_tests {
             concurrent_takeovers_have_one_winner,
             unfinished_side_effect_is_never_repeated,
             heartbeat_keeps_a_long_run_leased,
+            approvals_gate_side_effects,
+            answers_to_several_questions_land_on_their_calls,
+            batch_answers_apply_all_or_none,
+            expired_questions_are_swept_once,
+            new_message_supersedes_waiting_questions,
+            cancelled_runs_refuse_resumes,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

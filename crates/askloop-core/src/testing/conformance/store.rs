@@ -17,6 +17,7 @@ use crate::run::RunStatus;
 use crate::store::{RunFilter, RunStore, StoreError};
 use crate::testing::ScriptedModel;
 use crate::testing::conformance::Scenario;
+use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::support::*;
 use crate::{Agent, AgentError, AskUser, Chunk, ResumeError, RunOptions};
 
@@ -57,6 +58,12 @@ scenarios![
     concurrent_takeovers_have_one_winner,
     unfinished_side_effect_is_never_repeated,
     heartbeat_keeps_a_long_run_leased,
+    approvals_gate_side_effects,
+    answers_to_several_questions_land_on_their_calls,
+    batch_answers_apply_all_or_none,
+    expired_questions_are_swept_once,
+    new_message_supersedes_waiting_questions,
+    cancelled_runs_refuse_resumes,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
@@ -451,7 +458,7 @@ async fn resume_errors_change_nothing(store: Arc<dyn RunStore>) {
     );
     let other_agent = Agent::builder("someone-else")
         .shared_model(model.clone())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .shared_store(store.clone())
         .build()
         .unwrap();
@@ -642,7 +649,7 @@ async fn crash_after_resume_never_reruns_a_side_effecting_resume(store: Arc<dyn 
     let gate = Gate::default();
     let agent = Agent::builder("tester")
         .model(ScriptedModel::from_json(&steps).unwrap())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .tool(gate.clone())
         .shared_store(store.clone())
         .lease(SHORT_LEASE)
@@ -964,7 +971,7 @@ async fn listing_summaries_carry_pending_questions(store: Arc<dyn RunStore>) {
 fn hanging_agent(store: &Arc<dyn RunStore>, model: &Arc<HangingModel>) -> Agent {
     Agent::builder("tester")
         .shared_model(model.clone())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .shared_store(store.clone())
         .lease(SHORT_LEASE)
         .build()
@@ -1121,7 +1128,7 @@ async fn unfinished_side_effect_is_never_repeated(store: Arc<dyn RunStore>) {
     let build = || {
         Agent::builder("tester")
             .shared_model(model.clone())
-            .tool(AskUser)
+            .tool(AskUser::new())
             .tool(counter.clone())
             .tool(transfer.clone())
             .shared_store(store.clone())

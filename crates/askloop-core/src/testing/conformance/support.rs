@@ -153,7 +153,7 @@ pub fn agent(
 ) -> Agent {
     Agent::builder("tester")
         .shared_model(model.clone())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .tool(counter.clone())
         .tool(gate.clone())
         .shared_store(store.clone())

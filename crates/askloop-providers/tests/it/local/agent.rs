@@ -21,7 +21,7 @@ async fn agent(store: Arc<dyn RunStore>) -> Agent {
     Agent::builder("planner")
         .shared_model(model)
         .model_spec(spec.to_string())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .settings(
             ModelSettings::new()
                 .with_seed(4)

@@ -73,7 +73,7 @@ pub(crate) async fn one_at_a_time() -> MutexGuard<'static, ()> {
 pub(crate) fn ask_user_definition() -> ToolDefinition {
     let agent = Agent::builder("tools")
         .model(askloop_core::testing::ScriptedModel::from_steps(vec![]))
-        .tool(AskUser)
+        .tool(AskUser::new())
         .build()
         .unwrap();
     agent.tool_definitions()[0].clone()

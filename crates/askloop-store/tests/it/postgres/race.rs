@@ -16,7 +16,7 @@ const SCRIPT: &str = r#"{"steps":[
 pub(crate) fn agent(store: Arc<dyn RunStore>) -> Agent {
     Agent::builder("assistant")
         .model(ScriptedModel::from_json(SCRIPT).unwrap())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .shared_store(store)
         .build()
         .unwrap()

@@ -1,0 +1,102 @@
+//! `askloop approve` and `askloop decline`: answer a call that waits for a person's approval
+//! (`tool-call-approval`), then follow the run from there.
+
+use std::process::ExitCode;
+
+use askloop_core::{PendingKind, ResumeError, RunId, RunStatus, ToolCallId};
+
+use crate::cli::{ApproveArgs, DeclineArgs, GlobalArgs};
+use crate::context::{Access, Context};
+use crate::exit::invalid;
+use crate::output::Mode;
+use crate::session::{Origin, Session};
+
+/// Runs `askloop approve RUN_ID [--tool-call-id ID]`: the call's tool runs.
+///
+/// # Errors
+/// Invalid input for an unknown run or call, a call that does not wait for approval, several
+/// approvals waiting without `--tool-call-id`; the core's refusals; the run's failure.
+pub(crate) async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<ExitCode> {
+    respond(global, args.run_id, args.tool_call_id, None, args.json).await
+}
+
+/// Runs `askloop decline RUN_ID [--tool-call-id ID] [--reason TEXT]`: the call's tool never
+/// runs; the model gets the reason.
+///
+/// # Errors
+/// As [`approve`].
+pub(crate) async fn decline(global: &GlobalArgs, args: DeclineArgs) -> anyhow::Result<ExitCode> {
+    respond(
+        global,
+        args.run_id,
+        args.tool_call_id,
+        Some(args.reason),
+        args.json,
+    )
+    .await
+}
+
+/// Approves (`decline: None`) or declines (`Some(reason)`) one waiting approval.
+async fn respond(
+    global: &GlobalArgs,
+    run_id: String,
+    tool_call_id: Option<String>,
+    decline: Option<Option<String>>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let context = Context::open(global, Access::Update).await?;
+    let result: anyhow::Result<ExitCode> = async {
+        let run_id = RunId::new(run_id);
+        let state = context.load_run(&run_id).await?;
+        let verb = if decline.is_some() { "decline" } else { "approve" };
+        let waiting: Vec<_> = state
+            .pending_tool_calls()
+            .into_iter()
+            .filter(|call| call.kind == PendingKind::Approval)
+            .collect();
+        let tool_call_id = match tool_call_id {
+            Some(id) => ToolCallId::new(id),
+            None => match waiting.as_slice() {
+                [only] => only.tool_call_id.clone(),
+                [] if state.status() != RunStatus::Suspended => {
+                    return Err(context.refused(ResumeError::NotSuspended {
+                        run_id,
+                        status: state.status(),
+                    }));
+                }
+                [] => {
+                    return Err(invalid(format!(
+                        "run {run_id} has no tool call waiting for approval (see `{}`)",
+                        context.command("runs show").arg(run_id.as_str())
+                    )));
+                }
+                several => {
+                    let ids: Vec<&str> =
+                        several.iter().map(|call| call.tool_call_id.as_str()).collect();
+                    return Err(invalid(format!(
+                        "run {run_id} has {} tool calls waiting for approval: {}; say which one to {verb} with --tool-call-id",
+                        several.len(),
+                        ids.join(", ")
+                    )));
+                }
+            },
+        };
+        let agent = context.agent_for_run(&state, None).await?;
+        let respond = agent.respond(&run_id).by("cli");
+        let respond = match decline {
+            None => respond.approve(&tool_call_id),
+            Some(reason) => respond.decline(&tool_call_id, reason),
+        };
+        let stream = respond
+            .stream()
+            .await
+            .map_err(|error| context.refused(error))?;
+        let mode = if json { Mode::Json } else { Mode::Human };
+        let mut session = Session::new(&context, agent, mode);
+        session.follow(stream, Origin::Stored).await?;
+        Ok(ExitCode::SUCCESS)
+    }
+    .await;
+    context.close().await;
+    result
+}

@@ -1,0 +1,204 @@
+//! Ending a wait without answers: cancelling a run, superseding a waiting run with a new message
+//! to its thread, and finding the questions whose deadline passed. Each is one compare-and-swap
+//! that gives every waiting call exactly one result, so the conversation stays one that every
+//! provider accepts (each tool call answered by one result).
+
+use serde_json::json;
+
+use crate::definition::AgentDefinition;
+use crate::error::ResumeError;
+use crate::ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};
+use crate::message::{FinishReason, Message, ToolResult};
+use crate::run::{AuditAction, AuditRecord, CallState, RunFailure, RunState, RunStatus};
+use crate::run_loop::claim::{CLAIM_ATTEMPTS, live_lease, load_own_run, map_load_error};
+use crate::store::{ListedRun, RunFilter, RunStore, StoreError};
+
+/// The error text of a call whose run was cancelled while it waited.
+pub(crate) const CANCELLED: &str = "the run was cancelled while this tool call waited";
+
+/// Gives every call of the pending step that has no result `result_of(call)` with an audit
+/// record, and appends the step's results to the conversation.
+fn resolve_waiting(
+    state: &mut RunState,
+    action: AuditAction,
+    by: Option<&String>,
+    result_of: impl Fn(&crate::message::ToolCall) -> ToolResult,
+) {
+    let Some(mut step) = state.pending_step.take() else {
+        return;
+    };
+    for slot in &mut step.calls {
+        if matches!(slot.state, CallState::Completed { .. }) {
+            continue;
+        }
+        slot.audit.push(AuditRecord::now(action, by.cloned()));
+        slot.state = CallState::Completed {
+            result: result_of(&slot.call),
+        };
+    }
+    if let Some(results) = step.results() {
+        state.messages.push(Message::Tool { results });
+    }
+}
+
+/// Cancels a run: every call that waits (or was left unfinished by a dead process) gets an
+/// error result saying the run was cancelled, and the run ends as `cancelled`, refusing
+/// resumes and continues from then on.
+///
+/// # Errors
+/// [`ResumeError::RunNotFound`], [`ResumeError::WrongAgent`], [`ResumeError::NotCancellable`]
+/// (completed or already cancelled), [`ResumeError::InProgress`] (a live process drives it:
+/// stop that process instead), [`ResumeError::Conflict`], [`ResumeError::Store`].
+pub(crate) async fn cancel_run(
+    agent: &AgentDefinition,
+    run_id: &RunId,
+    by: Option<String>,
+) -> Result<(), ResumeError> {
+    for _ in 0..CLAIM_ATTEMPTS {
+        let stored = load_own_run(agent, run_id).await?;
+        let status = stored.state.status;
+        if matches!(status, RunStatus::Completed | RunStatus::Cancelled) {
+            return Err(ResumeError::NotCancellable {
+                run_id: run_id.clone(),
+                status,
+            });
+        }
+        if let Some(lease) = live_lease(&stored) {
+            return Err(ResumeError::InProgress {
+                run_id: run_id.clone(),
+                lease_expires_at_ms: lease.expires_at_ms,
+            });
+        }
+        let version = stored.version;
+        let mut state = stored.state;
+        resolve_waiting(&mut state, AuditAction::Cancel, by.as_ref(), |call| {
+            ToolResult::error(call, CANCELLED)
+        });
+        state.status = RunStatus::Cancelled;
+        state.error = Some(RunFailure {
+            code: "cancelled".into(),
+            message: match &by {
+                Some(by) => format!("cancelled by {by}"),
+                None => "cancelled".into(),
+            },
+        });
+        state.touch();
+        match agent.store.update_run(&state, version, None).await {
+            Ok(_) => return Ok(()),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(error) => return Err(map_load_error(error)),
+        }
+    }
+    Err(ResumeError::Conflict {
+        run_id: run_id.clone(),
+    })
+}
+
+/// The result text of a waiting call whose person wrote a new message instead of answering.
+fn superseded_text(message: &str) -> String {
+    format!("the person did not answer and wrote instead: {message:?}")
+}
+
+/// Supersedes every suspended run of `thread_id` before a new run starts there with `message`:
+/// each waiting call gets a result saying the person wrote `message` instead of answering, and
+/// the run completes ([`FinishReason::Superseded`]) so that its messages join the thread's
+/// history ahead of the new run. A run a resume claims at the same moment is left to it.
+///
+/// # Errors
+/// [`StoreError`] when the store fails.
+pub(crate) async fn supersede_waiting_runs(
+    agent: &AgentDefinition,
+    thread_id: &ThreadId,
+    message: &str,
+    by: Option<&ResourceId>,
+) -> Result<(), StoreError> {
+    let filter = RunFilter::new()
+        .thread(thread_id.clone())
+        .status(RunStatus::Suspended);
+    let page = agent.store.list_runs(&filter).await?;
+    let by = by.map(ToString::to_string);
+    for listed in page.runs {
+        let ListedRun::Run(summary) = listed else {
+            continue;
+        };
+        for _ in 0..CLAIM_ATTEMPTS {
+            let stored = match agent.store.load_run(&summary.run_id).await {
+                Ok(stored) => stored,
+                Err(StoreError::NotFound { .. }) => break,
+                Err(error) => return Err(error),
+            };
+            if stored.state.status != RunStatus::Suspended {
+                break;
+            }
+            let mut state = stored.state;
+            let text = superseded_text(message);
+            resolve_waiting(&mut state, AuditAction::Message, by.as_ref(), |call| {
+                let mut result = ToolResult::text(call, text.clone());
+                result.result = json!({"content": text, "isError": false});
+                result
+            });
+            state.status = RunStatus::Completed;
+            state.finish_reason = Some(FinishReason::Superseded);
+            state.touch();
+            match agent.store.update_run(&state, stored.version, None).await {
+                Ok(_) => break,
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A suspended run with questions whose deadline has passed.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ExpiredRun {
+    /// The run.
+    pub run_id: RunId,
+    /// Its agent (the one to expire it with).
+    pub agent_id: AgentId,
+    /// Its calls whose deadline passed.
+    pub tool_call_ids: Vec<ToolCallId>,
+}
+
+/// The suspended runs of `store` with questions whose deadline is at or before `now_ms`
+/// (ms since the Unix epoch), oldest first, reading the listing's summaries page by page.
+///
+/// # Errors
+/// [`StoreError`] when the store fails.
+pub(crate) async fn expired_calls(
+    store: &dyn RunStore,
+    now_ms: u64,
+) -> Result<Vec<ExpiredRun>, StoreError> {
+    const PAGE: usize = 500;
+    let mut expired = Vec::new();
+    let mut filter = RunFilter::new().status(RunStatus::Suspended).limit(PAGE);
+    loop {
+        let page = store.list_runs(&filter).await?;
+        for listed in &page.runs {
+            let ListedRun::Run(summary) = listed else {
+                continue;
+            };
+            let due: Vec<ToolCallId> = summary
+                .pending
+                .iter()
+                .filter(|call| call.expires_at_ms.is_some_and(|at| at <= now_ms))
+                .map(|call| call.tool_call_id.clone())
+                .collect();
+            if !due.is_empty() {
+                expired.push(ExpiredRun {
+                    run_id: summary.run_id.clone(),
+                    agent_id: summary.agent_id.clone(),
+                    tool_call_ids: due,
+                });
+            }
+        }
+        match page.next_cursor {
+            Some(cursor) => filter = filter.after(cursor),
+            None => break,
+        }
+    }
+    expired.reverse();
+    Ok(expired)
+}
