@@ -63,7 +63,8 @@ impl AskUser {
         self
     }
 
-    /// A question's deadline (ms since the Unix epoch) from now, if it has one.
+    /// A question's deadline (ms since the Unix epoch, on the clock leases use, so tests with
+    /// a paused tokio clock move it) from now, if it has one.
     fn deadline_ms(&self, asked_seconds: Option<u64>) -> Option<u64> {
         let asked = match (asked_seconds, self.model_timeout) {
             (Some(seconds), Some(max)) => Some(std::time::Duration::from_secs(seconds).min(max)),
@@ -71,7 +72,7 @@ impl AskUser {
         };
         let timeout = asked.or(self.timeout)?;
         let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        Some(crate::run::now_ms().saturating_add(millis))
+        Some(crate::run_loop::clock::lease_now_ms().saturating_add(millis))
     }
 }
 

@@ -12,6 +12,7 @@ mod chat;
 mod config;
 #[cfg(unix)]
 mod crash;
+mod hitl;
 #[cfg(unix)]
 mod interrupt;
 mod issue7;

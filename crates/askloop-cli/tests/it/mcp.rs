@@ -79,6 +79,23 @@ fn a_resume_in_another_process_and_folder_reconnects_the_mcp_server() {
     let out = outcome(resume).success();
     let lines = out.json_lines();
     let types = chunk_types(&lines);
+    // write_file waits for approval: nothing is written yet.
+    assert_eq!(
+        types.last(),
+        Some(&"tool-call-approval"),
+        "{lines:#?}\n{}",
+        out.stderr
+    );
+    assert!(!target.exists());
+
+    // Approved from yet another process: the tool runs, the run finishes.
+    let mut approve = dir.command(&[
+        "--store", &store, "--config", &config, "approve", &run_id, "--json",
+    ]);
+    approve.current_dir(&elsewhere);
+    let out = outcome(approve).success();
+    let lines = out.json_lines();
+    let types = chunk_types(&lines);
     assert_eq!(types.last(), Some(&"finish"), "{lines:#?}\n{}", out.stderr);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "buy milk\n");
 
@@ -91,6 +108,46 @@ fn a_resume_in_another_process_and_folder_reconnects_the_mcp_server() {
         .unwrap_or_else(|| panic!("no result of w1 in {results:#?}"));
     assert_ne!(write["isError"], Value::Bool(true), "{write}");
     assert!(write.to_string().contains("Successfully wrote"), "{write}");
+}
+
+#[test]
+fn a_declined_write_never_happens_and_the_model_gets_the_reason() {
+    let dir = TestDir::new();
+    files_agent(&dir);
+    let target = dir.path().canonicalize().unwrap().join("notes/todo.md");
+    let script = serde_json::json!({"steps": [
+        {"toolCalls": [{"id": "w1", "name": "write_file",
+                        "args": {"path": target.display().to_string(), "content": "x\n"}}]},
+        {"text": "Understood."}
+    ]});
+    let spec = dir.script("decline.json", &script.to_string());
+    let out = dir
+        .run(&[
+            "run", "--agent", "files", "--json", "--model", &spec, "Write it",
+        ])
+        .success();
+    let lines = out.json_lines();
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "tool-call-approval", "{lines:#?}");
+    assert_eq!(last["payload"]["toolName"], "write_file");
+    let run_id = last["runId"].as_str().unwrap().to_owned();
+    let out = dir
+        .run(&["decline", &run_id, "--reason", "not that folder"])
+        .success();
+    assert!(out.stdout.contains("Understood."), "{}", out.stdout);
+    assert!(!target.exists(), "a declined call never writes");
+    let state = dir.show(&run_id);
+    let write = tool_results(&state)
+        .into_iter()
+        .find(|result| result["toolCallId"] == "w1")
+        .unwrap();
+    assert_eq!(write["isError"], Value::Bool(true));
+    assert!(write.to_string().contains("not that folder"), "{write}");
+    assert_eq!(write["audit"][0]["action"], "decline");
+    assert_eq!(write["audit"][0]["by"], "cli");
+    // A second decline (or approval) changes nothing.
+    let out = dir.run(&["approve", &run_id]).code(2);
+    assert!(out.stderr.contains("completed"), "{}", out.stderr);
 }
 
 #[test]

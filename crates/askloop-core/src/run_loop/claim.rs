@@ -297,9 +297,19 @@ fn apply(
                 }));
             }
             (CallState::Suspended { suspension }, Resolution::Expire) => {
-                let mut result = ToolResult::error(&slot.call, NO_ANSWER_IN_TIME);
-                result.result = json!({"content": expired_text(suspension), "isError": true});
-                slot.state = CallState::Completed { result };
+                // Only a question whose deadline has passed expires.
+                if suspension.expires_at_ms.is_none_or(|at| at > lease_now_ms()) {
+                    return Err(invalid(ResumeRejection {
+                        expected: "an expired question".into(),
+                        problems: vec![match suspension.expires_at_ms {
+                            Some(at) => format!("this one expires at {}", crate::time::rfc3339(at)),
+                            None => "this one has no deadline".into(),
+                        }],
+                    }));
+                }
+                slot.state = CallState::Completed {
+                    result: ToolResult::error(&slot.call, expired_text(suspension)),
+                };
                 resolved.push(index);
                 AuditAction::Expire
             }
@@ -341,7 +351,7 @@ fn apply(
 }
 
 /// The error text a call gets when its question expired unanswered.
-pub(crate) const NO_ANSWER_IN_TIME: &str = "no answer came in time: the question expired";
+const NO_ANSWER_IN_TIME: &str = "no answer came in time: the question expired";
 
 fn expired_text(suspension: &crate::tool::Suspension) -> String {
     match suspension.expires_at_ms {
@@ -351,7 +361,7 @@ fn expired_text(suspension: &crate::tool::Suspension) -> String {
 }
 
 /// The error text a declined call gets: the person's reason, or a default.
-pub(crate) fn declined_text(reason: Option<&str>) -> String {
+fn declined_text(reason: Option<&str>) -> String {
     match reason.map(str::trim).filter(|reason| !reason.is_empty()) {
         Some(reason) => {
             format!("the person declined this tool call; it did not run. Reason: {reason}")

@@ -3,8 +3,6 @@
 //! that gives every waiting call exactly one result, so the conversation stays one that every
 //! provider accepts (each tool call answered by one result).
 
-use serde_json::json;
-
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};
@@ -14,7 +12,7 @@ use crate::run_loop::claim::{CLAIM_ATTEMPTS, live_lease, load_own_run, map_load_
 use crate::store::{ListedRun, RunFilter, RunStore, StoreError};
 
 /// The error text of a call whose run was cancelled while it waited.
-pub(crate) const CANCELLED: &str = "the run was cancelled while this tool call waited";
+const CANCELLED: &str = "the run was cancelled while this tool call waited";
 
 /// Gives every call of the pending step that has no result `result_of(call)` with an audit
 /// record, and appends the step's results to the conversation.
@@ -133,9 +131,7 @@ pub(crate) async fn supersede_waiting_runs(
             let mut state = stored.state;
             let text = superseded_text(message);
             resolve_waiting(&mut state, AuditAction::Message, by.as_ref(), |call| {
-                let mut result = ToolResult::text(call, text.clone());
-                result.result = json!({"content": text, "isError": false});
-                result
+                ToolResult::text(call, text.clone())
             });
             state.status = RunStatus::Completed;
             state.finish_reason = Some(FinishReason::Superseded);

@@ -347,6 +347,7 @@ pub(super) async fn expired_questions_are_swept_once(store: Arc<dyn RunStore>) {
             .is_empty(),
         "not yet due"
     );
+    tokio::time::sleep(Duration::from_millis(60)).await;
     let due = crate::expired_runs(store.as_ref(), expires).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].run_id, output.run_id);

@@ -1,0 +1,150 @@
+//! People in the loop beyond one question, through the binary: `runs cancel`, `runs sweep`,
+//! a new message to a thread whose run waits, and the audit `runs show` prints.
+
+use serde_json::{Value, json};
+
+use crate::support::{TestDir, tool_results};
+
+/// One question, then a final text.
+fn one_question(dir: &TestDir) -> String {
+    dir.script(
+        "ask.json",
+        &json!({"steps": [
+            {"toolCalls": [{"id": "c1", "name": "ask_user", "args": {"question": "Which repo?"}}]},
+            {"text": "All done."}
+        ]})
+        .to_string(),
+    )
+}
+
+#[test]
+fn runs_cancel_resolves_the_question_and_refuses_answers() {
+    let dir = TestDir::new();
+    let spec = one_question(&dir);
+    let run_id = dir.start_suspended(&spec);
+    let out = dir.run(&["runs", "cancel", &run_id]).success();
+    assert!(out.stderr.contains("cancelled"), "{}", out.stderr);
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "cancelled");
+    let result = &tool_results(&state)[0];
+    assert_eq!(result["isError"], Value::Bool(true));
+    assert_eq!(result["audit"][0]["action"], "cancel");
+    assert_eq!(result["audit"][0]["by"], "cli");
+    let out = dir
+        .run(&[
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "c1",
+            "--answer",
+            "main",
+        ])
+        .code(2);
+    assert!(out.stderr.contains("cancelled"), "{}", out.stderr);
+    let out = dir.run(&["runs", "cancel", &run_id]).code(2);
+    assert!(out.stderr.contains("is cancelled"), "{}", out.stderr);
+    let listed = dir
+        .run(&["runs", "list", "--status", "cancelled", "--json"])
+        .success()
+        .json();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    // The human view shows who did it.
+    let out = dir.run(&["runs", "show", &run_id]).success();
+    assert!(out.stdout.contains("cancel by cli"), "{}", out.stdout);
+}
+
+#[test]
+fn runs_sweep_expires_overdue_questions_once() {
+    let dir = TestDir::new();
+    dir.write(
+        "askloop.toml",
+        "[agents.assistant]\nquestion_timeout_seconds = 1\n",
+    );
+    let spec = one_question(&dir);
+    let run_id = dir.start_suspended(&spec);
+    let state = dir.show(&run_id);
+    assert!(
+        state["pending"][0]["suspendPayload"]["expiresAt"].is_string(),
+        "{state:#}"
+    );
+    let out = dir.run(&["runs", "sweep"]).success();
+    assert!(
+        out.stderr.contains("no question has expired"),
+        "{}",
+        out.stderr
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let out = dir.run(&["runs", "sweep"]).success();
+    assert!(
+        out.stdout.contains("All done."),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed");
+    let result = &tool_results(&state)[0];
+    assert!(
+        result.to_string().contains("no answer came in time"),
+        "{result}"
+    );
+    assert_eq!(result["audit"][0]["action"], "expire");
+    let out = dir.run(&["runs", "sweep"]).success();
+    assert!(
+        out.stderr.contains("no question has expired"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_new_message_to_a_waiting_thread_answers_its_question_and_goes_on() {
+    let dir = TestDir::new();
+    let spec = dir.script(
+        "two.json",
+        &json!({"steps": [
+            {"toolCalls": [{"id": "c1", "name": "ask_user", "args": {"question": "Which repo?"}}]},
+            {"text": "Using the docs repo."}
+        ]})
+        .to_string(),
+    );
+    let out = dir
+        .run(&[
+            "run",
+            "--json",
+            "--model",
+            &spec,
+            "--thread",
+            "t1",
+            "Summarize",
+        ])
+        .success();
+    let first = out.json_lines().last().unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = dir
+        .run(&[
+            "run",
+            "--model",
+            &spec,
+            "--thread",
+            "t1",
+            "the docs repo, please",
+        ])
+        .success();
+    assert!(
+        out.stdout.contains("Using the docs repo."),
+        "{}",
+        out.stdout
+    );
+    let state = dir.show(&first);
+    assert_eq!(state["status"], "completed");
+    assert_eq!(state["finishReason"], "superseded", "{state:#}");
+    let result = &tool_results(&state)[0];
+    assert!(
+        result.to_string().contains("the docs repo, please"),
+        "{result}"
+    );
+    assert_eq!(result["audit"][0]["action"], "message");
+}
