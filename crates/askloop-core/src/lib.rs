@@ -16,7 +16,10 @@
 //! [`model`] (the [`model::LanguageModel`] trait and the messages it reads and writes),
 //! [`store`] (listing, the state codec, [`store::MemoryStore`]), [`wire`] (the JSON form of
 //! chunks), [`testing`] ([`testing::ScriptedModel`], and the conformance suite behind
-//! `test-support`), [`schema`] (JSON Schema checks that report every problem).
+//! `test-support`), [`schema`] (JSON Schema checks that report every problem), [`form`] (what a
+//! resume schema asks a person for) and [`answer`] (typed text to a JSON answer, the same forms
+//! for every front end). Typed suspending tools implement [`SuspendingTool`] and are registered
+//! as [`Suspending`]`(tool)`.
 //!
 //! # Example
 //! ```
@@ -62,9 +65,12 @@ mod paths;
 mod run;
 mod run_loop;
 mod stream;
+mod suspending;
 mod text;
 mod tool;
 
+pub mod answer;
+pub mod form;
 pub mod model;
 pub mod schema;
 pub mod store;
@@ -84,5 +90,6 @@ pub use paths::{DATA_DIR_ENV, data_dir};
 pub use run::{PendingToolCall, RunFailure, RunStatus, UnknownRunStatus};
 pub use store::{RunStore, StoreError};
 pub use stream::{AgentStream, RunOutcome, RunOutput};
+pub use suspending::{Suspendable, Suspending, SuspendingError, SuspendingTool};
 pub use text::is_blank;
 pub use tool::{DynTool, Execution, ResumeRejection, Suspension, Tool, ToolContext, ToolError};
