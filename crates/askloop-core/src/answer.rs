@@ -111,9 +111,10 @@ pub fn answer_from_inputs<S: AsRef<str>>(
     Field::from_schema(schema).answer_from_inputs(inputs)
 }
 
-/// `answer` (JSON given as such, e.g. `--answer-json`) with every label it holds for a select
-/// normalised to the exact label, as [`answer_from_inputs`] does (a string label matched
-/// ignoring case, or a label's number); anything else is left as it is.
+/// `answer` (JSON given as such, e.g. `--answer-json`) with every string it holds for a select
+/// normalised to the exact label, as [`answer_from_inputs`] does (a label matched ignoring
+/// case, or a label's number as a string); anything else is left as it is, for the schema
+/// check.
 ///
 /// # Errors
 /// [`AnswerError::UnknownLabel`], [`AnswerError::AmbiguousLabel`], [`AnswerError::Repeated`].
@@ -233,15 +234,14 @@ impl Field {
     }
 }
 
-/// A JSON value given for a select: a choice's value as it is, else a string (or a number)
-/// resolved as typed input; anything else is left for the schema check.
+/// A JSON value given for a select: a choice's value as it is, else a string resolved as typed
+/// input; anything else (a number too: JSON says what it means) is left for the schema check.
 fn pick(choices: &[Choice], value: Value) -> Result<Value, AnswerError> {
     if choices.iter().any(|choice| choice.value == value) {
         return Ok(value);
     }
     match &value {
         Value::String(input) => Ok(resolve(choices, input)?.value.clone()),
-        Value::Number(number) => Ok(resolve(choices, &number.to_string())?.value.clone()),
         _ => Ok(value),
     }
 }
@@ -390,9 +390,11 @@ mod tests {
             Err(AnswerError::UnknownLabel { .. })
         ));
         assert_eq!(
-            normalize_answer(Some(&multi()), json!(["US", 1])),
+            normalize_answer(Some(&multi()), json!(["US", "1"])),
             Ok(json!(["us", "eu"]))
         );
+        // A JSON number is not a label's number: the schema check refuses it.
+        assert_eq!(normalize_answer(Some(&single()), json!(1)), Ok(json!(1)));
     }
 
     #[test]

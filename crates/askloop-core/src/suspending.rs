@@ -168,8 +168,20 @@ impl<T: SuspendingTool> Tool for Suspending<T> {
             .resume_schema
             .clone()
             .unwrap_or_else(schema_of::<T::Resume>);
-        validate_against_schema(Some(&schema), resume_data)?;
-        let expected = || format!("an answer matching {schema}");
+        // Short, unlike the whole schema: the schema is in the suspension for those who need it.
+        let expected = || {
+            format!(
+                "an answer of {}'s type {}",
+                T::NAME,
+                <T::Resume as JsonSchema>::schema_name()
+            )
+        };
+        validate_against_schema(Some(&schema), resume_data).map_err(|rejection| {
+            ResumeRejection {
+                expected: expected(),
+                problems: rejection.problems,
+            }
+        })?;
         let answer = serde_json::from_value::<T::Resume>(resume_data.clone()).map_err(|error| {
             ResumeRejection {
                 expected: expected(),
@@ -351,6 +363,7 @@ mod tests {
                 rejection.problems.iter().any(|p| p.contains(says)),
                 "{bad}: {rejection}"
             );
+            assert_eq!(rejection.expected, "an answer of pay's type Answer");
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool never ran");
         assert!(answers.lock().unwrap().is_empty());
