@@ -302,6 +302,39 @@ pub(crate) fn format_time(ms: u64) -> String {
     )
 }
 
+/// A pending `ask_user` call with `payload` and the resume schema `ask_user` gives it.
+#[cfg(test)]
+pub(crate) fn ask_user_call(payload: Value) -> PendingToolCall {
+    let question: askloop_core::AskUserQuestion = serde_json::from_value(payload.clone())
+        .unwrap_or_else(|error| panic!("not an ask_user question: {error}"));
+    pending_call("ask_user", payload, Some(question.resume_schema()))
+}
+
+/// A pending call of a custom tool `pay` (payload `{"amount_cents": 500}`) with `resume_schema`.
+#[cfg(test)]
+pub(crate) fn custom_call(resume_schema: Value) -> PendingToolCall {
+    pending_call(
+        "pay",
+        serde_json::json!({"amount_cents": 500}),
+        Some(resume_schema),
+    )
+}
+
+#[cfg(test)]
+fn pending_call(name: &str, payload: Value, resume_schema: Option<Value>) -> PendingToolCall {
+    PendingToolCall::new(
+        &askloop_core::model::ToolCall {
+            id: "c1".into(),
+            name: name.into(),
+            args: askloop_core::model::ToolArgs::Json(serde_json::json!({})),
+        },
+        &askloop_core::Suspension {
+            payload,
+            resume_schema,
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -427,37 +460,4 @@ mod tests {
             ["Name?"]
         );
     }
-}
-
-/// A pending `ask_user` call with `payload` and the resume schema `ask_user` gives it.
-#[cfg(test)]
-pub(crate) fn ask_user_call(payload: Value) -> PendingToolCall {
-    let question: askloop_core::AskUserQuestion = serde_json::from_value(payload.clone())
-        .unwrap_or_else(|error| panic!("not an ask_user question: {error}"));
-    pending_call("ask_user", payload, Some(question.resume_schema()))
-}
-
-/// A pending call of a custom tool `pay` (payload `{"amount_cents": 500}`) with `resume_schema`.
-#[cfg(test)]
-pub(crate) fn custom_call(resume_schema: Value) -> PendingToolCall {
-    pending_call(
-        "pay",
-        serde_json::json!({"amount_cents": 500}),
-        Some(resume_schema),
-    )
-}
-
-#[cfg(test)]
-fn pending_call(name: &str, payload: Value, resume_schema: Option<Value>) -> PendingToolCall {
-    PendingToolCall::new(
-        &askloop_core::model::ToolCall {
-            id: "c1".into(),
-            name: name.into(),
-            args: askloop_core::model::ToolArgs::Json(serde_json::json!({})),
-        },
-        &askloop_core::Suspension {
-            payload,
-            resume_schema,
-        },
-    )
 }

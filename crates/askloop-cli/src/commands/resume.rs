@@ -138,7 +138,7 @@ fn given_answer(
         } else {
             std::fs::read_to_string(path).map_err(|error| {
                 invalid_because(
-                    &format!("--answer-file {}: cannot read it", path.display()),
+                    format!("--answer-file {}: cannot read it", path.display()),
                     error,
                 )
             })?
