@@ -266,6 +266,9 @@ impl AgentDefinition {
         for tool in mcp.dyn_tools() {
             builder = builder.shared_tool(tool);
         }
+        for tool in crate::test_hook::test_tools() {
+            builder = builder.shared_tool(tool);
+        }
         Ok(builder.build()?)
     }
 }

@@ -140,11 +140,19 @@ pub(crate) struct ResumeArgs {
     /// The suspended run
     #[arg(value_name = "RUN_ID", value_parser = id)]
     pub(crate) run_id: String,
-    /// The answer, as text (a JSON string): free text, or one label of a single-select question.
-    /// Without --answer or --answer-json, a terminal asks the question inline
-    #[arg(long, value_name = "TEXT", conflicts_with = "answer_json")]
-    pub(crate) answer: Option<String>,
-    /// The answer as JSON, e.g. '["a","b"]' for a multi-select question
+    /// The answer as typed, read after the question's resume schema: a label, its number
+    /// (from 1) or the label in any case when only one matches; repeated, or a JSON array, for
+    /// a multi-select; yes/no for a confirm; a number; free text; JSON for anything else.
+    /// Without --answer, --answer-file or --answer-json, a terminal asks the question inline
+    #[arg(long, value_name = "TEXT", conflicts_with_all = ["answer_json", "answer_file"])]
+    pub(crate) answer: Vec<String>,
+    /// The answer as --answer takes it, read from a file (`-` for stdin), for long answers
+    /// (the OS caps one argument near 128 KiB); one trailing newline of the file is not part
+    /// of the answer
+    #[arg(long, value_name = "PATH", conflicts_with = "answer_json")]
+    pub(crate) answer_file: Option<std::path::PathBuf>,
+    /// The answer as JSON, e.g. '["a","b"]' for a multi-select question (labels are matched as
+    /// --answer matches them)
     #[arg(long, value_name = "JSON")]
     pub(crate) answer_json: Option<String>,
     /// The suspended tool call to answer; needed when several are pending

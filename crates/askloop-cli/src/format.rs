@@ -3,8 +3,9 @@
 
 use std::borrow::Cow;
 
+use askloop_core::form::{Field, FieldKind};
 use askloop_core::model::ToolResult;
-use askloop_core::{AskUserQuestion, PendingToolCall, SelectionMode, is_blank};
+use askloop_core::{PendingToolCall, is_blank};
 use serde_json::Value;
 
 /// Whether printing `c` raw could drive the terminal rather than show text: C0 controls
@@ -40,38 +41,111 @@ pub(crate) fn escape_controls(text: &str) -> Cow<'_, str> {
 /// value is cut with [`cut`], which says how much was left out; `--json` shows everything.
 pub(crate) const SHOW_LIMIT: usize = 2_000;
 
-/// The `ask_user` question of a pending call, if it is one.
-pub(crate) fn ask_user_question(call: &PendingToolCall) -> Option<AskUserQuestion> {
-    if call.tool_name != "ask_user" {
-        return None;
-    }
-    serde_json::from_value(call.suspend_payload.clone()).ok()
+/// What a pending call asks, for people: the question its payload states, if any, and the
+/// field its resume schema asks for. The *kind* of prompt always comes from the schema; the
+/// payload only gives words (`question`, and the `options`' descriptions of an `ask_user`
+/// question).
+pub(crate) struct Question {
+    /// The payload's `question` text, if it has one.
+    pub(crate) text: Option<String>,
+    /// The answer's field; `None` when the suspension has no resume schema (any JSON).
+    pub(crate) field: Option<Field>,
 }
 
-/// A pending question as lines of text: the question, then its numbered options.
+/// The question of `call`: its resume schema as a [`Field`], with the descriptions of the
+/// payload's `options` (by label) given to choices that have none.
+pub(crate) fn question_of(call: &PendingToolCall) -> Question {
+    let payload = &call.suspend_payload;
+    let mut field = call.resume_schema.as_ref().map(Field::from_schema);
+    if let (Some(field), Some(options)) =
+        (&mut field, payload.get("options").and_then(Value::as_array))
+    {
+        let described = |label: &str| {
+            options.iter().find_map(|option| {
+                (option.get("label").and_then(Value::as_str) == Some(label))
+                    .then(|| option.get("description").and_then(Value::as_str))
+                    .flatten()
+            })
+        };
+        if let FieldKind::Select { choices } | FieldKind::MultiSelect { choices } = &mut field.kind
+        {
+            for choice in choices
+                .iter_mut()
+                .filter(|choice| choice.description.is_none())
+            {
+                choice.description = described(&choice.label).map(str::to_owned);
+            }
+        }
+    }
+    Question {
+        text: payload
+            .get("question")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        field,
+    }
+}
+
+/// A pending question as lines of text: the question (or the tool and its payload), then its
+/// numbered choices, or what the answer must be.
 pub(crate) fn question_lines(call: &PendingToolCall) -> Vec<String> {
-    let Some(question) = ask_user_question(call) else {
-        return vec![
+    let question = question_of(call);
+    let kind = question.field.as_ref().map(|field| &field.kind);
+    let mut lines = match &question.text {
+        Some(text) => {
+            let hint = match kind {
+                Some(FieldKind::Select { .. }) => " (choose one)",
+                Some(FieldKind::MultiSelect { .. }) => " (choose one or more)",
+                _ => "",
+            };
+            vec![format!("{}{hint}", cut(text, SHOW_LIMIT))]
+        }
+        None => vec![
             format!("{} asks:", call.tool_name),
             format!("  {}", cut(&call.suspend_payload.to_string(), SHOW_LIMIT)),
-        ];
+        ],
     };
-    let hint = match question.selection_mode {
-        None => "",
-        Some(SelectionMode::SingleSelect) => " (choose one)",
-        Some(SelectionMode::MultiSelect) => " (choose one or more)",
+    let Some(field) = &question.field else {
+        return lines;
     };
-    let mut lines = vec![format!("{}{hint}", cut(&question.question, SHOW_LIMIT))];
-    for (index, option) in question.options.iter().flatten().enumerate() {
-        let label = cut(&option.label, SHOW_LIMIT);
-        match option_description(&option.description) {
-            Some(description) => lines.push(format!(
-                "  {}. {label} - {}",
-                index + 1,
-                cut(description, SHOW_LIMIT)
-            )),
-            None => lines.push(format!("  {}. {label}", index + 1)),
+    match &field.kind {
+        FieldKind::Select { choices } | FieldKind::MultiSelect { choices } => {
+            for (index, choice) in choices.iter().enumerate() {
+                let label = cut(&choice.label, SHOW_LIMIT);
+                match option_description(&choice.description) {
+                    Some(description) => lines.push(format!(
+                        "  {}. {label} - {}",
+                        index + 1,
+                        cut(description, SHOW_LIMIT)
+                    )),
+                    None => lines.push(format!("  {}. {label}", index + 1)),
+                }
+            }
         }
+        // A question's free text needs no more words.
+        FieldKind::Text {
+            min_length,
+            max_length: None,
+            pattern: None,
+            ..
+        } if question.text.is_some() && min_length.unwrap_or(0) <= 1 => {}
+        FieldKind::Object { properties } => {
+            lines.push("  answer with JSON with:".to_owned());
+            for property in properties {
+                let need = if property.required { "" } else { ", optional" };
+                let about = property
+                    .field
+                    .description
+                    .as_deref()
+                    .map_or_else(String::new, |text| format!(" - {}", cut(text, SHOW_LIMIT)));
+                lines.push(format!(
+                    "    {}: {}{need}{about}",
+                    property.name,
+                    property.field.hint()
+                ));
+            }
+        }
+        _ => lines.push(format!("  answer with {}", field.hint())),
     }
     lines
 }
@@ -83,15 +157,19 @@ pub(crate) fn option_description(description: &Option<String>) -> Option<&str> {
 
 /// The `--answer …` / `--answer-json …` part of a command that answers `call`, with a
 /// placeholder in angle brackets where the answer goes (never a label or text that could be
-/// pasted as a real answer by mistake).
+/// pasted as a real answer by mistake), after the field its resume schema asks for.
 pub(crate) fn answer_example(call: &PendingToolCall) -> String {
-    let Some(question) = ask_user_question(call) else {
+    let Some(field) = question_of(call).field else {
         return "--answer-json '<JSON>'".to_owned();
     };
-    match question.selection_mode {
-        None => "--answer '<your answer>'".to_owned(),
-        Some(SelectionMode::SingleSelect) => "--answer '<one label>'".to_owned(),
-        Some(SelectionMode::MultiSelect) => r#"--answer-json '["<label>", …]'"#.to_owned(),
+    match field.kind {
+        FieldKind::Select { .. } => "--answer '<one label>'".to_owned(),
+        FieldKind::MultiSelect { .. } => r#"--answer-json '["<label>", …]'"#.to_owned(),
+        FieldKind::Confirm => "--answer '<yes or no>'".to_owned(),
+        FieldKind::Text { .. } => "--answer '<your answer>'".to_owned(),
+        FieldKind::Number { integer: true, .. } => "--answer '<integer>'".to_owned(),
+        FieldKind::Number { .. } => "--answer '<number>'".to_owned(),
+        _ => "--answer-json '<JSON>'".to_owned(),
     }
 }
 
@@ -224,6 +302,39 @@ pub(crate) fn format_time(ms: u64) -> String {
     )
 }
 
+/// A pending `ask_user` call with `payload` and the resume schema `ask_user` gives it.
+#[cfg(test)]
+pub(crate) fn ask_user_call(payload: Value) -> PendingToolCall {
+    let question: askloop_core::AskUserQuestion = serde_json::from_value(payload.clone())
+        .unwrap_or_else(|error| panic!("not an ask_user question: {error}"));
+    pending_call("ask_user", payload, Some(question.resume_schema()))
+}
+
+/// A pending call of a custom tool `pay` (payload `{"amount_cents": 500}`) with `resume_schema`.
+#[cfg(test)]
+pub(crate) fn custom_call(resume_schema: Value) -> PendingToolCall {
+    pending_call(
+        "pay",
+        serde_json::json!({"amount_cents": 500}),
+        Some(resume_schema),
+    )
+}
+
+#[cfg(test)]
+fn pending_call(name: &str, payload: Value, resume_schema: Option<Value>) -> PendingToolCall {
+    PendingToolCall::new(
+        &askloop_core::model::ToolCall {
+            id: "c1".into(),
+            name: name.into(),
+            args: askloop_core::model::ToolArgs::Json(serde_json::json!({})),
+        },
+        &askloop_core::Suspension {
+            resume_schema,
+            ..askloop_core::Suspension::new(payload)
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -280,25 +391,73 @@ mod tests {
 
     #[test]
     fn examples_match_the_question() {
-        let call = |payload: Value| {
-            PendingToolCall::new(
-                &askloop_core::model::ToolCall {
-                    id: "c1".into(),
-                    name: "ask_user".into(),
-                    args: askloop_core::model::ToolArgs::Json(json!({})),
-                },
-                &askloop_core::Suspension::new(payload),
-            )
-        };
-        let single = call(
+        let single = ask_user_call(
             json!({"question": "Q", "options": [{"label": "a b"}], "selectionMode": "single_select"}),
         );
         assert_eq!(answer_example(&single), "--answer '<one label>'");
-        let multi = call(
+        let multi = ask_user_call(
             json!({"question": "Q", "options": [{"label": "x"}], "selectionMode": "multi_select"}),
         );
         assert_eq!(answer_example(&multi), r#"--answer-json '["<label>", …]'"#);
-        let text = call(json!({"question": "Q"}));
+        let text = ask_user_call(json!({"question": "Q"}));
         assert_eq!(answer_example(&text), "--answer '<your answer>'");
+        let confirm = custom_call(json!({"type": "boolean"}));
+        assert_eq!(answer_example(&confirm), "--answer '<yes or no>'");
+        let object =
+            custom_call(json!({"type": "object", "properties": {"a": {"type": "integer"}}}));
+        assert_eq!(answer_example(&object), "--answer-json '<JSON>'");
+    }
+
+    #[test]
+    fn a_custom_tool_is_described_from_its_schema() {
+        let call = custom_call(json!({
+            "type": "object",
+            // In name order: the properties' order is the schema's, or the names' when
+            // serde_json does not keep it.
+            "properties": {
+                "amount_cents": {"type": "integer", "minimum": 0},
+                "confirmed": {"type": "boolean", "description": "Whether to pay"},
+                "note": {"type": "string", "maxLength": 20}
+            },
+            "required": ["confirmed", "amount_cents"]
+        }));
+        assert_eq!(
+            question_lines(&call),
+            [
+                "pay asks:",
+                r#"  {"amount_cents":500}"#,
+                "  answer with JSON with:",
+                "    amount_cents: an integer ≥ 0",
+                "    confirmed: yes or no - Whether to pay",
+                "    note: text of at most 20 characters, optional",
+            ]
+        );
+        // A select described by the schema alone, with a question in the payload.
+        let mut pick = custom_call(json!({"oneOf": [
+            {"const": "eu", "description": "Europe"}, {"const": "us"}]}));
+        pick.suspend_payload = json!({"question": "Where?"});
+        assert_eq!(
+            question_lines(&pick),
+            ["Where? (choose one)", "  1. eu - Europe", "  2. us"]
+        );
+    }
+
+    #[test]
+    fn ask_user_questions_read_as_before() {
+        let call = ask_user_call(json!({"question": "Which repo?", "options": [
+            {"label": "main", "description": "The app"}, {"label": "docs"}],
+            "selectionMode": "single_select"}));
+        assert_eq!(
+            question_lines(&call),
+            [
+                "Which repo? (choose one)",
+                "  1. main - The app",
+                "  2. docs"
+            ]
+        );
+        assert_eq!(
+            question_lines(&ask_user_call(json!({"question": "Name?"}))),
+            ["Name?"]
+        );
     }
 }

@@ -4,12 +4,17 @@
 
 use std::io::BufRead;
 
-use askloop_core::{AskUserOption, PendingToolCall, SelectionMode, is_blank};
+use askloop_core::PendingToolCall;
+use askloop_core::answer::answer_from_inputs;
+use askloop_core::form::{Choice, Field, FieldKind, Property};
+use inquire::list_option::ListOption;
 use inquire::validator::Validation;
-use inquire::{InquireError, MultiSelect, Select, Text};
+use inquire::{Confirm, CustomUserError, InquireError, MultiSelect, Select, Text};
 use serde_json::Value;
 
-use crate::format::{ask_user_question, escape_controls, option_description, question_lines};
+use crate::format::{
+    SHOW_LIMIT, cut, escape_controls, option_description, question_lines, question_of,
+};
 use crate::output::Output;
 
 /// Who answers questions.
@@ -50,16 +55,18 @@ impl Answerer {
             Self::Terminal => {
                 output.end_line()?;
                 let asked = if call.kind == askloop_core::PendingKind::Approval {
-                    ask_approval_on_terminal(call)
+                    ask_approval_on_terminal(call).map_err(anyhow::Error::from)
                 } else {
-                    ask_on_terminal(call)
+                    ask_on_terminal(call, output)
                 };
                 match asked {
                     Ok(answer) => Ok(Asked::Answer(answer)),
-                    Err(InquireError::OperationCanceled | InquireError::OperationInterrupted) => {
-                        Ok(Asked::Stopped)
-                    }
-                    Err(error) => Err(error.into()),
+                    Err(error) => match error.downcast_ref::<InquireError>() {
+                        Some(
+                            InquireError::OperationCanceled | InquireError::OperationInterrupted,
+                        ) => Ok(Asked::Stopped),
+                        _ => Err(error),
+                    },
                 }
             }
             Self::Lines => ask_by_lines(call, output, show_question),
@@ -67,11 +74,11 @@ impl Answerer {
     }
 }
 
-/// One option as a select prompt shows it: `label - description`, control characters
+/// One choice as a select prompt shows it: `label - description`, control characters
 /// escaped.
-struct Choice(AskUserOption);
+struct Shown(Choice);
 
-impl std::fmt::Display for Choice {
+impl std::fmt::Display for Shown {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let label = escape_controls(&self.0.label);
         match option_description(&self.0.description) {
@@ -81,7 +88,8 @@ impl std::fmt::Display for Choice {
     }
 }
 
-/// The help line under a prompt: inquire's keys, and the call the answer goes to.
+/// The help line under a prompt: inquire's keys or what the answer must be, and the call the
+/// answer goes to.
 fn help(keys: Option<&str>, call: &PendingToolCall) -> String {
     let id = escape_controls(call.tool_call_id.as_str());
     match keys {
@@ -90,61 +98,47 @@ fn help(keys: Option<&str>, call: &PendingToolCall) -> String {
     }
 }
 
-fn ask_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
-    let Some(question) = ask_user_question(call) else {
-        let message = format!(
-            "{} asks {} - answer as JSON:",
-            escape_controls(&call.tool_name),
-            escape_controls(&call.suspend_payload.to_string())
-        );
-        let help = help(None, call);
-        let text = Text::new(&message)
-            .with_help_message(&help)
-            .with_validator(|input: &str| {
-                Ok(match serde_json::from_str::<Value>(input) {
-                    Ok(_) => Validation::Valid,
-                    Err(error) => Validation::Invalid(format!("not JSON: {error}").into()),
-                })
-            })
-            .prompt()?;
-        return serde_json::from_str(&text).map_err(|error| InquireError::Custom(error.into()));
-    };
-    let choices = || {
-        question
-            .options
-            .iter()
-            .flatten()
-            .cloned()
-            .map(Choice)
-            .collect::<Vec<_>>()
-    };
-    let message = escape_controls(&question.question);
-    match question.selection_mode {
-        None => {
-            let help = help(None, call);
-            let text = Text::new(&message)
-                .with_help_message(&help)
-                .with_validator(|input: &str| {
-                    Ok(if is_blank(input) {
-                        Validation::Invalid("the answer is empty".into())
-                    } else {
-                        Validation::Valid
-                    })
-                })
-                .prompt()?;
-            Ok(Value::String(text))
-        }
-        Some(SelectionMode::SingleSelect) => {
-            let help = help(Select::<Choice>::DEFAULT_HELP_MESSAGE, call);
-            let choice = Select::new(&message, choices())
+/// Asks `call`'s question with the prompts its resume schema calls for (JSON input when it
+/// has none). An object's heading (the question, or the tool and its payload) is printed
+/// first, then one prompt per property.
+fn ask_on_terminal(call: &PendingToolCall, output: &mut Output) -> anyhow::Result<Value> {
+    let question = question_of(call);
+    let field = question
+        .field
+        .unwrap_or_else(|| Field::from_schema(&Value::Bool(true)));
+    let message = question.text.map_or_else(
+        || {
+            format!(
+                "{} asks {}",
+                call.tool_name,
+                cut(&call.suspend_payload.to_string(), SHOW_LIMIT)
+            )
+        },
+        |text| cut(&text, SHOW_LIMIT),
+    );
+    let message = escape_controls(&message);
+    if let FieldKind::Object { .. } = &field.kind {
+        output.line(&message)?;
+    }
+    Ok(ask_field(&message, &field, call)?)
+}
+
+/// Asks for `field` with `message`: a select, a multi-select, a confirm, a text input that
+/// checks the schema's limits (asking again with the reason), one prompt per property of an
+/// object (required ones first), or JSON.
+fn ask_field(message: &str, field: &Field, call: &PendingToolCall) -> Result<Value, InquireError> {
+    match &field.kind {
+        FieldKind::Select { choices } => {
+            let help = help(Select::<Shown>::DEFAULT_HELP_MESSAGE, call);
+            let choice = Select::new(message, shown(choices))
                 .with_help_message(&help)
                 .with_formatter(&|option| escape_controls(&option.value.0.label).into_owned())
                 .prompt()?;
-            Ok(Value::String(choice.0.label))
+            Ok(choice.0.value)
         }
-        Some(SelectionMode::MultiSelect) => {
-            let help = help(MultiSelect::<Choice>::DEFAULT_HELP_MESSAGE, call);
-            let chosen = MultiSelect::new(&message, choices())
+        FieldKind::MultiSelect { choices } => {
+            let help = help(MultiSelect::<Shown>::DEFAULT_HELP_MESSAGE, call);
+            let chosen = MultiSelect::new(message, shown(choices))
                 .with_help_message(&help)
                 .with_formatter(&|options| {
                     options
@@ -153,23 +147,130 @@ fn ask_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
                         .collect::<Vec<_>>()
                         .join(", ")
                 })
-                .with_validator(|selected: &[inquire::list_option::ListOption<&Choice>]| {
-                    Ok(if selected.is_empty() {
-                        Validation::Invalid(
-                            "select at least one (space selects, enter confirms)".into(),
-                        )
-                    } else {
-                        Validation::Valid
-                    })
+                .with_validator({
+                    let field = field.clone();
+                    move |selected: &[ListOption<&Shown>]| {
+                        if selected.is_empty() {
+                            return Ok(Validation::Invalid(
+                                "select at least one (space selects, enter confirms)".into(),
+                            ));
+                        }
+                        let values = selected.iter().map(|o| o.value.0.value.clone()).collect();
+                        Ok(validation(field.problems(&Value::Array(values))))
+                    }
                 })
                 .prompt()?;
             Ok(Value::Array(
-                chosen
-                    .into_iter()
-                    .map(|choice| Value::String(choice.0.label))
-                    .collect(),
+                chosen.into_iter().map(|choice| choice.0.value).collect(),
             ))
         }
+        FieldKind::Confirm => {
+            let help = help(Some("y or n"), call);
+            Ok(Value::Bool(
+                Confirm::new(message).with_help_message(&help).prompt()?,
+            ))
+        }
+        FieldKind::Object { properties } => {
+            let mut object = serde_json::Map::new();
+            for property in properties {
+                let name = escape_controls(&property.name);
+                let label = match &property.field.description {
+                    Some(description) => format!("{name} ({})", escape_controls(description)),
+                    None => name.into_owned(),
+                };
+                if let Some(value) = ask_property(&label, property, call)? {
+                    object.insert(property.name.clone(), value);
+                }
+            }
+            Ok(Value::Object(object))
+        }
+        _ => {
+            let hint = field.hint();
+            let help = help(Some(&escape_controls(&hint)), call);
+            let text = Text::new(message)
+                .with_help_message(&help)
+                .with_validator(text_validator(field, false))
+                .prompt()?;
+            field
+                .answer_from_inputs(&[text])
+                .map_err(|error| InquireError::Custom(error.into()))
+        }
+    }
+}
+
+/// Asks for one property of an object; an optional one may be left out (an empty text, or
+/// "no" to a first question for other kinds).
+fn ask_property(
+    label: &str,
+    property: &Property,
+    call: &PendingToolCall,
+) -> Result<Option<Value>, InquireError> {
+    let field = &property.field;
+    if property.required {
+        return ask_field(label, field, call).map(Some);
+    }
+    match &field.kind {
+        FieldKind::Text { .. } | FieldKind::Number { .. } | FieldKind::Json => {
+            let hint = format!("{}, optional: enter leaves it out", field.hint());
+            let help = help(Some(&escape_controls(&hint)), call);
+            let text = Text::new(label)
+                .with_help_message(&help)
+                .with_validator(text_validator(field, true))
+                .prompt()?;
+            if text.is_empty() {
+                return Ok(None);
+            }
+            field
+                .answer_from_inputs(&[text])
+                .map(Some)
+                .map_err(|error| InquireError::Custom(error.into()))
+        }
+        _ => {
+            let give = Confirm::new(&format!("Give {label}? (optional)"))
+                .with_default(false)
+                .with_help_message(&help(None, call))
+                .prompt()?;
+            if give {
+                ask_field(label, field, call).map(Some)
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// A text prompt's check: the input must make an answer to `field` (in the answer forms of
+/// [`askloop_core::answer`], within the schema's limits), or be empty when `optional`; a
+/// refusal shows the reason and the prompt stays.
+fn text_validator(
+    field: &Field,
+    optional: bool,
+) -> impl Fn(&str) -> Result<Validation, CustomUserError> + Clone + 'static {
+    let field = field.clone();
+    move |input: &str| {
+        if optional && input.is_empty() {
+            return Ok(Validation::Valid);
+        }
+        Ok(match field.answer_from_inputs(&[input]) {
+            Ok(_) => Validation::Valid,
+            Err(error) => Validation::Invalid(validation_message(&error.to_string())),
+        })
+    }
+}
+
+fn validation_message(text: &str) -> inquire::validator::ErrorMessage {
+    escape_controls(text).into_owned().into()
+}
+
+fn shown(choices: &[Choice]) -> Vec<Shown> {
+    choices.iter().cloned().map(Shown).collect()
+}
+
+fn validation(problems: Vec<String>) -> Validation {
+    if problems.is_empty() {
+        Validation::Valid
+    } else {
+        Validation::Invalid(validation_message(&problems.join("; ")))
     }
 }
 
@@ -200,84 +301,46 @@ fn ask_by_lines(
 /// The line that asks for the answer of `call` on stdin, naming the call.
 fn line_prompt(call: &PendingToolCall) -> String {
     let id = &call.tool_call_id;
-    let Some(question) = ask_user_question(call) else {
-        return format!("answer tool call {id} (JSON, or text):");
+    let Some(field) = question_of(call).field else {
+        return format!("answer tool call {id}:");
     };
-    match question.selection_mode {
-        None => format!("answer tool call {id}:"),
-        Some(SelectionMode::SingleSelect) => {
-            format!("answer tool call {id} with a label or its number:")
-        }
-        Some(SelectionMode::MultiSelect) => format!(
+    match &field.kind {
+        FieldKind::Select { .. } => format!("answer tool call {id} with a label or its number:"),
+        FieldKind::MultiSelect { .. } => format!(
             "answer tool call {id} with one or more labels or numbers, separated by commas:"
         ),
+        FieldKind::Text { .. } => format!("answer tool call {id}:"),
+        FieldKind::Object { .. } => format!("answer tool call {id} with one line of JSON:"),
+        _ => format!("answer tool call {id} with {}:", field.hint()),
     }
 }
 
-/// Reads one typed line as an answer to `call`: the whole line is matched against the labels
-/// first (a label may hold a comma), then, for a multi-select question, its comma-separated
-/// parts, each once.
+/// Reads one typed line as an answer to `call`, in the answer forms every front end takes
+/// ([`askloop_core::answer`]): a label, its number or the label in any case; for a
+/// multi-select the whole line as one label first (a label may hold a comma), then a JSON
+/// array, then labels separated by commas, each once.
 fn parse_line_answer(call: &PendingToolCall, line: &str) -> Result<Value, String> {
-    let Some(question) = ask_user_question(call) else {
-        return Ok(serde_json::from_str(line).unwrap_or_else(|_| Value::String(line.to_owned())));
-    };
-    let labels: Vec<&str> = question
-        .options
-        .iter()
-        .flatten()
-        .map(|option| option.label.as_str())
-        .collect();
-    let find = |word: &str| -> Option<&str> {
-        let word = word.trim();
-        if let Some(found) = labels.iter().find(|label| label.trim() == word) {
-            return Some(found);
-        }
-        match word.parse::<usize>() {
-            Ok(number) if (1..=labels.len()).contains(&number) => Some(labels[number - 1]),
-            _ => None,
-        }
-    };
-    let not_a_label = |word: &str| {
-        format!(
-            "{:?} is not one of the labels {} or their numbers 1 to {}",
-            word.trim(),
-            labels
-                .iter()
-                .map(|label| format!("{label:?}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            labels.len()
-        )
-    };
-    match question.selection_mode {
-        None if is_blank(line) => Err("the answer is empty".to_owned()),
-        None => Ok(Value::String(line.to_owned())),
-        Some(SelectionMode::SingleSelect) => find(line)
-            .map(|label| Value::String(label.to_owned()))
-            .ok_or_else(|| not_a_label(line)),
-        Some(SelectionMode::MultiSelect) => {
-            if let Some(label) = find(line) {
-                return Ok(Value::Array(vec![Value::String(label.to_owned())]));
-            }
-            let mut chosen: Vec<&str> = Vec::new();
-            for word in line.split(',').filter(|word| !is_blank(word)) {
-                let label = find(word).ok_or_else(|| not_a_label(word))?;
-                if chosen.contains(&label) {
-                    return Err(format!("{label:?} is chosen twice; name each label once"));
-                }
-                chosen.push(label);
-            }
-            if chosen.is_empty() {
-                return Err("select at least one label".to_owned());
-            }
-            Ok(Value::Array(
-                chosen
-                    .into_iter()
-                    .map(|label| Value::String(label.to_owned()))
-                    .collect(),
-            ))
-        }
+    answer_from_inputs(call.resume_schema.as_ref(), &[line]).map_err(|error| error.to_string())
+}
+
+/// An approval on a terminal: `y` runs the tool; `n` asks for an optional reason for the model.
+/// The answer is the reference framework's approval data, `{"approved": …, "reason"?: …}`.
+fn ask_approval_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
+    let message = crate::session::approval_line(call);
+    let approved = inquire::Confirm::new(&format!("{message} - allow it?"))
+        .with_help_message(&help(Some("y/n"), call))
+        .prompt()?;
+    if approved {
+        return Ok(serde_json::json!({"approved": true}));
     }
+    let reason = inquire::Text::new("Reason for the model (optional):")
+        .with_help_message(&help(Some("enter to skip"), call))
+        .prompt()?;
+    Ok(if reason.trim().is_empty() {
+        serde_json::json!({"approved": false})
+    } else {
+        serde_json::json!({"approved": false, "reason": reason})
+    })
 }
 
 #[cfg(test)]
@@ -286,16 +349,7 @@ mod tests {
 
     use super::*;
 
-    fn call(payload: Value) -> PendingToolCall {
-        PendingToolCall::new(
-            &askloop_core::model::ToolCall {
-                id: "c1".into(),
-                name: "ask_user".into(),
-                args: askloop_core::model::ToolArgs::Json(json!({})),
-            },
-            &askloop_core::Suspension::new(payload),
-        )
-    }
+    use crate::format::{ask_user_call as call, custom_call};
 
     #[test]
     fn lines_take_labels_or_numbers() {
@@ -353,24 +407,22 @@ mod tests {
         assert!(line_prompt(&single).contains("tool call c1"));
         assert!(help(Some("keys"), &single).ends_with("answers tool call c1"));
     }
-}
 
-/// An approval on a terminal: `y` runs the tool; `n` asks for an optional reason for the model.
-/// The answer is the reference framework's approval data, `{"approved": …, "reason"?: …}`.
-fn ask_approval_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
-    let message = crate::session::approval_line(call);
-    let approved = inquire::Confirm::new(&format!("{message} - allow it?"))
-        .with_help_message(&help(Some("y/n"), call))
-        .prompt()?;
-    if approved {
-        return Ok(serde_json::json!({"approved": true}));
+    #[test]
+    fn lines_answer_custom_tools_from_their_schema() {
+        let confirm = custom_call(json!({"type": "boolean"}));
+        assert_eq!(parse_line_answer(&confirm, "YES"), Ok(json!(true)));
+        assert!(line_prompt(&confirm).ends_with("with yes or no:"));
+        let amount = custom_call(json!({"type": "integer", "minimum": 1}));
+        assert_eq!(parse_line_answer(&amount, "12"), Ok(json!(12)));
+        let problem = parse_line_answer(&amount, "0").unwrap_err();
+        assert!(problem.contains("minimum of 1"), "{problem}");
+        let object = custom_call(json!({"type": "object", "properties": {
+            "plan": {"enum": ["basic", "pro"]}}, "required": ["plan"]}));
+        assert_eq!(
+            parse_line_answer(&object, r#"{"plan": "Pro"}"#),
+            Ok(json!({"plan": "pro"}))
+        );
+        assert!(line_prompt(&object).ends_with("one line of JSON:"));
     }
-    let reason = inquire::Text::new("Reason for the model (optional):")
-        .with_help_message(&help(Some("enter to skip"), call))
-        .prompt()?;
-    Ok(if reason.trim().is_empty() {
-        serde_json::json!({"approved": false})
-    } else {
-        serde_json::json!({"approved": false, "reason": reason})
-    })
 }

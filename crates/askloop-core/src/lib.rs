@@ -16,7 +16,10 @@
 //! [`model`] (the [`model::LanguageModel`] trait and the messages it reads and writes),
 //! [`store`] (listing, the state codec, [`store::MemoryStore`]), [`wire`] (the JSON form of
 //! chunks), [`testing`] ([`testing::ScriptedModel`], and the conformance suite behind
-//! `test-support`), [`schema`] (JSON Schema checks that report every problem).
+//! `test-support`), [`schema`] (JSON Schema checks that report every problem), [`form`] (what a
+//! resume schema asks a person for) and [`answer`] (typed text to a JSON answer, the same forms
+//! for every front end). Typed suspending tools implement [`SuspendingTool`] and are registered
+//! as [`Suspending`]`(tool)`.
 //!
 //! # Example
 //! ```
@@ -63,10 +66,13 @@ mod response;
 mod run;
 mod run_loop;
 mod stream;
+mod suspending;
 mod text;
 pub mod time;
 mod tool;
 
+pub mod answer;
+pub mod form;
 pub mod model;
 pub mod schema;
 pub mod store;
@@ -93,5 +99,6 @@ pub use run::{
 pub use run_loop::ExpiredRun;
 pub use store::{RunStore, StoreError};
 pub use stream::{AgentStream, RunOutcome, RunOutput};
+pub use suspending::{Suspendable, Suspending, SuspendingError, SuspendingTool};
 pub use text::is_blank;
 pub use tool::{DynTool, Execution, ResumeRejection, Suspension, Tool, ToolContext, ToolError};

@@ -103,8 +103,9 @@ impl ToolContext {
         self.run_id.is_some()
     }
 
-    /// Suspends this call with `payload`; answers are checked against the tool's
-    /// [`Tool::resume_schema`], if any. Return the value from `execute`.
+    /// Suspends this call with `payload`; the suspension carries the tool's
+    /// [`Tool::resume_schema`], if any (front ends render it, answers are checked against it).
+    /// Return the value from `execute`.
     pub fn suspend<T>(&self, payload: Value) -> Execution<T> {
         Execution::Suspend(Suspension::new(payload))
     }
@@ -236,13 +237,19 @@ pub trait Tool: Send + Sync + 'static {
     ) -> Result<Execution<Self::Output>, Self::Error>;
 }
 
-/// The schemars JSON Schema of `T` (`{"type": "object"}` if it cannot be serialized).
+/// The JSON Schema schemars derives for `T`.
 pub fn schema_of<T: JsonSchema>() -> Value {
-    serde_json::to_value(schemars::schema_for!(T))
-        .unwrap_or_else(|_| serde_json::json!({"type": "object"}))
+    schemars::schema_for!(T).to_value()
 }
 
-fn validate_against_schema(schema: Option<&Value>, value: &Value) -> Result<(), ResumeRejection> {
+/// Checks `value` against `schema` (`None` accepts anything).
+///
+/// # Errors
+/// A [`ResumeRejection`] listing every problem, or saying that the schema itself is invalid.
+pub(crate) fn validate_against_schema(
+    schema: Option<&Value>,
+    value: &Value,
+) -> Result<(), ResumeRejection> {
     let Some(schema) = schema else { return Ok(()) };
     match SchemaValidator::new(schema) {
         Ok(validator) => {
@@ -409,7 +416,14 @@ impl<T: Tool> DynTool for T {
                     tool: T::NAME.to_owned(),
                     source,
                 }),
-            Ok(Execution::Suspend(suspension)) => Ok(Execution::Suspend(suspension)),
+            // A suspension without a schema of its own carries the tool's, so front ends (which
+            // see only the suspension) know what to ask for.
+            Ok(Execution::Suspend(mut suspension)) => {
+                if suspension.resume_schema.is_none() {
+                    suspension.resume_schema = Tool::resume_schema(self);
+                }
+                Ok(Execution::Suspend(suspension))
+            }
             Err(error) => Err(ToolError::Failed {
                 tool: T::NAME.to_owned(),
                 source: Box::new(error),

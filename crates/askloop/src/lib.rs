@@ -14,7 +14,9 @@
 //! context, ids and errors. The rest sits in modules: [`model`] (the `LanguageModel` trait and
 //! conversation messages), [`store`] (the `RunStore` trait, listing, the stores), [`wire`] (the
 //! JSON form of chunks), [`testing`] (a scripted model), [`providers`] (real models from a SPEC
-//! string, behind features), [`schema`] (JSON Schema checks). What implementing a [`Tool`] needs
+//! string, behind features), [`schema`] (JSON Schema checks), [`form`] (what a resume schema
+//! asks a person for) and [`answer`] (typed text to a JSON answer). Typed suspending tools
+//! implement [`SuspendingTool`] and are registered as [`Suspending`]`(tool)`. What implementing a [`Tool`] needs
 //! is re-exported too ([`macro@async_trait`], [`schemars`], [`serde`], [`serde_json`]), so your
 //! `Cargo.toml` need not match askloop's versions of them.
 //!
@@ -53,9 +55,10 @@ pub use askloop_core::{
     AskUserOption, AskUserQuestion, AskUserResult, CancelHandle, Chunk, DEFAULT_LEASE,
     DEFAULT_MAX_STEPS, DynTool, Execution, LeaseHolder, PendingToolCall, ResourceId, ResumeError,
     ResumeRejection, RunFailure, RunId, RunOptions, RunOutcome, RunOutput, RunStatus, RunStore,
-    SelectionMode, StoreError, Suspension, ThreadId, Tool, ToolCallId, ToolContext, ToolError,
+    SelectionMode, StoreError, Suspendable, Suspending, SuspendingError, SuspendingTool,
+    Suspension, ThreadId, Tool, ToolCallId, ToolContext, ToolError,
 };
-pub use askloop_core::{model, schema, wire};
+pub use askloop_core::{answer, form, model, schema, wire};
 
 /// Re-exported for implementing [`Tool`]: `#[askloop::async_trait]` on the `impl`.
 pub use async_trait::async_trait;

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use askloop_core::answer::{answer_from_inputs, normalize_answer};
 use askloop_core::{ResumeError, RunId, RunStatus, ToolCallId};
 use serde_json::Value;
 
@@ -24,22 +25,16 @@ use crate::session::{Origin, Session};
 /// already answered or a run that is not suspended (the core's [`ResumeError`]); a conflict
 /// when another process resumed first; the run's failure.
 pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
-    let answer = match (args.answer, args.answer_json) {
-        (Some(text), _) => Some(Value::String(text)),
-        (None, Some(json)) => Some(serde_json::from_str::<Value>(&json).map_err(|error| {
-            invalid_because(
-                "--answer-json is not valid JSON (expected e.g. '\"main\"' or '[\"a\",\"b\"]')",
-                error,
-            )
-        })?),
-        (None, None) => None,
-    };
+    let given = given_answer(args.answer, args.answer_file.as_deref(), args.answer_json)?;
     // Not read-only: the lookup is followed by the claim, a write, on the same store.
     let mut context = Context::open(global, Access::Update).await?;
     context.model_flag = args.model.model.clone();
     let result: anyhow::Result<ExitCode> = async {
         let run_id = RunId::new(args.run_id);
         let state = context.load_run(&run_id).await?;
+        let answer = given
+            .map(|given| answer_for(&state, args.tool_call_id.as_deref(), given))
+            .transpose()?;
         if state.status() == RunStatus::Failed {
             // The same answer again to a call that has it (the step after it failed, or was
             // cancelled): idempotent, as for any other run.
@@ -66,8 +61,9 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
         let Some(answer) = answer else {
             if args.tool_call_id.is_some() || !matches!(session.answerer, Answerer::Terminal) {
                 return Err(invalid(
-                    "no answer given: pass --answer TEXT or --answer-json JSON (on a terminal \
-                     without --json and --tool-call-id, askloop asks the pending questions instead)",
+                    "no answer given: pass --answer TEXT, --answer-file PATH or --answer-json JSON \
+                     (on a terminal without --json and --tool-call-id, askloop asks the pending \
+                     questions instead)",
                 ));
             }
             if state.status() != RunStatus::Suspended {
@@ -105,6 +101,97 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
     .await;
     context.close().await;
     result
+}
+
+/// An answer as the flags give it, before the question's schema reads it.
+enum Given {
+    /// `--answer` (each one), or the text of `--answer-file`.
+    Typed(Vec<String>),
+    /// `--answer-json`, parsed.
+    Json(Value),
+}
+
+/// The answer of the flags, if any: `--answer`s, the text of `--answer-file` (stdin for `-`)
+/// without one trailing newline, or `--answer-json` parsed.
+///
+/// # Errors
+/// Invalid input for JSON that does not parse, or a file that cannot be read.
+fn given_answer(
+    typed: Vec<String>,
+    file: Option<&std::path::Path>,
+    json: Option<String>,
+) -> anyhow::Result<Option<Given>> {
+    if let Some(json) = json {
+        return serde_json::from_str::<Value>(&json)
+            .map(|value| Some(Given::Json(value)))
+            .map_err(|error| {
+                invalid_because(
+                    "--answer-json is not valid JSON (expected e.g. '\"main\"' or '[\"a\",\"b\"]')",
+                    error,
+                )
+            });
+    }
+    if let Some(path) = file {
+        let text = if path.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map(|_| text)
+                .map_err(|error| invalid_because("--answer-file -: cannot read stdin", error))?
+        } else {
+            std::fs::read_to_string(path).map_err(|error| {
+                invalid_because(
+                    format!("--answer-file {}: cannot read it", path.display()),
+                    error,
+                )
+            })?
+        };
+        return Ok(Some(Given::Typed(vec![without_final_newline(text)])));
+    }
+    Ok((!typed.is_empty()).then_some(Given::Typed(typed)))
+}
+
+/// `text` without one trailing newline (`\n` or `\r\n`): what an editor adds to a file is
+/// not part of the answer.
+fn without_final_newline(mut text: String) -> String {
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    text
+}
+
+/// The JSON answer `given` makes for the call it goes to (the one named, else the only
+/// pending one), read with that call's resume schema in the answer forms of
+/// [`askloop_core::answer`]. For a call that is not pending (the core then refuses the resume
+/// and says why) typed text is a JSON string.
+///
+/// # Errors
+/// Invalid input for an unknown or ambiguous label, or input the schema does not take.
+fn answer_for(
+    state: &askloop_core::store::RunState,
+    tool_call_id: Option<&str>,
+    given: Given,
+) -> anyhow::Result<Value> {
+    let pending = state.pending_tool_calls();
+    let call = match tool_call_id {
+        Some(id) => pending.iter().find(|call| call.tool_call_id.as_str() == id),
+        None if pending.len() == 1 => pending.first(),
+        None => None,
+    };
+    let schema = call.and_then(|call| call.resume_schema.as_ref());
+    let answer = match given {
+        Given::Typed(inputs) => answer_from_inputs(schema, &inputs),
+        Given::Json(value) => normalize_answer(schema, value),
+    };
+    answer.map_err(|error| match call {
+        Some(call) => invalid(format!(
+            "invalid answer for {} call {}: {error}",
+            call.tool_name, call.tool_call_id
+        )),
+        None => invalid(format!("invalid answer: {error}")),
+    })
 }
 
 /// The same answer again: nothing to do, and nothing changed (exit status 0). Says what the
@@ -166,5 +253,18 @@ fn refusal(context: &Context, error: ResumeError) -> anyhow::Error {
             context.command("runs show").arg(run_id.as_str())
         )),
         _ => context.refused(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_final_newline_is_not_part_of_a_file_answer() {
+        assert_eq!(without_final_newline("Ada\n".into()), "Ada");
+        assert_eq!(without_final_newline("Ada\r\n".into()), "Ada");
+        assert_eq!(without_final_newline("two\n\n".into()), "two\n");
+        assert_eq!(without_final_newline("Ada".into()), "Ada");
     }
 }

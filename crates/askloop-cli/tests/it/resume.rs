@@ -123,11 +123,22 @@ fn two_pending_questions_need_a_tool_call_id() {
     assert!(out.stderr.contains("--tool-call-id"), "{}", out.stderr);
     assert_eq!(dir.show(&run_id)["pending"].as_array().unwrap().len(), 2);
 
-    // A multi-select answer must be a JSON array.
+    // A multi-select answer must name its labels (issue 10: one `--answer` is one label).
     let out = dir
-        .run(&["resume", &run_id, "--tool-call-id", "c2", "--answer", "mon"])
+        .run(&[
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "c2",
+            "--answer",
+            "mon, fri",
+        ])
         .code(2);
-    assert!(out.stderr.contains("JSON array"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(r#""fri" is not one of the labels"#),
+        "{}",
+        out.stderr
+    );
 
     let first = dir
         .run(&[
@@ -251,4 +262,67 @@ fn the_recorded_model_spec_works_from_another_directory_and_model_overrides_it()
         .run(&["resume", &run_id, "--answer", "main", "--model", &other])
         .success();
     assert_eq!(out.stdout, "From the other script.\n");
+}
+
+#[test]
+fn answers_take_one_set_of_forms_and_the_model_gets_exact_labels() {
+    let dir = TestDir::new();
+    let spec = dir.script("two.json", TWO_QUESTIONS);
+    let run_id = dir.start_suspended(&spec);
+    let resume = |args: &[&str]| {
+        let mut full = vec!["resume", run_id.as_str()];
+        full.extend_from_slice(args);
+        full.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>()
+    };
+    let args = resume(&["--tool-call-id", "c2", "--answer", "Fri"]);
+    let refused = dir
+        .run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .code(2);
+    assert!(
+        refused.stderr.contains(
+            r#"invalid answer for ask_user call c2: "Fri" is not one of the labels "mon", "tue", "wed" or their numbers 1 to 3"#
+        ),
+        "{}",
+        refused.stderr
+    );
+    // --answer repeated for a multi-select: a label in another case, a number.
+    let args = resume(&["--tool-call-id", "c2", "--answer", "TUE", "--answer", "1"]);
+    dir.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .success();
+    // A long free text from stdin: its trailing newline is not part of the answer.
+    let long = format!("{}\nend", "a".repeat(200_000));
+    let args = resume(&["--tool-call-id", "c1", "--answer-file", "-"]);
+    dir.run_with_input(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &format!("{long}\n"),
+    )
+    .success();
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed");
+    let results = tool_results(&state);
+    assert_eq!(results[0]["result"], answered(&long));
+    assert_eq!(results[1]["result"], answered("tue, mon"));
+}
+
+#[test]
+fn an_answer_file_is_read_without_its_final_newline() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    let run_id = dir.start_suspended(&spec);
+    let file = dir.write("answer.txt", "DOCS\n");
+    let file = file.to_str().unwrap();
+    dir.run(&["resume", &run_id, "--answer-file", file])
+        .success();
+    assert_eq!(
+        tool_results(&dir.show(&run_id))[0]["result"],
+        answered("docs")
+    );
+    let missing = dir
+        .run(&["resume", &run_id, "--answer-file", "/nonexistent/answer"])
+        .code(2);
+    assert!(
+        missing.stderr.contains("--answer-file /nonexistent/answer"),
+        "{}",
+        missing.stderr
+    );
 }

@@ -30,6 +30,11 @@ struct Terminal {
 
 impl Terminal {
     fn spawn(dir: &TestDir, args: &[&str]) -> Self {
+        Self::spawn_with(dir, args, &[])
+    }
+
+    /// As [`Terminal::spawn`], with environment variables `env` set.
+    fn spawn_with(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Self {
         let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
         grantpt(&master).unwrap();
         unlockpt(&master).unwrap();
@@ -50,6 +55,7 @@ impl Terminal {
         let mut full = vec!["--store", store.as_str()];
         full.extend_from_slice(args);
         let mut command = dir.command(&full);
+        command.envs(env.iter().copied());
         command
             .stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
@@ -195,6 +201,59 @@ fn issue7_fault12_terminal_prompts_name_the_call_they_answer() {
     terminal.send(&format!("{SPACE}{ENTER}"));
     terminal.expect("Here is a three-day outline");
     assert_eq!(terminal.wait(), Some(0));
+}
+
+#[test]
+fn a_custom_typed_tool_prompts_from_its_resume_schema() {
+    const BACKSPACE: &str = "\x7f";
+    let dir = TestDir::new();
+    let spec = dir.script(
+        "pay.json",
+        r#"{"steps":[{"toolCalls":[{"id":"p1","name":"test_pay","args":{"amount_cents":500,"to":"ACME"}}]},{"text":"Paid."}]}"#,
+    );
+    let mut terminal = Terminal::spawn_with(
+        &dir,
+        &["run", "--model", &spec, "Pay ACME"],
+        &[("ASKLOOP_TEST_TOOLS", "1")],
+    );
+    // An object: its question, then one prompt per property, required ones first.
+    terminal.expect("Pay 500 cents to ACME?");
+    // A number with the schema's limits: refused with the reason, asked again.
+    terminal.expect("amount_cents (The amount, typed again.)");
+    terminal.expect("an integer ≥ 0; answers tool call p1");
+    terminal.send(&format!("-5{ENTER}"));
+    terminal.expect("minimum of 0");
+    terminal.send(&format!("{BACKSPACE}{BACKSPACE}50{ENTER}"));
+    // A boolean: a confirm.
+    terminal.expect("confirmed (Whether to pay.)");
+    terminal.send(&format!("y{ENTER}"));
+    // A documented enum: a select showing each choice's description.
+    terminal.expect("speed (How fast.)");
+    terminal.expect("express - Today, for a fee.");
+    terminal.send(&format!("{DOWN}{ENTER}"));
+    // An optional text: enter leaves it out.
+    terminal.expect("note (A note for the payee.)");
+    terminal.send(ENTER);
+    // The tool refuses another amount than the one asked: said, and asked again.
+    terminal.expect("is not the amount to pay (500); try again");
+    terminal.expect("amount_cents");
+    terminal.send(&format!("500{ENTER}"));
+    terminal.expect("confirmed");
+    terminal.send(&format!("y{ENTER}"));
+    terminal.expect("speed");
+    terminal.send(&format!("{DOWN}{ENTER}"));
+    terminal.expect("note");
+    terminal.send(&format!("thanks{ENTER}"));
+    terminal.expect("Paid.");
+    assert_eq!(terminal.wait(), Some(0));
+
+    let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    let state = dir.show(runs[0]["runId"].as_str().unwrap());
+    assert_eq!(state["status"], "completed");
+    assert_eq!(
+        tool_results(&state)[0]["result"],
+        serde_json::json!({"paid": 500, "to": "ACME", "speed": "express", "note": "thanks"})
+    );
 }
 
 /// Whether the terminal is in raw mode (no line editing, no echo), as the process sees it (on

@@ -298,7 +298,10 @@ fn apply(
             }
             (CallState::Suspended { suspension }, Resolution::Expire) => {
                 // Only a question whose deadline has passed expires.
-                if suspension.expires_at_ms.is_none_or(|at| at > lease_now_ms()) {
+                if suspension
+                    .expires_at_ms
+                    .is_none_or(|at| at > lease_now_ms())
+                {
                     return Err(invalid(ResumeRejection {
                         expected: "an expired question".into(),
                         problems: vec![match suspension.expires_at_ms {

@@ -1,0 +1,441 @@
+//! Answer forms, one set for every front end (CLI flags, `chat` lines, HTTP): what a person
+//! types, turned into the JSON answer a suspension's resume schema asks for.
+//!
+//! The forms, for a select ([`FieldKind::Select`]) and each item of a multi-select:
+//! - the exact label;
+//! - the option's number as listed, from 1;
+//! - a label matched ignoring case (and surrounding spaces) when exactly one label matches,
+//!   normalised to that label — the model always receives the exact labels.
+//!
+//! A multi-select takes several inputs (one label each: `--answer` repeated), or one input that
+//! is a label, a JSON array of labels, or labels separated by commas. Other fields take one
+//! input: `yes`/`no` (or `y`, `n`, `true`, `false`) for a confirm, the text itself for a text, a
+//! number for a number, JSON for anything else. A suspension without a resume schema takes the
+//! text as a JSON string.
+//!
+//! Ambiguous and unknown labels are refused with the labels listed ([`AnswerError`]); an answer
+//! that breaks the schema's limits is refused with each problem.
+
+use serde_json::Value;
+
+use crate::form::{Choice, Field, FieldKind};
+
+/// Why typed input does not make an answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnswerError {
+    /// No input was given.
+    #[error("no answer given")]
+    Empty,
+    /// Several inputs for a question that takes one.
+    #[error("this question takes one answer; got {count}")]
+    TooMany {
+        /// How many inputs were given.
+        count: usize,
+    },
+    /// The input is no label, no label's number, and no label ignoring case.
+    #[error("{input:?} is not one of the labels {} or their numbers 1 to {}", quoted(labels), labels.len())]
+    UnknownLabel {
+        /// The input.
+        input: String,
+        /// Every label, in order.
+        labels: Vec<String>,
+    },
+    /// The input matches several labels ignoring case.
+    #[error(
+        "{input:?} matches several labels ({}); give one exactly: {}",
+        quoted(matches),
+        quoted(labels)
+    )]
+    AmbiguousLabel {
+        /// The input.
+        input: String,
+        /// The labels it matches.
+        matches: Vec<String>,
+        /// Every label, in order.
+        labels: Vec<String>,
+    },
+    /// A multi-select names the same choice twice.
+    #[error("{label:?} is chosen twice; name each label once")]
+    Repeated {
+        /// The label chosen twice.
+        label: String,
+    },
+    /// A multi-select with nothing chosen.
+    #[error("select at least one label")]
+    NothingSelected,
+    /// The input does not have the field's shape (not a number, not yes or no, not JSON).
+    #[error("{input:?} is not {expected}")]
+    Malformed {
+        /// The input.
+        input: String,
+        /// What was expected, e.g. `an integer`, `yes or no`, `JSON (expected value at line 1
+        /// column 1)`.
+        expected: String,
+    },
+    /// The answer breaks the schema's limits; one entry per problem.
+    #[error("{}", problems.join("; "))]
+    Invalid {
+        /// Each problem, in words.
+        problems: Vec<String>,
+    },
+}
+
+fn quoted(labels: &[String]) -> String {
+    labels
+        .iter()
+        .map(|label| format!("{label:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The answer that `inputs` (what a person typed: one `--answer` each, one line, one form
+/// field) give to a suspension whose resume schema is `resume_schema` (see the module's forms).
+///
+/// # Errors
+/// [`AnswerError`]: no input, several inputs for one answer, an unknown or ambiguous label, a
+/// label chosen twice, input of the wrong shape, or an answer breaking the schema's limits.
+pub fn answer_from_inputs<S: AsRef<str>>(
+    resume_schema: Option<&Value>,
+    inputs: &[S],
+) -> Result<Value, AnswerError> {
+    let Some(schema) = resume_schema else {
+        return match inputs {
+            [] => Err(AnswerError::Empty),
+            [input] => Ok(Value::String(input.as_ref().to_owned())),
+            _ => Err(AnswerError::TooMany {
+                count: inputs.len(),
+            }),
+        };
+    };
+    Field::from_schema(schema).answer_from_inputs(inputs)
+}
+
+/// `answer` (JSON given as such, e.g. `--answer-json`) with every string it holds for a select
+/// normalised to the exact label, as [`answer_from_inputs`] does (a label matched ignoring
+/// case, or a label's number as a string); anything else is left as it is, for the schema
+/// check.
+///
+/// # Errors
+/// [`AnswerError::UnknownLabel`], [`AnswerError::AmbiguousLabel`], [`AnswerError::Repeated`].
+pub fn normalize_answer(
+    resume_schema: Option<&Value>,
+    answer: Value,
+) -> Result<Value, AnswerError> {
+    match resume_schema {
+        Some(schema) => Field::from_schema(schema).normalize(answer),
+        None => Ok(answer),
+    }
+}
+
+impl Field {
+    /// The answer `inputs` give to this field; see [`answer_from_inputs`].
+    ///
+    /// # Errors
+    /// As [`answer_from_inputs`].
+    pub fn answer_from_inputs<S: AsRef<str>>(&self, inputs: &[S]) -> Result<Value, AnswerError> {
+        let answer = match (&self.kind, inputs) {
+            (_, []) => return Err(AnswerError::Empty),
+            (FieldKind::MultiSelect { choices }, [_, _, ..]) => {
+                let mut picked = Vec::with_capacity(inputs.len());
+                for input in inputs {
+                    picked.push(resolve(choices, input.as_ref())?);
+                }
+                selection(picked)?
+            }
+            (_, [input]) => self.parse(input.as_ref())?,
+            (_, _) => {
+                return Err(AnswerError::TooMany {
+                    count: inputs.len(),
+                });
+            }
+        };
+        let problems = self.problems(&answer);
+        if problems.is_empty() {
+            Ok(answer)
+        } else {
+            Err(AnswerError::Invalid { problems })
+        }
+    }
+
+    /// One input as this field's answer, before the limits are checked.
+    fn parse(&self, input: &str) -> Result<Value, AnswerError> {
+        match &self.kind {
+            FieldKind::Select { choices } => Ok(resolve(choices, input)?.value.clone()),
+            FieldKind::MultiSelect { choices } => {
+                if let Ok(choice) = resolve(choices, input) {
+                    return selection(vec![choice]);
+                }
+                if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(input) {
+                    return self.normalize(Value::Array(items));
+                }
+                let mut picked = Vec::new();
+                for part in input.split(',').filter(|part| !part.trim().is_empty()) {
+                    picked.push(resolve(choices, part)?);
+                }
+                selection(picked)
+            }
+            FieldKind::Confirm => match input.trim().to_lowercase().as_str() {
+                "y" | "yes" | "true" => Ok(Value::Bool(true)),
+                "n" | "no" | "false" => Ok(Value::Bool(false)),
+                _ => Err(malformed(input, "yes or no")),
+            },
+            FieldKind::Text { .. } => Ok(Value::String(input.to_owned())),
+            FieldKind::Number { integer, .. } => {
+                let expected = if *integer { "an integer" } else { "a number" };
+                match serde_json::from_str::<Value>(input.trim()) {
+                    Ok(Value::Number(number))
+                        if !integer || number.as_f64().is_some_and(|n| n.fract() == 0.0) =>
+                    {
+                        Ok(Value::Number(number))
+                    }
+                    _ => Err(malformed(input, expected)),
+                }
+            }
+            FieldKind::Object { .. } | FieldKind::Json => {
+                match serde_json::from_str::<Value>(input) {
+                    Ok(value) => self.normalize(value),
+                    Err(error) => Err(malformed(input, &format!("JSON ({error})"))),
+                }
+            }
+        }
+    }
+
+    /// `value` with the labels of its selects normalised; see [`normalize_answer`].
+    ///
+    /// # Errors
+    /// As [`normalize_answer`].
+    pub fn normalize(&self, value: Value) -> Result<Value, AnswerError> {
+        match (&self.kind, value) {
+            (FieldKind::Select { choices }, value) => Ok(pick(choices, value)?),
+            (FieldKind::MultiSelect { choices }, Value::Array(items)) => {
+                let mut picked = Vec::with_capacity(items.len());
+                for item in items {
+                    let value = pick(choices, item)?;
+                    if picked.contains(&value) {
+                        return Err(AnswerError::Repeated {
+                            label: label_of(choices, &value),
+                        });
+                    }
+                    picked.push(value);
+                }
+                Ok(Value::Array(picked))
+            }
+            (FieldKind::Object { properties }, Value::Object(mut object)) => {
+                for property in properties {
+                    if let Some(value) = object.remove(&property.name) {
+                        object.insert(property.name.clone(), property.field.normalize(value)?);
+                    }
+                }
+                Ok(Value::Object(object))
+            }
+            (_, value) => Ok(value),
+        }
+    }
+}
+
+/// A JSON value given for a select: a choice's value as it is, else a string resolved as typed
+/// input; anything else (a number too: JSON says what it means) is left for the schema check.
+fn pick(choices: &[Choice], value: Value) -> Result<Value, AnswerError> {
+    if choices.iter().any(|choice| choice.value == value) {
+        return Ok(value);
+    }
+    match &value {
+        Value::String(input) => Ok(resolve(choices, input)?.value.clone()),
+        _ => Ok(value),
+    }
+}
+
+fn label_of(choices: &[Choice], value: &Value) -> String {
+    choices
+        .iter()
+        .find(|choice| &choice.value == value)
+        .map_or_else(|| value.to_string(), |choice| choice.label.clone())
+}
+
+/// The chosen values as a multi-select's answer: refused when empty or when one repeats.
+fn selection(picked: Vec<&Choice>) -> Result<Value, AnswerError> {
+    if picked.is_empty() {
+        return Err(AnswerError::NothingSelected);
+    }
+    let mut values: Vec<Value> = Vec::with_capacity(picked.len());
+    for choice in picked {
+        if values.contains(&choice.value) {
+            return Err(AnswerError::Repeated {
+                label: choice.label.clone(),
+            });
+        }
+        values.push(choice.value.clone());
+    }
+    Ok(Value::Array(values))
+}
+
+/// The choice `input` names: its exact label; else its label ignoring surrounding spaces; else
+/// its number (from 1); else its label ignoring case, when only one matches.
+fn resolve<'a>(choices: &'a [Choice], input: &str) -> Result<&'a Choice, AnswerError> {
+    if let Some(choice) = choices.iter().find(|choice| choice.label == input) {
+        return Ok(choice);
+    }
+    let trimmed = input.trim();
+    let same: Vec<&Choice> = choices
+        .iter()
+        .filter(|choice| choice.label.trim() == trimmed)
+        .collect();
+    if let [choice] = same.as_slice() {
+        return Ok(choice);
+    }
+    if let Ok(number) = trimmed.parse::<usize>()
+        && let Some(choice) = number.checked_sub(1).and_then(|index| choices.get(index))
+    {
+        return Ok(choice);
+    }
+    let lower = trimmed.to_lowercase();
+    let matches: Vec<&Choice> = choices
+        .iter()
+        .filter(|choice| choice.label.trim().to_lowercase() == lower)
+        .collect();
+    let labels = || choices.iter().map(|choice| choice.label.clone()).collect();
+    match matches.as_slice() {
+        [choice] => Ok(choice),
+        [] => Err(AnswerError::UnknownLabel {
+            input: trimmed.to_owned(),
+            labels: labels(),
+        }),
+        several => Err(AnswerError::AmbiguousLabel {
+            input: trimmed.to_owned(),
+            matches: several.iter().map(|choice| choice.label.clone()).collect(),
+            labels: labels(),
+        }),
+    }
+}
+
+fn malformed(input: &str, expected: &str) -> AnswerError {
+    AnswerError::Malformed {
+        input: input.to_owned(),
+        expected: expected.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn single() -> Value {
+        json!({"type": "string", "enum": ["Main", "docs", "DOCS", "2"]})
+    }
+
+    fn multi() -> Value {
+        json!({"type": "array", "items": {"type": "string", "enum": ["eu", "us", "a, b"]},
+               "minItems": 1, "uniqueItems": true})
+    }
+
+    fn answer(schema: &Value, inputs: &[&str]) -> Result<Value, AnswerError> {
+        answer_from_inputs(Some(schema), inputs)
+    }
+
+    #[test]
+    fn a_label_its_number_or_a_unique_label_ignoring_case() {
+        let schema = json!({"type": "string", "enum": ["Main", "docs"]});
+        assert_eq!(answer(&schema, &["Main"]), Ok(json!("Main")));
+        assert_eq!(answer(&schema, &["2"]), Ok(json!("docs")));
+        assert_eq!(answer(&schema, &[" main "]), Ok(json!("Main")));
+        assert_eq!(answer(&schema, &["DOCS"]), Ok(json!("docs")));
+        let error = answer(&schema, &["3"]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            r#""3" is not one of the labels "Main", "docs" or their numbers 1 to 2"#
+        );
+        assert_eq!(
+            answer(&schema, &["a", "b"]),
+            Err(AnswerError::TooMany { count: 2 })
+        );
+    }
+
+    #[test]
+    fn an_exact_label_wins_and_an_ambiguous_one_is_refused() {
+        // "2" is a label: it means that label, not the second option.
+        assert_eq!(answer(&single(), &["2"]), Ok(json!("2")));
+        assert_eq!(answer(&single(), &["1"]), Ok(json!("Main")));
+        assert_eq!(answer(&single(), &["DOCS"]), Ok(json!("DOCS")));
+        let error = answer(&single(), &["Docs"]).unwrap_err();
+        assert!(
+            matches!(&error, AnswerError::AmbiguousLabel { matches, .. } if matches == &["docs", "DOCS"]),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains(r#""Main", "docs", "DOCS", "2""#));
+    }
+
+    #[test]
+    fn multi_select_takes_repeated_inputs_a_json_array_or_commas() {
+        assert_eq!(answer(&multi(), &["US", "1"]), Ok(json!(["us", "eu"])));
+        assert_eq!(
+            answer(&multi(), &[r#"["EU","us"]"#]),
+            Ok(json!(["eu", "us"]))
+        );
+        assert_eq!(answer(&multi(), &["us, 1"]), Ok(json!(["us", "eu"])));
+        // A label holding a comma matches as a whole.
+        assert_eq!(answer(&multi(), &["a, b"]), Ok(json!(["a, b"])));
+        assert_eq!(
+            answer(&multi(), &["eu", "EU"]),
+            Err(AnswerError::Repeated { label: "eu".into() })
+        );
+        assert_eq!(
+            answer(&multi(), &[" , "]),
+            Err(AnswerError::NothingSelected)
+        );
+        assert!(matches!(
+            answer(&multi(), &["eu", "mars"]),
+            Err(AnswerError::UnknownLabel { .. })
+        ));
+        assert_eq!(
+            normalize_answer(Some(&multi()), json!(["US", "1"])),
+            Ok(json!(["us", "eu"]))
+        );
+        // A JSON number is not a label's number: the schema check refuses it.
+        assert_eq!(normalize_answer(Some(&single()), json!(1)), Ok(json!(1)));
+    }
+
+    #[test]
+    fn other_fields_parse_their_shape_and_check_limits() {
+        let confirm = json!({"type": "boolean"});
+        assert_eq!(answer(&confirm, &["Yes"]), Ok(json!(true)));
+        assert_eq!(answer(&confirm, &["n"]), Ok(json!(false)));
+        assert!(matches!(
+            answer(&confirm, &["maybe"]),
+            Err(AnswerError::Malformed { .. })
+        ));
+        let amount = json!({"type": "integer", "minimum": 1, "maximum": 100});
+        assert_eq!(answer(&amount, &["42"]), Ok(json!(42)));
+        assert!(matches!(
+            answer(&amount, &["4.5"]),
+            Err(AnswerError::Malformed { .. })
+        ));
+        let Err(AnswerError::Invalid { problems }) = answer(&amount, &["400"]) else {
+            panic!("400 is above the maximum")
+        };
+        assert!(problems[0].contains("100"), "{problems:?}");
+        let text = json!({"type": "string", "maxLength": 3});
+        assert_eq!(answer(&text, &[" ab"]), Ok(json!(" ab")));
+        assert!(matches!(
+            answer(&text, &["abcd"]),
+            Err(AnswerError::Invalid { .. })
+        ));
+        let object = json!({"type": "object", "properties": {
+            "plan": {"enum": ["basic", "pro"]}, "seats": {"type": "integer"}}});
+        assert_eq!(
+            answer(&object, &[r#"{"plan": "PRO", "seats": 2}"#]),
+            Ok(json!({"plan": "pro", "seats": 2}))
+        );
+        assert!(matches!(
+            answer(&object, &["{plan"]),
+            Err(AnswerError::Malformed { .. })
+        ));
+        assert_eq!(
+            answer_from_inputs(None, &["42"]),
+            Ok(json!("42")),
+            "without a schema, text is a string"
+        );
+    }
+}
