@@ -19,8 +19,8 @@ use crate::error::OpenError;
 use crate::sqlite::Synchronous;
 use crate::url::OpenOptions;
 
-use self::store::VersionCache;
 pub use self::url::PgUrl;
+use crate::known::KnownRuns;
 
 /// Connections a store keeps at most (per process).
 const POOL_SIZE: u32 = 16;
@@ -48,9 +48,9 @@ const DUPLICATE_DATABASE: &str = "42P04";
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
-    /// The message count of runs this process committed or loaded, by version, so an update
-    /// sends only the new messages.
-    versions: Arc<VersionCache>,
+    /// The runs this process committed or loaded: their version and stored messages, so an
+    /// update sends only the new messages and a load reads only those it does not hold.
+    known: Arc<KnownRuns>,
 }
 
 impl PgStore {
@@ -127,7 +127,7 @@ impl PgStore {
         let pool = pool_options().connect_lazy_with(connect_options);
         Ok(Self {
             pool,
-            versions: Arc::new(VersionCache::default()),
+            known: Arc::new(KnownRuns::default()),
         })
     }
 
