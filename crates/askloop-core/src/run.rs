@@ -603,6 +603,7 @@ impl RunState {
     }
 
     /// Every tool call id of the conversation's assistant messages.
+    #[cfg(test)]
     pub(crate) fn tool_call_ids(&self) -> impl Iterator<Item = &ToolCallId> {
         self.messages.iter().flat_map(|message| match message {
             Message::Assistant { parts } => parts

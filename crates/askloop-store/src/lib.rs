@@ -26,6 +26,7 @@
 //! | `postgres` | yes | `PgStore`, `PgUrl` and `postgres://` store URLs |
 
 mod error;
+mod known;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;

@@ -1,8 +1,6 @@
 //! One model step: build the request, stream the response as chunks, and append the assistant
 //! message to the run. A failed or cancelled call fails the run (recorded) and ends the stream.
 
-use std::collections::HashSet;
-
 use futures::StreamExt;
 
 use crate::chunk::Chunk;
@@ -53,7 +51,7 @@ pub(super) async fn model_step(
         Ok(events) => events,
         Err(error) => return Err(run.fail(AgentError::Model(error)).await),
     };
-    let mut ids = CallIds::of(&run.state);
+    let mut ids = CallIds::default();
     let mut parts: Vec<AssistantPart> = Vec::new();
     let mut finish: Option<(FinishReason, Usage)> = None;
     loop {
@@ -93,7 +91,7 @@ pub(super) async fn model_step(
                 _ => parts.push(AssistantPart::Reasoning { text, signature }),
             },
             Ok(ModelEvent::ToolCall(mut call)) => {
-                call.id = ids.claim(call.id);
+                call.id = ids.claim(&run.state, call.id);
                 parts.push(AssistantPart::ToolCall(call));
             }
             Ok(ModelEvent::Finish { reason, usage }) => finish = Some((reason, usage)),
@@ -139,26 +137,34 @@ pub(super) async fn model_step(
 }
 
 /// The tool call ids of a run. Answers are routed by id, so every call needs its own within the
-/// whole conversation: a missing id, or one used before, is replaced by a fresh one.
+/// whole conversation: a missing id, or one used before, is replaced by a fresh one. The run's
+/// earlier ids are looked up in its messages when a call comes (a step has few calls), not
+/// copied into a set first.
+#[derive(Default)]
 struct CallIds {
-    taken: HashSet<ToolCallId>,
+    /// The ids given in this step so far.
+    claimed: Vec<ToolCallId>,
 }
 
 impl CallIds {
-    fn of(state: &RunState) -> Self {
-        Self {
-            taken: state.tool_call_ids().cloned().collect(),
-        }
-    }
-
-    /// `id` if it is new, else a fresh id; either way taken from now on.
-    fn claim(&mut self, id: ToolCallId) -> ToolCallId {
-        let id = if id.as_str().trim().is_empty() || self.taken.contains(&id) {
+    /// `id` if neither `state`'s messages nor this step used it, else a fresh id; either way
+    /// taken from now on.
+    fn claim(&mut self, state: &RunState, id: ToolCallId) -> ToolCallId {
+        let used = |id: &ToolCallId| {
+            self.claimed.contains(id)
+                || state.messages.iter().any(|message| match message {
+                    Message::Assistant { parts } => parts.iter().any(
+                        |part| matches!(part, AssistantPart::ToolCall(call) if &call.id == id),
+                    ),
+                    _ => false,
+                })
+        };
+        let id = if id.as_str().trim().is_empty() || used(&id) {
             ToolCallId::new(format!("call_{}", uuid::Uuid::now_v7().simple()))
         } else {
             id
         };
-        self.taken.insert(id.clone());
+        self.claimed.push(id.clone());
         id
     }
 }
@@ -211,6 +217,8 @@ async fn until_cancelled<F: std::future::Future>(run: &ActiveRun, future: F) -> 
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
     use crate::ids::{AgentId, RunId, ThreadId};
     use crate::message::ToolArgs;
@@ -233,13 +241,13 @@ mod tests {
                 args: ToolArgs::Json(serde_json::json!({})),
             })],
         });
-        let mut ids = CallIds::of(&state);
-        let renamed = ids.claim("c1".into());
+        let mut ids = CallIds::default();
+        let renamed = ids.claim(&state, "c1".into());
         assert_ne!(renamed.as_str(), "c1");
-        assert_eq!(ids.claim("c2".into()).as_str(), "c2");
-        let empty_1 = ids.claim("".into());
-        let empty_2 = ids.claim(" ".into());
-        let again = ids.claim("c2".into());
+        assert_eq!(ids.claim(&state, "c2".into()).as_str(), "c2");
+        let empty_1 = ids.claim(&state, "".into());
+        let empty_2 = ids.claim(&state, " ".into());
+        let again = ids.claim(&state, "c2".into());
         let all = [renamed, empty_1, empty_2, again];
         let distinct: HashSet<_> = all.iter().collect();
         assert_eq!(distinct.len(), all.len(), "{all:?}");

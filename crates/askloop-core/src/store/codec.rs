@@ -202,11 +202,34 @@ where
     I: IntoIterator,
     I::Item: AsRef<str>,
 {
+    decode_run_after(run_id, head, Vec::new(), messages)
+}
+
+/// [`decode_run`] for a store that already holds the run's first stored messages decoded
+/// (`known`, e.g. cached from its own commits: stored messages never change): rebuilds the run
+/// from its head, `known`, then `messages` — the stored messages after them, decoded here.
+/// The result equals [`decode_run`] of the head and every stored message text.
+///
+/// # Errors
+/// As [`decode_run`].
+pub fn decode_run_after<I>(
+    run_id: &RunId,
+    head: &str,
+    known: Vec<Message>,
+    messages: I,
+) -> Result<RunState, StoreError>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
     let decode_messages = |messages: I| -> Result<Vec<Message>, StoreError> {
-        messages
-            .into_iter()
-            .map(|text| serde_json::from_str(text.as_ref()).map_err(corrupt(run_id)))
-            .collect()
+        let messages = messages.into_iter();
+        let mut decoded = known;
+        decoded.reserve(messages.size_hint().0);
+        for text in messages {
+            decoded.push(serde_json::from_str(text.as_ref()).map_err(corrupt(run_id))?);
+        }
+        Ok(decoded)
     };
     match serde_json::from_str::<HeadIn>(head) {
         Ok(parsed) if parsed.format_version == RUN_FORMAT_VERSION => {

@@ -156,14 +156,51 @@ fn word_count(message: &Message) -> u64 {
             .map(|part| match part {
                 crate::message::AssistantPart::Text { text }
                 | crate::message::AssistantPart::Reasoning { text, .. } => words(text),
-                crate::message::AssistantPart::ToolCall(call) => words(&call.args.to_json_text()),
+                crate::message::AssistantPart::ToolCall(call) => match &call.args {
+                    ToolArgs::Json(value) => json_words(value),
+                    ToolArgs::Malformed(raw) => words(raw),
+                },
             })
             .sum(),
         Message::Tool { results } => results
             .iter()
-            .map(|result| words(&result.content_text()))
+            .map(|result| match &result.result {
+                Value::String(text) => words(text),
+                other => json_words(other),
+            })
             .sum(),
     }
+}
+
+/// The words of `value`'s compact JSON text (`value.to_string()`), counted without writing it:
+/// that text has whitespace only inside strings (keys and values), where characters below
+/// U+0020 are escaped, and it neither starts nor ends with whitespace, so its words are one
+/// more than its runs of whitespace.
+fn json_words(value: &Value) -> u64 {
+    fn runs(text: &str) -> u64 {
+        let mut runs = 0;
+        let mut in_run = false;
+        for character in text.chars() {
+            let white = character >= '\u{20}' && character.is_whitespace();
+            if white && !in_run {
+                runs += 1;
+            }
+            in_run = white;
+        }
+        runs
+    }
+    fn all_runs(value: &Value) -> u64 {
+        match value {
+            Value::String(text) => runs(text),
+            Value::Array(items) => items.iter().map(all_runs).sum(),
+            Value::Object(map) => map
+                .iter()
+                .map(|(key, value)| runs(key) + all_runs(value))
+                .sum(),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
+    }
+    1 + all_runs(value)
 }
 
 #[async_trait]
@@ -245,6 +282,26 @@ mod tests {
 
     use super::*;
     use crate::model::ModelRequest;
+
+    #[test]
+    fn json_words_are_the_words_of_the_json_text() {
+        for value in [
+            serde_json::json!({}),
+            serde_json::json!([]),
+            serde_json::json!(null),
+            serde_json::json!(12.5),
+            serde_json::json!("one two  three "),
+            serde_json::json!({"question": "What next?  x", "options": [{"label": "a b"}, 3]}),
+            serde_json::json!({"key with space": " lead\tand\nescaped \u{a0}nbsp\u{85}x", "": ""}),
+            serde_json::json!([" ", "\u{2028}", "a\u{1f} b", true, {"n": null}]),
+        ] {
+            assert_eq!(
+                json_words(&value),
+                value.to_string().split_whitespace().count() as u64,
+                "{value}"
+            );
+        }
+    }
 
     fn request(assistant_messages: usize) -> ModelRequest {
         let mut messages = vec![Message::user("hi")];

@@ -5,15 +5,12 @@
 //! messages, the lease and the completion sequence travel in one round trip and commit as one
 //! statement. Reads are single statements too, so each sees one snapshot.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
-
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, QueryBuilder, Row};
 
 use askloop_core::model::Message;
-use askloop_core::store::codec::{decode_run, encode_head, encode_new_messages};
+use askloop_core::store::codec::{decode_run, decode_run_after, encode_head, encode_new_messages};
 use askloop_core::store::{
     Lease, ListedRun, RunFilter, RunPage, RunState, StoredRun, ThreadHistory,
 };
@@ -21,43 +18,6 @@ use askloop_core::{LeaseHolder, RunId, RunStatus, RunStore, StoreError, ThreadId
 
 use crate::postgres::PgStore;
 use crate::postgres::error::{backend, map_pg_error};
-
-/// At most this many runs are remembered in a [`VersionCache`]; beyond it the cache starts
-/// over (a miss only costs sending a run's messages once more).
-const VERSION_CACHE_CAPACITY: usize = 4096;
-
-/// For runs this process committed or loaded: the version it knows and how many messages the
-/// store holds at that version. An update naming that version sends only the messages past
-/// them; on a miss it sends all of them and the database skips those it has.
-#[derive(Debug, Default)]
-pub(crate) struct VersionCache {
-    runs: Mutex<HashMap<RunId, (u64, usize)>>,
-}
-
-impl VersionCache {
-    /// How many messages the store holds for `run_id` at `version`, if known.
-    fn stored_count(&self, run_id: &RunId, version: u64) -> Option<usize> {
-        let runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        runs.get(run_id)
-            .filter(|(known, _)| *known == version)
-            .map(|(_, count)| *count)
-    }
-
-    /// Remembers that the store holds `count` messages of `run_id` at `version`.
-    fn remember(&self, run_id: &RunId, version: u64, count: usize) {
-        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        if runs.len() >= VERSION_CACHE_CAPACITY && !runs.contains_key(run_id) {
-            runs.clear();
-        }
-        runs.insert(run_id.clone(), (version, count));
-    }
-
-    /// Forgets `run_id` (it stopped being driven here, or its version moved elsewhere).
-    fn forget(&self, run_id: &RunId) {
-        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        runs.remove(run_id);
-    }
-}
 
 /// `askloop_update_run`'s answers besides a new version.
 const UPDATE_CONFLICT: i64 = 0;
@@ -77,8 +37,11 @@ const RENEW_LEASE: &str = "WITH renewed AS ( \
         WHERE id = $1 AND version = $2 RETURNING 1) \
     SELECT EXISTS (SELECT 1 FROM renewed), EXISTS (SELECT 1 FROM runs WHERE id = $1)";
 
-const LOAD_RUN: &str = "SELECT version, head, lease_holder, lease_expires_at_ms, \
-        ARRAY(SELECT body FROM run_messages WHERE run_id = $1 ORDER BY seq) AS messages \
+/// The run's row and its messages from position `$2` on (those the store does not hold
+/// decoded already), in one statement.
+const LOAD_RUN: &str = "SELECT version, head, lease_holder, lease_expires_at_ms, message_count, \
+        ARRAY(SELECT body FROM run_messages WHERE run_id = $1 AND seq >= $2 ORDER BY seq) \
+          AS messages \
     FROM runs WHERE id = $1";
 
 /// The listing's columns (the head carries the summary: never the messages); its conditions
@@ -139,7 +102,7 @@ impl RunStore for PgStore {
             .execute(&self.pool)
             .await
             .map_err(|error| map_pg_error(run_id, error))?;
-        self.remember(state, 1, lease);
+        self.known.stored(state, 0, 1);
         Ok(1)
     }
 
@@ -152,10 +115,7 @@ impl RunStore for PgStore {
         let run_id = state.run_id();
         let head = encode_head(state)?;
         let (holder, expires) = lease_columns(lease);
-        let mut first = self
-            .versions
-            .stored_count(run_id, expected_version)
-            .unwrap_or(0);
+        let mut first = self.known.count_at(run_id, expected_version).unwrap_or(0);
         loop {
             let messages = encode_new_messages(state, first)?;
             let outcome: i64 = sqlx::query_scalar(UPDATE_RUN)
@@ -174,14 +134,14 @@ impl RunStore for PgStore {
                 .map_err(|error| map_pg_error(run_id, error))?;
             match outcome {
                 UPDATE_CONFLICT => {
-                    self.versions.forget(run_id);
+                    self.known.forget(run_id);
                     return Err(StoreError::Conflict {
                         run_id: run_id.clone(),
                         expected_version,
                     });
                 }
                 UPDATE_NOT_FOUND => {
-                    self.versions.forget(run_id);
+                    self.known.forget(run_id);
                     return Err(StoreError::NotFound {
                         run_id: run_id.clone(),
                     });
@@ -190,7 +150,9 @@ impl RunStore for PgStore {
                 UPDATE_MESSAGES_GAP if first > 0 => first = 0,
                 version if version > 0 => {
                     let version = from_bigint(version);
-                    self.remember(state, version, lease);
+                    // On a miss every message was sent and the store skipped those it had:
+                    // what it held before is not known, so nothing remembered is kept.
+                    self.known.stored(state, first, version);
                     return Ok(version);
                 }
                 other => {
@@ -231,21 +193,29 @@ impl RunStore for PgStore {
 
     async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
         let map = |error| map_pg_error(run_id, error);
-        let row = sqlx::query(LOAD_RUN)
-            .bind(run_id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map)?
-            .ok_or_else(|| StoreError::NotFound {
-                run_id: run_id.clone(),
-            })?;
+        // Only the messages past those this store holds decoded are read and decoded.
+        let mut known = self.known.messages(run_id);
+        let mut row = self.load_row(run_id, known.len()).await?;
+        let mut message_count: i32 = row.try_get("message_count").map_err(map)?;
+        if usize::try_from(message_count).unwrap_or(0) < known.len() {
+            // Fewer messages than remembered: not the run remembered (never expected).
+            self.known.forget(run_id);
+            known = Vec::new();
+            row = self.load_row(run_id, 0).await?;
+            message_count = row.try_get("message_count").map_err(map)?;
+        }
+        let from = known.len();
         let version = from_bigint(row.try_get("version").map_err(map)?);
         let head: String = row.try_get("head").map_err(map)?;
         let messages: Vec<String> = row.try_get("messages").map_err(map)?;
         let holder: Option<String> = row.try_get("lease_holder").map_err(map)?;
         let expires: Option<i64> = row.try_get("lease_expires_at_ms").map_err(map)?;
-        let state = decode_run(run_id, &head, &messages)?;
-        self.versions.remember(run_id, version, messages.len());
+        let state = decode_run_after(run_id, &head, known, &messages)?;
+        if usize::try_from(message_count).ok() == Some(state.messages().len()) {
+            self.known.stored(&state, from, version);
+        } else {
+            self.known.forget(run_id);
+        }
         let lease = holder
             .zip(expires)
             .map(|(holder, expires)| Lease::new(LeaseHolder::new(holder), from_bigint(expires)));
@@ -295,15 +265,17 @@ impl RunStore for PgStore {
 }
 
 impl PgStore {
-    /// Notes what the store holds of `state` after a commit at `version`: remembered while the
-    /// run is driven here (a lease), forgotten when it stops (a resume loads it again).
-    fn remember(&self, state: &RunState, version: u64, lease: Option<&Lease>) {
-        if lease.is_some() {
-            self.versions
-                .remember(state.run_id(), version, state.messages().len());
-        } else {
-            self.versions.forget(state.run_id());
-        }
+    /// The run's row with its messages from position `from` on.
+    async fn load_row(&self, run_id: &RunId, from: usize) -> Result<PgRow, StoreError> {
+        sqlx::query(LOAD_RUN)
+            .bind(run_id.as_str())
+            .bind(to_integer(from))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|error| map_pg_error(run_id, error))?
+            .ok_or_else(|| StoreError::NotFound {
+                run_id: run_id.clone(),
+            })
     }
 }
 

@@ -10,9 +10,13 @@ use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 
-/// Commits between two checkpoints: about 1,000 WAL pages (SQLite's default automatic
-/// checkpoint) for commits of a few pages each.
-const COMMITS_PER_CHECKPOINT: u32 = 128;
+/// Commits between two checkpoints: a few thousand WAL pages (a commit writes a few pages;
+/// commits grouped in one transaction share theirs). Each checkpoint costs two fsyncs (the
+/// WAL's, the database's) that queue on the same disk as the commits' own, rewrites the pages
+/// that changed since the last one however often they changed, and lets the next writer
+/// restart the WAL, whose new header it must sync even under `synchronous=NORMAL`: so
+/// checkpoints are rare, and the WAL stays at a few tens of MB at most.
+const COMMITS_PER_CHECKPOINT: u32 = 1024;
 
 /// The writer's automatic checkpoint, for when the checkpointer falls behind (WAL pages).
 pub(super) const SAFETY_NET_PAGES: u32 = 10_000;

@@ -15,10 +15,9 @@ mod read;
 mod schema;
 mod writer;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,9 +25,10 @@ use rusqlite::{Connection, OpenFlags};
 
 use askloop_core::store::codec;
 use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
-use askloop_core::{RunId, RunStatus, RunStore, StoreError, ThreadId};
+use askloop_core::{RunId, RunStore, StoreError, ThreadId};
 
 use crate::error::{OpenError, is_read_only_refusal, sqlite_open_cause};
+use crate::known::KnownRuns;
 use crate::url::OpenOptions;
 use checkpoint::Checkpointer;
 use columns::{Head, millis};
@@ -95,40 +95,10 @@ struct Inner {
     /// `None` when opened read-only.
     writer: Option<Writer>,
     readers: Readers,
-    /// The version and message count last committed or loaded by this store, per run it is
-    /// driving: an update at that version needs no read to know which messages are new.
-    counts: Mutex<HashMap<RunId, (u64, i64)>>,
-}
-
-/// Entries of [`Inner::counts`] beyond which it is cleared (runs loaded and never updated).
-const MAX_COUNTS: usize = 4096;
-
-impl Inner {
-    /// Remembers that `run_id` holds `count` messages at `version`, unless it completed (a
-    /// completed run is not updated again).
-    fn remember(&self, run_id: &RunId, status: RunStatus, version: u64, count: usize) {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if counts.len() >= MAX_COUNTS {
-            counts.clear();
-        }
-        if status != RunStatus::Completed {
-            counts.insert(
-                run_id.clone(),
-                (version, i64::try_from(count).unwrap_or(i64::MAX)),
-            );
-        } else {
-            counts.remove(run_id);
-        }
-    }
-
-    /// The stored message count at `version`, if known without reading.
-    fn known_count(&self, run_id: &RunId, version: u64) -> Option<i64> {
-        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        counts
-            .get(run_id)
-            .filter(|(known, _)| *known == version)
-            .map(|(_, count)| *count)
-    }
+    /// The runs this store committed or loaded: their version and stored messages, so an
+    /// update at that version needs no read to know which messages are new, and a load reads
+    /// and decodes only the messages it does not hold.
+    known: KnownRuns,
 }
 
 impl SqliteStore {
@@ -328,7 +298,7 @@ fn open_writable(
         inner: Arc::new(Inner {
             writer: Some(writer),
             readers: Readers::new(path, ReadMode::Shared, Some(first_reader)),
-            counts: Mutex::default(),
+            known: KnownRuns::default(),
         }),
     })
 }
@@ -374,7 +344,7 @@ fn open_read_only(path: PathBuf, url: String) -> Result<SqliteStore, OpenError> 
         inner: Arc::new(Inner {
             writer: None,
             readers: Readers::new(path, mode, Some(connection)),
-            counts: Mutex::default(),
+            known: KnownRuns::default(),
         }),
     })
 }
@@ -393,12 +363,7 @@ impl RunStore for SqliteStore {
             messages: codec::encode_new_messages(state, 0)?,
         };
         let version = writer.write(write).await?;
-        self.inner.remember(
-            state.run_id(),
-            state.status(),
-            version,
-            state.messages().len(),
-        );
+        self.inner.known.stored(state, 0, version);
         Ok(version)
     }
 
@@ -416,8 +381,8 @@ impl RunStore for SqliteStore {
         // write checks it in the same transaction as the version (the count changes only with
         // the version, so a count known at the expected version is right when that check
         // passes).
-        let stored_count = match self.inner.known_count(run_id, expected_version) {
-            Some(count) => count,
+        let stored_count = match self.inner.known.count_at(run_id, expected_version) {
+            Some(count) => i64::try_from(count).unwrap_or(i64::MAX),
             None => {
                 match self.point_read(|connection| read::version_and_count(connection, run_id))? {
                     None => {
@@ -445,9 +410,20 @@ impl RunStore for SqliteStore {
                 usize::try_from(stored_count).unwrap_or(usize::MAX),
             )?,
         };
-        let version = writer.write(write).await?;
-        self.inner
-            .remember(run_id, state.status(), version, state.messages().len());
+        let version = match writer.write(write).await {
+            Ok(version) => version,
+            Err(error) => {
+                if matches!(error, StoreError::Conflict { .. }) {
+                    self.inner.known.forget(run_id);
+                }
+                return Err(error);
+            }
+        };
+        self.inner.known.stored(
+            state,
+            usize::try_from(stored_count).unwrap_or(usize::MAX),
+            version,
+        );
         Ok(version)
     }
 
@@ -467,16 +443,32 @@ impl RunStore for SqliteStore {
     }
 
     async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
-        let stored = self.point_read(|connection| read::load_run(connection, run_id))?;
+        // The messages this store already holds decoded (only a writing store remembers):
+        // only those past them are read and decoded.
+        let known = match self.inner.writer {
+            Some(_) => self.inner.known.messages(run_id),
+            None => Vec::new(),
+        };
+        let mut from = known.len();
+        let mut row = self.point_read(|connection| read::load_run(connection, run_id, from))?;
+        let known = if row.message_count < from {
+            // Fewer messages than remembered: not the run remembered (never expected).
+            self.inner.known.forget(run_id);
+            from = 0;
+            row = self.point_read(|connection| read::load_run(connection, run_id, 0))?;
+            Vec::new()
+        } else {
+            known
+        };
+        let state = codec::decode_run_after(run_id, &row.head, known, &row.messages)?;
         if self.inner.writer.is_some() {
-            self.inner.remember(
-                run_id,
-                stored.state.status(),
-                stored.version,
-                stored.state.messages().len(),
-            );
+            if state.messages().len() == row.message_count {
+                self.inner.known.stored(&state, from, row.version);
+            } else {
+                self.inner.known.forget(run_id);
+            }
         }
-        Ok(stored)
+        Ok(StoredRun::new(state, row.version, row.lease))
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use askloop_core::store::codec;
-use askloop_core::store::{Lease, ListedRun, RunFilter, RunPage, StoredRun, ThreadHistory};
+use askloop_core::store::{Lease, ListedRun, RunFilter, RunPage, ThreadHistory};
 use askloop_core::{LeaseHolder, RunId, StoreError, ThreadId};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
@@ -152,18 +152,37 @@ pub(super) fn version_and_count(
         .map_err(|error| map_sqlite_error(run_id, error))
 }
 
-/// A run with its version and lease: its head and its messages, read by one statement.
-pub(super) fn load_run(connection: &Connection, run_id: &RunId) -> Result<StoredRun, StoreError> {
+/// A run's row as read: version, head, lease, message count, and the message texts past
+/// those the caller holds.
+pub(super) struct RunRow {
+    pub(super) version: u64,
+    pub(super) head: String,
+    pub(super) lease: Option<Lease>,
+    /// How many messages the run has stored.
+    pub(super) message_count: usize,
+    /// The stored messages from the position asked for to the last, in order.
+    pub(super) messages: Vec<String>,
+}
+
+/// A run's version, head, lease and message count, and its messages from position `from` on,
+/// read by one statement (one snapshot). Decoding is left to the caller, off the connection.
+pub(super) fn load_run(
+    connection: &Connection,
+    run_id: &RunId,
+    from: usize,
+) -> Result<RunRow, StoreError> {
     let map = |error| map_sqlite_error(run_id, error);
     let mut select = connection
         .prepare_cached(
-            "SELECT r.version, r.head, r.lease_holder, r.lease_expires_at_ms, m.body \
+            "SELECT r.version, r.head, r.lease_holder, r.lease_expires_at_ms, r.message_count, \
+               m.body \
              FROM runs r LEFT JOIN run_messages m \
-               ON m.run_id = r.id AND m.seq < r.message_count \
+               ON m.run_id = r.id AND m.seq >= ?2 AND m.seq < r.message_count \
              WHERE r.id = ?1 ORDER BY m.seq",
         )
         .map_err(map)?;
-    let mut rows = select.query([run_id.as_str()]).map_err(map)?;
+    let from = i64::try_from(from).unwrap_or(i64::MAX);
+    let mut rows = select.query(params![run_id.as_str(), from]).map_err(map)?;
     let Some(first) = rows.next().map_err(map)? else {
         return Err(StoreError::NotFound {
             run_id: run_id.clone(),
@@ -173,20 +192,26 @@ pub(super) fn load_run(connection: &Connection, run_id: &RunId) -> Result<Stored
     let head: String = first.get(1).map_err(map)?;
     let holder: Option<String> = first.get(2).map_err(map)?;
     let expires_at_ms: Option<i64> = first.get(3).map_err(map)?;
+    let message_count: i64 = first.get(4).map_err(map)?;
     let mut messages: Vec<String> = Vec::new();
-    if let Some(body) = first.get::<_, Option<String>>(4).map_err(map)? {
+    if let Some(body) = first.get::<_, Option<String>>(5).map_err(map)? {
         messages.push(body);
     }
     while let Some(row) = rows.next().map_err(map)? {
-        if let Some(body) = row.get::<_, Option<String>>(4).map_err(map)? {
+        if let Some(body) = row.get::<_, Option<String>>(5).map_err(map)? {
             messages.push(body);
         }
     }
-    let state = codec::decode_run(run_id, &head, &messages)?;
     let lease = holder.zip(expires_at_ms).map(|(holder, expires_at_ms)| {
         Lease::new(LeaseHolder::new(holder), unsigned(expires_at_ms))
     });
-    Ok(StoredRun::new(state, unsigned(version), lease))
+    Ok(RunRow {
+        version: unsigned(version),
+        head,
+        lease,
+        message_count: usize::try_from(message_count).unwrap_or(0),
+        messages,
+    })
 }
 
 /// The own messages of the thread's completed runs up to `through`, in completion order.

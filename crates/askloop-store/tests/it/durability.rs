@@ -261,3 +261,78 @@ async fn many_stores_opening_a_new_file_at_once_all_succeed() {
         }
     }
 }
+
+const THREE_QUESTIONS: &str = r#"{"steps":[
+  {"toolCalls":[{"id":"q1","name":"ask_user","args":{"question":"First?"}}]},
+  {"toolCalls":[{"id":"q2","name":"ask_user","args":{"question":"Second?"}}]},
+  {"toolCalls":[{"id":"q3","name":"ask_user","args":{"question":"Third?"}}]},
+  {"text":"Done."}]}"#;
+
+fn asking_agent(store: Arc<dyn RunStore>) -> Agent {
+    Agent::builder("assistant")
+        .model(ScriptedModel::from_json(THREE_QUESTIONS).unwrap())
+        .tool(AskUser)
+        .shared_store(store)
+        .build()
+        .unwrap()
+}
+
+/// Two stores on one database take turns driving one run (as two processes would): each
+/// remembers the messages it committed or loaded, and each load still returns the whole run as
+/// stored, with the messages the other appended since.
+pub(crate) async fn stores_taking_turns_load_what_the_other_appended(
+    first: Arc<dyn RunStore>,
+    second: Arc<dyn RunStore>,
+) {
+    let one = asking_agent(first.clone());
+    let two = asking_agent(second.clone());
+    let output = one.generate("Ask me three things").await.unwrap();
+    let run_id = output.run_id;
+    // The second store loads the run (and remembers its messages)...
+    let seen = second.load_run(&run_id).await.unwrap();
+    assert_eq!(seen, first.load_run(&run_id).await.unwrap());
+    // ...the first answers on, appending messages...
+    one.resume_stream(json!("one"), &run_id, None)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    let after_first = first.load_run(&run_id).await.unwrap();
+    assert!(after_first.state.messages().len() > seen.state.messages().len());
+    // ...and the second sees them.
+    assert_eq!(second.load_run(&run_id).await.unwrap(), after_first);
+    // The second answers, then the first, each from what it remembers.
+    two.resume_stream(json!("two"), &run_id, None)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    let done = one
+        .resume_stream(json!("three"), &run_id, None)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(done.text, "Done.");
+    let from_first = first.load_run(&run_id).await.unwrap();
+    let from_second = second.load_run(&run_id).await.unwrap();
+    assert_eq!(from_first, from_second);
+    assert_eq!(from_first.state.status(), RunStatus::Completed);
+    // The user's request, then per question the assistant's call and its result, then the
+    // final text.
+    assert_eq!(from_first.state.messages().len(), 1 + 3 * 2 + 1);
+}
+
+#[tokio::test]
+async fn two_sqlite_stores_taking_turns_load_what_the_other_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = StoreUrl::sqlite(dir.path().join("askloop.db"));
+    let first = open_store(&url, &OpenOptions::default()).await.unwrap();
+    let second = open_store(&url, &OpenOptions::default()).await.unwrap();
+    stores_taking_turns_load_what_the_other_appended(first.clone(), second.clone()).await;
+    first.close().await;
+    second.close().await;
+}

@@ -79,3 +79,18 @@ async fn twenty_pools_racing_to_resume_one_call_have_exactly_one_winner_fifty_ti
         assert_eq!(stored.state.status(), RunStatus::Completed);
     }
 }
+
+/// Two stores (pools) take turns driving one run: each load returns what the other appended.
+#[tokio::test]
+async fn two_pools_taking_turns_load_what_the_other_appended() {
+    let schema = TestSchema::create().await;
+    let first = schema.open().await;
+    let second = schema.open().await;
+    crate::durability::stores_taking_turns_load_what_the_other_appended(
+        first.clone(),
+        second.clone(),
+    )
+    .await;
+    first.close().await;
+    second.close().await;
+}

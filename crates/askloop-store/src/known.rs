@@ -1,0 +1,128 @@
+//! What a store remembers of the runs this process drives: the version it last committed or
+//! loaded, and the run's stored messages, decoded.
+//!
+//! Stored messages never change (a run's messages are append-only, and a message row is
+//! written once, by the commit that appends it), so the first `n` messages a store once
+//! committed or read stay the first `n` stored messages forever, whichever process commits
+//! next. A load then reads the run's head and only the messages past those remembered, and
+//! decodes only those: a resume of a long run costs what changed since the process last saw
+//! it, not the whole conversation. The store stays the source of truth: the version and the
+//! message count always come from the row read, and a remembered version only saves the read
+//! of the message count before an update, whose compare-and-swap checks it anyway.
+//!
+//! The memory is bounded: at most [`MAX_RUNS`] runs and [`MAX_MESSAGES`] messages; past
+//! either, it starts over (a miss costs one full load). Completed runs are forgotten.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use askloop_core::model::Message;
+use askloop_core::store::RunState;
+use askloop_core::{RunId, RunStatus};
+
+/// Runs remembered at most.
+const MAX_RUNS: usize = 4096;
+
+/// Messages remembered at most, over all runs.
+const MAX_MESSAGES: usize = 32_768;
+
+/// One run as the store last committed or read it.
+#[derive(Debug)]
+struct Known {
+    /// The version of that commit or read.
+    version: u64,
+    /// The run's first stored messages (all of them at `version`).
+    messages: Vec<Message>,
+}
+
+#[derive(Debug, Default)]
+struct Runs {
+    runs: HashMap<RunId, Known>,
+    /// Messages held, over all runs.
+    messages: usize,
+}
+
+/// The runs a store remembers (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct KnownRuns {
+    inner: Mutex<Runs>,
+}
+
+impl KnownRuns {
+    fn lock(&self) -> MutexGuard<'_, Runs> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many messages the store holds of `run_id` at `version`, if remembered.
+    pub(crate) fn count_at(&self, run_id: &RunId, version: u64) -> Option<usize> {
+        let runs = self.lock();
+        runs.runs
+            .get(run_id)
+            .filter(|known| known.version == version)
+            .map(|known| known.messages.len())
+    }
+
+    /// A copy of the run's first stored messages, as remembered (empty when unknown).
+    pub(crate) fn messages(&self, run_id: &RunId) -> Vec<Message> {
+        let runs = self.lock();
+        runs.runs
+            .get(run_id)
+            .map(|known| known.messages.clone())
+            .unwrap_or_default()
+    }
+
+    /// Notes that the store holds `state` at `version`, where it held its first `before`
+    /// messages already (as remembered, or as read): the new ones are copied, the rest kept.
+    /// A completed run, or one whose remembered messages do not match, is forgotten (then
+    /// remembered anew unless completed).
+    pub(crate) fn stored(&self, state: &RunState, before: usize, version: u64) {
+        let run_id = state.run_id();
+        let mut runs = self.lock();
+        let held = runs.runs.get(run_id).map(|known| known.messages.len());
+        if state.status() == RunStatus::Completed {
+            if let Some(held) = held {
+                runs.runs.remove(run_id);
+                runs.messages -= held;
+            }
+            return;
+        }
+        let all = state.messages();
+        if held == Some(before) && before <= all.len() {
+            let new = &all[before..];
+            if runs.messages + new.len() <= MAX_MESSAGES {
+                runs.messages += new.len();
+                if let Some(known) = runs.runs.get_mut(run_id) {
+                    known.version = version;
+                    known.messages.extend_from_slice(new);
+                }
+                return;
+            }
+        }
+        if let Some(held) = held {
+            runs.runs.remove(run_id);
+            runs.messages -= held;
+        }
+        if runs.runs.len() >= MAX_RUNS || runs.messages + all.len() > MAX_MESSAGES {
+            runs.runs.clear();
+            runs.messages = 0;
+        }
+        if all.len() <= MAX_MESSAGES {
+            runs.messages += all.len();
+            runs.runs.insert(
+                run_id.clone(),
+                Known {
+                    version,
+                    messages: all.to_vec(),
+                },
+            );
+        }
+    }
+
+    /// Forgets `run_id` (its stored messages no longer match what is remembered).
+    pub(crate) fn forget(&self, run_id: &RunId) {
+        let mut runs = self.lock();
+        if let Some(known) = runs.runs.remove(run_id) {
+            runs.messages -= known.messages.len();
+        }
+    }
+}
