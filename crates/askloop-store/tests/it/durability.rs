@@ -271,7 +271,7 @@ const THREE_QUESTIONS: &str = r#"{"steps":[
 fn asking_agent(store: Arc<dyn RunStore>) -> Agent {
     Agent::builder("assistant")
         .model(ScriptedModel::from_json(THREE_QUESTIONS).unwrap())
-        .tool(AskUser)
+        .tool(AskUser::new())
         .shared_store(store)
         .build()
         .unwrap()
