@@ -256,6 +256,35 @@ impl AgentDefinition {
         for name in &self.tools {
             builder = builder.shared_tool(self.builtin_tool(name)?);
         }
+        let mcp_tools = mcp.dyn_tools();
+        if let askloop_mcp::RequireApproval::Only(names) = &self.require_approval {
+            // A name that is not one of the agent's tools would let the tool it meant run
+            // without approval; `ask_user` only asks, so it never waits for an approval.
+            let known: Vec<String> = self
+                .tools
+                .iter()
+                .cloned()
+                .chain(mcp_tools.iter().map(|tool| tool.name().to_owned()))
+                .filter(|name| name != AskUser::NAME)
+                .collect();
+            let unknown: Vec<&str> = names
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !known.iter().any(|known| known == name))
+                .collect();
+            if !unknown.is_empty() {
+                return Err(invalid(format!(
+                    "agent {}: require_approval names tools that need no approval or that it does not have: {}; its tools that can require approval: {}",
+                    self.id,
+                    unknown.join(", "),
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+        }
         builder = match &self.require_approval {
             askloop_mcp::RequireApproval::All => builder.require_approval(true),
             askloop_mcp::RequireApproval::None => builder,
@@ -263,7 +292,7 @@ impl AgentDefinition {
                 .iter()
                 .fold(builder, |builder, name| builder.require_approval_for(name)),
         };
-        for tool in mcp.dyn_tools() {
+        for tool in mcp_tools {
             builder = builder.shared_tool(tool);
         }
         for tool in crate::test_hook::test_tools() {

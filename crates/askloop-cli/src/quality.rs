@@ -34,6 +34,8 @@ const CASES: &[Case] = &[
         prompt: "Help me plan a trip",
         related: &[
             "travel",
+            "transportation",
+            "transport",
             "destination",
             "where",
             "visit",

@@ -19,6 +19,9 @@ pub struct RunOptions {
     pub thread_id: Option<ThreadId>,
     /// The user or tenant owning the run.
     pub resource_id: Option<ResourceId>,
+    /// Who sends the run's input, for the audit of the waiting calls a new message to the
+    /// thread resolves (a resource id, a key's name, `cli`); the resource id when `None`.
+    pub by: Option<String>,
 }
 
 impl RunOptions {
@@ -30,6 +33,12 @@ impl RunOptions {
     /// Continues this thread.
     pub fn thread(mut self, thread_id: impl Into<ThreadId>) -> Self {
         self.thread_id = Some(thread_id.into());
+        self
+    }
+
+    /// Who sends the run's input, for the audit of the waiting calls a new message resolves.
+    pub fn by(mut self, by: impl Into<String>) -> Self {
+        self.by = Some(by.into());
         self
     }
 

@@ -87,10 +87,22 @@ async fn respond(
             None => respond.approve(&tool_call_id),
             Some(reason) => respond.decline(&tool_call_id, reason),
         };
-        let stream = respond
-            .stream()
-            .await
-            .map_err(|error| context.refused(error))?;
+        let stream = match respond.stream().await {
+            Ok(stream) => stream,
+            // The same response again: nothing to do, nothing changed.
+            Err(ResumeError::AlreadyAnswered {
+                same_answer: true,
+                tool_call_id,
+                ..
+            }) => {
+                let mut output = crate::output::Output::new(Mode::Human);
+                output.note(&format!(
+                    "note: tool call {tool_call_id} of run {run_id} was already {verb}d; nothing changed"
+                ))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(error) => return Err(context.refused(error)),
+        };
         let mode = if json { Mode::Json } else { Mode::Human };
         let mut session = Session::new(&context, agent, mode);
         session.follow(stream, Origin::Stored).await?;

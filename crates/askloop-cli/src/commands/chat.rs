@@ -66,7 +66,7 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
                 if input == "/exit" || input == "/quit" {
                     return Ok(());
                 }
-                let mut options = RunOptions::new().thread(thread_id.clone());
+                let mut options = RunOptions::new().by("cli").thread(thread_id.clone());
                 options.resource_id = resource_id.clone();
                 match session
                     .follow(agent.stream_with(input, options), Origin::New)

@@ -28,7 +28,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
         let agent = context
             .agent_for_new_run(&args.agent, args.model.model.as_deref())
             .await?;
-        let mut options = RunOptions::new();
+        let mut options = RunOptions::new().by("cli");
         options.thread_id = args.thread.map(ThreadId::new);
         options.resource_id = args.resource.map(ResourceId::new);
         let stream = agent.stream_with(prompt, options);

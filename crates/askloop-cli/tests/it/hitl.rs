@@ -148,3 +148,17 @@ fn a_new_message_to_a_waiting_thread_answers_its_question_and_goes_on() {
     );
     assert_eq!(result["audit"][0]["action"], "message");
 }
+
+#[test]
+fn require_approval_naming_an_unknown_tool_or_ask_user_is_refused() {
+    let dir = TestDir::new();
+    let spec = one_question(&dir);
+    for names in ["[\"write_fle\"]", "[\"ask_user\"]"] {
+        dir.write(
+            "askloop.toml",
+            &format!("[agents.assistant]\nrequire_approval = {names}\n"),
+        );
+        let out = dir.run(&["run", "--model", &spec, "go"]).code(2);
+        assert!(out.stderr.contains("require_approval"), "{}", out.stderr);
+    }
+}

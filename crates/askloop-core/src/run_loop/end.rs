@@ -5,7 +5,7 @@
 
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
-use crate::ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};
+use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
 use crate::message::{FinishReason, Message, ToolResult};
 use crate::run::{AuditAction, AuditRecord, CallState, RunFailure, RunState, RunStatus};
 use crate::run_loop::claim::{CLAIM_ATTEMPTS, live_lease, load_own_run, map_load_error};
@@ -108,13 +108,12 @@ pub(crate) async fn supersede_waiting_runs(
     agent: &AgentDefinition,
     thread_id: &ThreadId,
     message: &str,
-    by: Option<&ResourceId>,
+    by: Option<String>,
 ) -> Result<(), StoreError> {
     let filter = RunFilter::new()
         .thread(thread_id.clone())
         .status(RunStatus::Suspended);
     let page = agent.store.list_runs(&filter).await?;
-    let by = by.map(ToString::to_string);
     for listed in page.runs {
         let ListedRun::Run(summary) = listed else {
             continue;

@@ -139,7 +139,10 @@ pub(crate) fn start(
                     &agent,
                     &thread_id,
                     &input,
-                    options.resource_id.as_ref(),
+                    options
+                        .by
+                        .clone()
+                        .or_else(|| options.resource_id.as_ref().map(ToString::to_string)),
                 )
                 .await?;
                 let history = agent.store.thread_history(&thread_id, None).await?;

@@ -19,7 +19,7 @@ use crate::definition::AgentDefinition;
 use crate::error::{AgentError, error_chain_text};
 use crate::ids::RunId;
 use crate::message::{ToolCall, ToolResult};
-use crate::run::{CallSlot, CallState, PendingStep, RunStatus, now_ms};
+use crate::run::{AuditAction, CallSlot, CallState, PendingStep, RunStatus, now_ms};
 use crate::run_loop::ActiveRun;
 use crate::run_loop::emit::Emitter;
 use crate::tool::{Execution, ToolContext, ToolError};
@@ -136,6 +136,17 @@ async fn run_work(
     while let Some((index, idempotent, outcome)) = running.next().await {
         if let Some(slot) = step.calls.get_mut(index) {
             slot.state = outcome;
+            // An approved call's result records its approval as its answer, so a repeated
+            // approval is recognised as the same answer.
+            if let CallState::Completed { result } = &mut slot.state
+                && result.answer.is_none()
+                && slot
+                    .audit
+                    .last()
+                    .is_some_and(|record| record.action == AuditAction::Approve)
+            {
+                result.answer = Some(serde_json::json!({"approved": true}));
+            }
         }
         if journaled && !idempotent {
             record(run, step).await?;
