@@ -364,7 +364,8 @@ fn without_null(root: &Value, object: &Map<String, Value>, depth: usize) -> Opti
 }
 
 /// The choices of a select schema: `enum`, `const`, or a `oneOf`/`anyOf` whose members are
-/// each one value (`const`, or an `enum` of one), with their descriptions.
+/// each one value (`const`, or an `enum` of one) with their descriptions, or an `enum` of
+/// several beside object alternatives (ask_user's `{"other": "…"}` with `allow_other`).
 fn choices_of(root: &Value, object: &Map<String, Value>, depth: usize) -> Option<Vec<Choice>> {
     if let Some(Value::Array(values)) = object.get("enum") {
         return (!values.is_empty())
@@ -378,13 +379,26 @@ fn choices_of(root: &Value, object: &Map<String, Value>, depth: usize) -> Option
             let mut choices = Vec::with_capacity(members.len());
             for member in members {
                 let member = resolve(root, member, depth);
-                let value = member.get("const").or_else(|| match member.get("enum") {
-                    Some(Value::Array(values)) if values.len() == 1 => values.first(),
-                    _ => None,
-                })?;
                 let description =
                     text_of(member, "description").or_else(|| text_of(member, "title"));
-                choices.push(choice(value, description));
+                match (member.get("const"), member.get("enum")) {
+                    (Some(value), _) => choices.push(choice(value, description)),
+                    (None, Some(Value::Array(values))) if values.len() == 1 => {
+                        choices.extend(
+                            values
+                                .iter()
+                                .map(|value| choice(value, description.clone())),
+                        );
+                    }
+                    // A set of labels beside another form of answer (ask_user's
+                    // `{"other": "…"}`): the labels are the choices; the other form is given
+                    // as JSON.
+                    (None, Some(Value::Array(values))) => {
+                        choices.extend(values.iter().map(|value| choice(value, None)));
+                    }
+                    _ if member.get("type").and_then(Value::as_str) == Some("object") => {}
+                    _ => return None,
+                }
             }
             return (!choices.is_empty()).then_some(choices);
         }
@@ -527,5 +541,23 @@ mod tests {
         assert!(short[0].contains("shorter than 3"), "{short:?}");
         let blank = Field::from_schema(&json!({"type": "string", "pattern": NON_BLANK_PATTERN}));
         assert_eq!(blank.problems(&json!("\u{200b} ")), ["the answer is empty"]);
+    }
+
+    #[test]
+    fn labels_beside_the_persons_own_words_are_a_select() {
+        let question: crate::AskUserQuestion = serde_json::from_value(json!({
+            "question": "Where?", "options": [{"label": "Lisbon"}, {"label": "Porto"}],
+            "selectionMode": "single_select", "allowOther": true
+        }))
+        .unwrap();
+        let field = Field::from_schema(&question.resume_schema());
+        let FieldKind::Select { choices } = &field.kind else {
+            panic!("{:?}", field.kind);
+        };
+        let labels: Vec<&str> = choices.iter().map(|choice| choice.label.as_str()).collect();
+        assert_eq!(labels, ["Lisbon", "Porto"]);
+        assert_eq!(field.answer_from_inputs(&["2"]), Ok(json!("Porto")));
+        assert_eq!(field.answer_from_inputs(&["lisbon"]), Ok(json!("Lisbon")));
+        assert!(field.problems(&json!({"other": "Faro"})).is_empty());
     }
 }

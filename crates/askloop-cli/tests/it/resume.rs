@@ -26,6 +26,7 @@ fn issue_2_a_second_process_resumes_the_run_on_the_same_sqlite_file() {
     assert_eq!(
         chunk_types(&lines),
         [
+            "tool-call",
             "tool-result",
             "step-finish",
             "step-start",
@@ -151,7 +152,11 @@ fn two_pending_questions_need_a_tool_call_id() {
             "--json",
         ])
         .success();
-    assert_eq!(chunk_types(&first.json_lines()), ["tool-result"]);
+    // The answered call again, its result, then every call still waiting (c2) again.
+    assert_eq!(
+        chunk_types(&first.json_lines()),
+        ["tool-call", "tool-result", "tool-call-suspended"]
+    );
     let state = dir.show(&run_id);
     assert_eq!(state["status"], "suspended");
     assert_eq!(state["pending"][0]["toolCallId"], "c2");

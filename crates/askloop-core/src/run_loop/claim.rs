@@ -423,6 +423,10 @@ fn pick_call(
             tool_call_id: id.clone(),
             same_answer: recorded == Some(answer),
         };
+    // A cancelled run says so, whatever became of the call.
+    if state.status == RunStatus::Cancelled {
+        return Err(not_suspended());
+    }
     let slot = tool_call_id.and_then(|id| {
         step.and_then(|step| {
             step.calls
