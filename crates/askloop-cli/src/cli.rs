@@ -61,13 +61,13 @@ pub(crate) enum Command {
     /// Answer a suspended run's question and continue the run
     #[command(after_help = EXIT_STATUS_HELP)]
     Resume(ResumeArgs),
-    /// List, show and continue runs
     /// Approve a tool call that waits for approval: its tool runs, and the run goes on
     #[command(after_help = EXIT_STATUS_HELP)]
     Approve(ApproveArgs),
     /// Decline a tool call that waits for approval: its tool never runs; the model gets the reason
     #[command(after_help = EXIT_STATUS_HELP)]
     Decline(DeclineArgs),
+    /// List, show, continue, recover, cancel and sweep runs
     #[command(subcommand)]
     Runs(RunsCommand),
     /// Talk with an agent in one thread; its questions are answered inline
