@@ -36,8 +36,9 @@ fn issue_2_a_second_process_resumes_the_run_on_the_same_sqlite_file() {
         ]
     );
     assert_eq!(lines[0]["payload"]["toolCallId"], "c1");
-    assert_eq!(lines[0]["payload"]["result"], answered("main"));
-    let finish = &lines[5]["payload"];
+    assert_eq!(lines[1]["payload"]["toolCallId"], "c1");
+    assert_eq!(lines[1]["payload"]["result"], answered("main"));
+    let finish = &lines[6]["payload"];
     assert_eq!(finish["output"]["text"], "Summary of the repo.");
     assert_eq!(finish["stepResult"]["reason"], "stop");
 
