@@ -416,14 +416,9 @@ impl<T: Tool> DynTool for T {
                     tool: T::NAME.to_owned(),
                     source,
                 }),
-            // A suspension without a schema of its own carries the tool's, so front ends (which
-            // see only the suspension) know what to ask for.
-            Ok(Execution::Suspend(mut suspension)) => {
-                if suspension.resume_schema.is_none() {
-                    suspension.resume_schema = Tool::resume_schema(self);
-                }
-                Ok(Execution::Suspend(suspension))
-            }
+            // The loop gives a suspension without a schema of its own the tool's
+            // (`run_loop/tools.rs`), for every `DynTool` alike.
+            Ok(Execution::Suspend(suspension)) => Ok(Execution::Suspend(suspension)),
             Err(error) => Err(ToolError::Failed {
                 tool: T::NAME.to_owned(),
                 source: Box::new(error),

@@ -95,10 +95,8 @@ async fn respond(
                 tool_call_id,
                 ..
             }) => {
-                let mut output = crate::output::Output::new(Mode::Human);
-                output.note(&format!(
-                    "note: tool call {tool_call_id} of run {run_id} was already {verb}d; nothing changed"
-                ))?;
+                crate::commands::resume::already_answered(&context, &run_id, &tool_call_id)
+                    .await?;
                 return Ok(ExitCode::SUCCESS);
             }
             Err(error) => return Err(context.refused(error)),

@@ -196,7 +196,7 @@ fn answer_for(
 
 /// The same answer again: nothing to do, and nothing changed (exit status 0). Says what the
 /// run is doing, and what to run when the process that took the answer stopped.
-async fn already_answered(
+pub(crate) async fn already_answered(
     context: &Context,
     run_id: &RunId,
     tool_call_id: &ToolCallId,

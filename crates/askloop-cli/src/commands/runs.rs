@@ -557,7 +557,7 @@ pub(crate) async fn recover(global: &GlobalArgs, args: RecoverArgs) -> anyhow::R
             ))?;
             return Ok(ExitCode::SUCCESS);
         }
-        let mut first_error = None;
+        let mut failures = Failures::default();
         for (run_id, _) in runs {
             output.note(&format!("recovering run {run_id}"))?;
             let continued: anyhow::Result<()> = async {
@@ -571,18 +571,9 @@ pub(crate) async fn recover(global: &GlobalArgs, args: RecoverArgs) -> anyhow::R
                 session.follow(stream, Origin::Stored).await.map(|_| ())
             }
             .await;
-            if let Err(error) = continued {
-                output.note(&format!(
-                    "run {run_id} was not recovered: {}",
-                    crate::exit::one_line(&error)
-                ))?;
-                first_error.get_or_insert(error);
-            }
+            failures.record(&mut output, &run_id, "recovered", continued)?;
         }
-        match first_error {
-            Some(error) => Err(error),
-            None => Ok(ExitCode::SUCCESS),
-        }
+        failures.into_exit()
     }
     .await;
     context.close().await;
@@ -629,7 +620,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
             output.note("no question has expired")?;
             return Ok(ExitCode::SUCCESS);
         }
-        let mut first_error = None;
+        let mut failures = Failures::default();
         for expired in due {
             let run_id = expired.run_id.clone();
             let swept: anyhow::Result<()> = async {
@@ -654,20 +645,42 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
                 session.follow(stream, Origin::Stored).await.map(|_| ())
             }
             .await;
-            if let Err(error) = swept {
-                output.note(&format!(
-                    "run {run_id} was not swept: {}",
-                    crate::exit::one_line(&error)
-                ))?;
-                first_error.get_or_insert(error);
-            }
+            failures.record(&mut output, &run_id, "swept", swept)?;
         }
-        match first_error {
-            Some(error) => Err(error),
-            None => Ok(ExitCode::SUCCESS),
-        }
+        failures.into_exit()
     }
     .await;
     context.close().await;
     result
+}
+
+/// The outcome of a command that goes through several runs (`runs recover`, `runs sweep`):
+/// each failure is said as it happens, the others are still tried, and the first one is the
+/// command's error.
+#[derive(Default)]
+struct Failures(Option<anyhow::Error>);
+
+impl Failures {
+    /// Notes `result` of run `run_id`: on failure, `run RUN was not VERB: …` on stderr.
+    fn record(
+        &mut self,
+        output: &mut Output,
+        run_id: &RunId,
+        verb: &str,
+        result: anyhow::Result<()>,
+    ) -> std::io::Result<()> {
+        if let Err(error) = result {
+            output.note(&format!(
+                "run {run_id} was not {verb}: {}",
+                crate::exit::one_line(&error)
+            ))?;
+            self.0.get_or_insert(error);
+        }
+        Ok(())
+    }
+
+    /// The first failure, or success.
+    fn into_exit(self) -> anyhow::Result<ExitCode> {
+        self.0.map_or(Ok(ExitCode::SUCCESS), Err)
+    }
 }

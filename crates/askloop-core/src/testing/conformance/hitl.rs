@@ -330,7 +330,8 @@ pub(super) async fn expired_questions_are_swept_once(store: Arc<dyn RunStore>) {
     ]));
     let agent = Agent::builder("tester")
         .shared_model(model.clone())
-        .tool(AskUser::new().timeout(Duration::from_millis(50)))
+        // Due as soon as it is asked: no test waits for a deadline.
+        .tool(AskUser::new().timeout(Duration::ZERO))
         .shared_store(store.clone())
         .build()
         .unwrap();
@@ -347,7 +348,6 @@ pub(super) async fn expired_questions_are_swept_once(store: Arc<dyn RunStore>) {
             .is_empty(),
         "not yet due"
     );
-    tokio::time::sleep(Duration::from_millis(60)).await;
     let due = crate::expired_runs(store.as_ref(), expires).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].run_id, output.run_id);
