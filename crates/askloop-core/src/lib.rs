@@ -18,7 +18,8 @@
 //! chunks), [`testing`] ([`testing::ScriptedModel`], and the conformance suite behind
 //! `test-support`), [`schema`] (JSON Schema checks that report every problem), [`form`] (what a
 //! resume schema asks a person for) and [`answer`] (typed text to a JSON answer, the same forms
-//! for every front end). Typed suspending tools implement [`SuspendingTool`] and are registered
+//! for every front end), [`registry`] (the agents a front end offers: new runs by agent id, stored
+//! runs by the agent that started them). Typed suspending tools implement [`SuspendingTool`] and are registered
 //! as [`Suspending`]`(tool)`.
 //!
 //! # Example
@@ -74,6 +75,7 @@ mod tool;
 pub mod answer;
 pub mod form;
 pub mod model;
+pub mod registry;
 pub mod schema;
 pub mod store;
 pub mod testing;
