@@ -9,12 +9,12 @@ use askloop_core::store::{MemoryStore, RunState, StoredRun};
 use askloop_core::{Agent, ResumeError, RunId, RunStore, StoreError, is_blank};
 use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
 
-use crate::agent::AgentDefinition;
 use crate::cli::GlobalArgs;
 use crate::config::LoadedConfig;
 use crate::exit::{invalid, invalid_because};
 use crate::format::{format_time, shell_quote};
-use crate::model::{build_model, resolve_spec};
+use crate::model::resolve_spec;
+use crate::registry::{ConfigRegistry, FlagScope};
 use crate::test_hook::Pause;
 
 /// The environment variable holding the default model SPEC.
@@ -47,8 +47,6 @@ pub(crate) fn env_value(name: &str) -> Option<String> {
 
 /// The loaded config and the opened store.
 pub(crate) struct Context {
-    /// askloop.toml, or an empty config.
-    pub(crate) config: LoadedConfig,
     /// Where runs are kept (SQLite paths absolute).
     pub(crate) store_url: StoreUrl,
     /// The store.
@@ -61,12 +59,8 @@ pub(crate) struct Context {
     explicit_config: Option<PathBuf>,
     /// The `--model` given to this command, if any: repeated in the commands it prints.
     pub(crate) model_flag: Option<String>,
-    /// The MCP servers of the agents built, closed (their processes reaped) by [`Context::close`].
-    mcp: std::sync::Mutex<Vec<askloop_mcp::McpToolset>>,
-    /// The lease of runs this process drives ([`LEASE_ENV`]), when not the default.
-    lease: Option<Duration>,
-    /// The test-only pause point ([`crate::test_hook::PAUSE_ENV`]).
-    pause: Option<Pause>,
+    /// The agents, built on demand; their MCP servers are closed by [`Context::close`].
+    registry: Arc<ConfigRegistry>,
 }
 
 impl Context {
@@ -77,6 +71,20 @@ impl Context {
     /// # Errors
     /// Invalid input for a bad config or store URL; the store's open errors.
     pub(crate) async fn open(global: &GlobalArgs, access: Access) -> anyhow::Result<Self> {
+        Self::open_with_model(global, access, None, FlagScope::AllRuns).await
+    }
+
+    /// As [`Context::open`], with the `--model` of this command, applying to the runs of
+    /// `scope`.
+    ///
+    /// # Errors
+    /// As [`Context::open`].
+    pub(crate) async fn open_with_model(
+        global: &GlobalArgs,
+        access: Access,
+        model_flag: Option<String>,
+        scope: FlagScope,
+    ) -> anyhow::Result<Self> {
         let current_dir = std::env::current_dir()?;
         let config_path = global
             .config
@@ -145,59 +153,52 @@ impl Context {
             Some(pause) => pause.wrap_store(store),
             None => store,
         };
+        let registry = ConfigRegistry::new(
+            config,
+            store.clone(),
+            model_flag.clone(),
+            scope,
+            lease,
+            pause,
+        )?;
         Ok(Self {
             store_is_default: default_url.as_ref() == Some(&store_url),
             store_missing,
             store_url,
             store,
-            config,
             explicit_config: config_path.map(|path| current_dir.join(path)),
-            model_flag: None,
-            mcp: std::sync::Mutex::default(),
-            lease,
-            pause,
+            model_flag,
+            registry: Arc::new(registry),
         })
     }
 
     /// An agent for a new run: its definition, and the model from `--model`, then
-    /// `ASKLOOP_MODEL`, then askloop.toml.
+    /// `ASKLOOP_MODEL`, then askloop.toml ([`ConfigRegistry::agent_for_new_run`]).
     ///
     /// # Errors
     /// Invalid input for an unknown agent, no model, or a bad SPEC; the model's build errors.
-    pub(crate) async fn agent_for_new_run(
-        &self,
-        agent_id: &str,
-        model_flag: Option<&str>,
-    ) -> anyhow::Result<Agent> {
-        let definition = AgentDefinition::find(&self.config, agent_id)?;
-        let spec = self.model_spec(model_flag, None, &definition)?;
-        self.build(&definition, &spec).await
+    pub(crate) async fn agent_for_new_run(&self, agent_id: &str) -> anyhow::Result<Agent> {
+        self.registry.agent_for_new_run(agent_id).await
     }
 
     /// The agent that runs a stored run, with the model it was started with (unless
-    /// `--model` overrides it).
+    /// `--model` overrides it; [`ConfigRegistry::agent_for_stored_run`]).
     ///
     /// # Errors
     /// Invalid input when the run's agent is not defined here; model errors as for
     /// [`Context::agent_for_new_run`].
-    pub(crate) async fn agent_for_run(
-        &self,
-        state: &RunState,
-        model_flag: Option<&str>,
-    ) -> anyhow::Result<Agent> {
-        let definition =
-            AgentDefinition::find(&self.config, state.agent_id().as_str()).map_err(|error| {
-                invalid_because(
-                    format!(
-                        "run {} was started by agent {:?}, which is not defined here",
-                        state.run_id(),
-                        state.agent_id().as_str()
-                    ),
-                    error,
-                )
-            })?;
-        let spec = self.model_spec(model_flag, state.model_spec(), &definition)?;
-        self.build(&definition, &spec).await
+    pub(crate) async fn agent_for_run(&self, state: &RunState) -> anyhow::Result<Agent> {
+        self.registry.agent_for_stored_run(state).await
+    }
+
+    /// askloop.toml, or an empty config.
+    pub(crate) fn config(&self) -> &LoadedConfig {
+        self.registry.config()
+    }
+
+    /// The agents of askloop.toml and the built-in one.
+    pub(crate) fn registry(&self) -> &Arc<ConfigRegistry> {
+        &self.registry
     }
 
     /// Loads a stored run.
@@ -264,10 +265,7 @@ impl Context {
     /// built (stdio servers end and are reaped).
     pub(crate) async fn close(&self) {
         self.store.close().await;
-        let toolsets = std::mem::take(&mut *self.mcp.lock().unwrap_or_else(|e| e.into_inner()));
-        for toolset in toolsets {
-            toolset.close().await;
-        }
+        self.registry.close().await;
     }
 
     /// Whether the store's database did not exist when the command started.
@@ -301,51 +299,6 @@ impl Context {
     /// Whether runs survive this process (false for the memory store).
     pub(crate) fn is_durable(&self) -> bool {
         !matches!(self.store_url, StoreUrl::Memory)
-    }
-
-    fn model_spec(
-        &self,
-        model_flag: Option<&str>,
-        recorded: Option<&str>,
-        definition: &AgentDefinition,
-    ) -> anyhow::Result<String> {
-        let current_dir = std::env::current_dir()?;
-        if let Some(spec) = model_flag {
-            return resolve_spec(spec, &current_dir);
-        }
-        if let Some(spec) = recorded {
-            return Ok(spec.to_owned());
-        }
-        if let Some(spec) = env_value(MODEL_ENV) {
-            return resolve_spec(&spec, &current_dir);
-        }
-        if let Some(spec) = &definition.model {
-            return Ok(spec.clone());
-        }
-        if cfg!(feature = "local") {
-            // The embedded model: works offline, with no key and no server.
-            return Ok(crate::commands::model::LOCAL_SPEC.to_owned());
-        }
-        Err(invalid(format!(
-            "no model is set for agent {:?}: pass --model SPEC (e.g. --model \
-             scripted:examples/demo.json), set {MODEL_ENV}, or set `model` in askloop.toml",
-            definition.id
-        )))
-    }
-
-    async fn build(&self, definition: &AgentDefinition, spec: &str) -> anyhow::Result<Agent> {
-        crate::commands::model::ensure_available(spec).await?;
-        let model = build_model(spec).await?;
-        let model = match self.pause {
-            Some(pause) => pause.wrap_model(model),
-            None => model,
-        };
-        let mcp = definition.connect_mcp().await?;
-        self.mcp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(mcp.clone());
-        definition.build(model, spec, self.store.clone(), &mcp, self.lease)
     }
 }
 

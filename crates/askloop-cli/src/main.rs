@@ -19,6 +19,7 @@ mod output;
 mod prompt;
 #[cfg(all(test, feature = "local"))]
 mod quality;
+mod registry;
 mod session;
 mod test_hook;
 

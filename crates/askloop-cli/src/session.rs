@@ -211,7 +211,7 @@ impl<'a> Session<'a> {
     /// Says (on stderr) that the run stopped at its step limit, and what to do.
     async fn say_step_limit(&mut self, run_id: &RunId) -> anyhow::Result<()> {
         let state = self.context.load_run(run_id).await?;
-        let file = self.context.config.path.as_ref().map_or_else(
+        let file = self.context.config().path.as_ref().map_or_else(
             || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
             |path| path.display().to_string(),
         );

@@ -81,7 +81,7 @@ async fn respond(
                 }
             },
         };
-        let agent = context.agent_for_run(&state, None).await?;
+        let agent = context.agent_for_run(&state).await?;
         let respond = agent.respond(&run_id).by("cli");
         let respond = match decline {
             None => respond.approve(&tool_call_id),

@@ -9,6 +9,7 @@ use inquire::{InquireError, Text};
 
 use crate::cli::{ChatArgs, GlobalArgs};
 use crate::context::{Access, Context};
+use crate::registry::FlagScope;
 use crate::exit::{FAILURE, INTERRUPTED, Interrupted, RunFailed};
 use crate::output::Mode;
 use crate::prompt::Answerer;
@@ -24,11 +25,16 @@ use crate::session::{Ended, Origin, Session, is_terminal};
 /// or a cancelled run's [`RunFailed`] after a signal. A failed run is reported and the chat
 /// goes on.
 pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let mut context = Context::open(global, Access::Create).await?;
-    context.model_flag = args.model.model.clone();
+    let context = Context::open_with_model(
+        global,
+        Access::Create,
+        args.model.model.clone(),
+        FlagScope::AllRuns,
+    )
+    .await?;
     let result: anyhow::Result<ExitCode> = async {
         let agent = context
-            .agent_for_new_run(&args.agent, args.model.model.as_deref())
+            .agent_for_new_run(&args.agent)
             .await?;
         let thread_id = args.thread.map_or_else(ThreadId::generate, ThreadId::new);
         let resource_id = args.resource.map(ResourceId::new);

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::cli::{GlobalArgs, ResumeArgs};
 use crate::context::{Access, Context};
+use crate::registry::FlagScope;
 use crate::exit::{invalid, invalid_because};
 use crate::output::Mode;
 use crate::prompt::Answerer;
@@ -27,8 +28,13 @@ use crate::session::{Origin, Session};
 pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let given = given_answer(args.answer, args.answer_file.as_deref(), args.answer_json)?;
     // Not read-only: the lookup is followed by the claim, a write, on the same store.
-    let mut context = Context::open(global, Access::Update).await?;
-    context.model_flag = args.model.model.clone();
+    let context = Context::open_with_model(
+        global,
+        Access::Update,
+        args.model.model.clone(),
+        FlagScope::AllRuns,
+    )
+    .await?;
     let result: anyhow::Result<ExitCode> = async {
         let run_id = RunId::new(args.run_id);
         let state = context.load_run(&run_id).await?;
@@ -54,7 +60,7 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
             )));
         }
         let agent = context
-            .agent_for_run(&state, args.model.model.as_deref())
+            .agent_for_run(&state)
             .await?;
         let mode = if args.json { Mode::Json } else { Mode::Human };
         let mut session = Session::new(&context, agent.clone(), mode);

@@ -6,6 +6,7 @@ use askloop_core::{ResourceId, RunOptions, ThreadId, is_blank};
 
 use crate::cli::{GlobalArgs, RunArgs};
 use crate::context::{Access, Context};
+use crate::registry::FlagScope;
 use crate::exit::invalid;
 use crate::output::Mode;
 use crate::session::{Origin, Session};
@@ -22,11 +23,16 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
             "the prompt is empty; expected what to ask the agent, e.g. `run \"Help me plan a trip\"`",
         ));
     }
-    let mut context = Context::open(global, Access::Create).await?;
-    context.model_flag = args.model.model.clone();
+    let context = Context::open_with_model(
+        global,
+        Access::Create,
+        args.model.model.clone(),
+        FlagScope::AllRuns,
+    )
+    .await?;
     let result: anyhow::Result<ExitCode> = async {
         let agent = context
-            .agent_for_new_run(&args.agent, args.model.model.as_deref())
+            .agent_for_new_run(&args.agent)
             .await?;
         let mut options = RunOptions::new().by("cli");
         options.thread_id = args.thread.map(ThreadId::new);

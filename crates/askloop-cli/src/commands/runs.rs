@@ -17,6 +17,7 @@ use crate::cli::{
     CancelArgs, ContinueArgs, GlobalArgs, ListArgs, RecoverArgs, ShowArgs, SweepArgs,
 };
 use crate::context::{Access, CommandLine, Context};
+use crate::registry::FlagScope;
 use crate::exit::{invalid, invalid_because};
 use crate::format::{SHOW_LIMIT, compact_json, cut, format_time, result_summary, truncate};
 use crate::output::{Mode, Output};
@@ -412,13 +413,18 @@ pub(crate) async fn continue_run(
     global: &GlobalArgs,
     args: ContinueArgs,
 ) -> anyhow::Result<ExitCode> {
-    let mut context = Context::open(global, Access::Update).await?;
-    context.model_flag = args.model.model.clone();
+    let context = Context::open_with_model(
+        global,
+        Access::Update,
+        args.model.model.clone(),
+        FlagScope::AllRuns,
+    )
+    .await?;
     let result: anyhow::Result<ExitCode> = async {
         let run_id = RunId::new(args.run_id);
         let state = context.load_run(&run_id).await?;
         let agent = context
-            .agent_for_run(&state, args.model.model.as_deref())
+            .agent_for_run(&state)
             .await?;
         let stream = match agent.continue_stream(&run_id).await {
             Ok(stream) => stream,
@@ -562,7 +568,7 @@ pub(crate) async fn recover(global: &GlobalArgs, args: RecoverArgs) -> anyhow::R
             output.note(&format!("recovering run {run_id}"))?;
             let continued: anyhow::Result<()> = async {
                 let state = context.load_run(&run_id).await?;
-                let agent = context.agent_for_run(&state, None).await?;
+                let agent = context.agent_for_run(&state).await?;
                 let stream = agent
                     .continue_stream(&run_id)
                     .await
@@ -590,7 +596,7 @@ pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Res
     let result: anyhow::Result<ExitCode> = async {
         let run_id = RunId::new(args.run_id);
         let state = context.load_run(&run_id).await?;
-        let agent = context.agent_for_run(&state, None).await?;
+        let agent = context.agent_for_run(&state).await?;
         agent
             .cancel_run(&run_id, Some("cli".to_owned()))
             .await
@@ -625,7 +631,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
             let run_id = expired.run_id.clone();
             let swept: anyhow::Result<()> = async {
                 let state = context.load_run(&run_id).await?;
-                let agent = context.agent_for_run(&state, None).await?;
+                let agent = context.agent_for_run(&state).await?;
                 let stream = match agent.expire_due(&expired, Some("sweep".to_owned())).await {
                     Ok(stream) => stream,
                     // Another sweep (or an answer) got there first: nothing to do.

@@ -1,0 +1,396 @@
+//! [`ConfigRegistry`]: the agents of askloop.toml (and the built-in `assistant`), built on
+//! demand with the model a run needs, once per agent and model SPEC.
+//!
+//! Every command finds its agents here ([`crate::context::Context::agent_for_new_run`],
+//! [`crate::context::Context::agent_for_run`]), and `askloop serve` hands the same registry to
+//! the server as core's [`AgentRegistry`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use askloop_core::registry::{AgentRegistry, RegistryError};
+use askloop_core::store::RunState;
+use askloop_core::{Agent, AgentId, RunStore};
+use askloop_mcp::McpToolset;
+use async_trait::async_trait;
+use tokio::sync::OnceCell;
+
+use crate::agent::{AgentDefinition, DEFAULT_AGENT};
+use crate::config::LoadedConfig;
+use crate::context::{MODEL_ENV, env_value};
+use crate::exit::{invalid, invalid_because};
+use crate::model::{build_model, resolve_spec};
+use crate::test_hook::Pause;
+
+/// Which runs a `--model` flag applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlagScope {
+    /// New runs and stored ones (`resume --model`, `runs continue --model`: the flag replaces
+    /// the SPEC a run was started with).
+    AllRuns,
+    /// New runs only (`serve --model`): stored runs keep the SPEC they were started with.
+    NewRuns,
+}
+
+/// The model choice of new runs: `--model`, then [`MODEL_ENV`], then askloop.toml.
+#[derive(Clone, Debug)]
+struct ModelChoice {
+    /// `--model`, as given.
+    flag: Option<String>,
+    /// Which runs the flag applies to.
+    scope: FlagScope,
+    /// [`MODEL_ENV`], as set when the registry was made.
+    env: Option<String>,
+    /// The folder relative SPECs of the flag and the variable are resolved against.
+    current_dir: PathBuf,
+}
+
+/// The agents of a loaded askloop.toml plus the built-in `assistant`.
+///
+/// An agent is built the first time it is asked for with a model SPEC and kept: later runs
+/// with the same agent and SPEC share its model (no rebuild per request), and each agent's
+/// MCP servers are connected once, whatever the SPEC. [`ConfigRegistry::close`] closes them.
+pub(crate) struct ConfigRegistry {
+    /// askloop.toml, or an empty config.
+    config: LoadedConfig,
+    /// Where the agents keep their runs.
+    store: Arc<dyn RunStore>,
+    /// The model of new runs.
+    model: ModelChoice,
+    /// The lease of runs driven here, when not the core's default.
+    lease: Option<Duration>,
+    /// The test-only pause point wrapped around each model.
+    pause: Option<Pause>,
+    /// The agents built, by agent id and model SPEC.
+    agents: Mutex<HashMap<(String, String), Arc<OnceCell<Agent>>>>,
+    /// The MCP servers connected, by agent id.
+    mcp: Mutex<HashMap<String, Arc<OnceCell<McpToolset>>>>,
+}
+
+impl std::fmt::Debug for ConfigRegistry {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ConfigRegistry")
+            .field("agents", &self.ids())
+            .field("model", &self.model)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConfigRegistry {
+    /// A registry over `config` whose agents keep runs in `store`. `model_flag` is `--model`
+    /// (applying to the runs of `scope`); [`MODEL_ENV`] is read now.
+    ///
+    /// # Errors
+    /// The current directory cannot be read.
+    pub(crate) fn new(
+        config: LoadedConfig,
+        store: Arc<dyn RunStore>,
+        model_flag: Option<String>,
+        scope: FlagScope,
+        lease: Option<Duration>,
+        pause: Option<Pause>,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            config,
+            store,
+            model: ModelChoice {
+                flag: model_flag,
+                scope,
+                env: env_value(MODEL_ENV),
+                current_dir: std::env::current_dir()?,
+            },
+            lease,
+            pause,
+            agents: Mutex::default(),
+            mcp: Mutex::default(),
+        })
+    }
+
+    /// The loaded askloop.toml.
+    pub(crate) fn config(&self) -> &LoadedConfig {
+        &self.config
+    }
+
+    /// The agent ids offered: askloop.toml's `[agents.ID]` and `assistant`, sorted.
+    pub(crate) fn ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.config.config.agents.keys().cloned().collect();
+        if !ids.iter().any(|id| id == DEFAULT_AGENT) {
+            ids.push(DEFAULT_AGENT.to_owned());
+        }
+        ids.sort();
+        ids
+    }
+
+    /// The agent `agent_id` for a new run, with the model from `--model`, then
+    /// [`MODEL_ENV`], then askloop.toml (the agent's own, else the file's), else the
+    /// embedded local model.
+    ///
+    /// # Errors
+    /// Invalid input for an unknown agent, no model or a bad SPEC; the model's and the MCP
+    /// servers' errors.
+    pub(crate) async fn agent_for_new_run(&self, agent_id: &str) -> anyhow::Result<Agent> {
+        let definition = AgentDefinition::find(&self.config, agent_id)?;
+        let spec = self.model_spec(None, &definition)?;
+        self.built(&definition, spec).await
+    }
+
+    /// The agent that drives a stored run: its agent id, with the model SPEC it was started
+    /// with (unless `--model` applies to every run, see [`FlagScope`]).
+    ///
+    /// # Errors
+    /// Invalid input when the run's agent is not defined here; the rest as
+    /// [`ConfigRegistry::agent_for_new_run`].
+    pub(crate) async fn agent_for_stored_run(&self, state: &RunState) -> anyhow::Result<Agent> {
+        let definition =
+            AgentDefinition::find(&self.config, state.agent_id().as_str()).map_err(|error| {
+                invalid_because(
+                    format!(
+                        "run {} was started by agent {:?}, which is not defined here",
+                        state.run_id(),
+                        state.agent_id().as_str()
+                    ),
+                    error,
+                )
+            })?;
+        let spec = self.model_spec(state.model_spec(), &definition)?;
+        self.built(&definition, spec).await
+    }
+
+    /// The lease of runs driven here, when not the core's default.
+    pub(crate) fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    /// Checks every agent's definition and the model SPEC of its new runs, building nothing
+    /// (no model is loaded, no MCP server started).
+    ///
+    /// # Errors
+    /// Invalid input: a bad model SPEC, or no model for an agent.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        for id in self.ids() {
+            let definition = AgentDefinition::find(&self.config, &id)?;
+            self.model_spec(None, &definition)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the MCP servers of the agents built (stdio servers end and are reaped). The
+    /// store is its owner's to close.
+    pub(crate) async fn close(&self) {
+        let toolsets: Vec<Arc<OnceCell<McpToolset>>> = self
+            .mcp
+            .lock()
+            .unwrap_or_else(|error| error.into_inner())
+            .drain()
+            .map(|(_, cell)| cell)
+            .collect();
+        for cell in toolsets {
+            if let Some(toolset) = cell.get() {
+                toolset.close().await;
+            }
+        }
+    }
+
+    /// The SPEC of a run of `definition` that was started with `recorded` (`None` for a new
+    /// run).
+    fn model_spec(
+        &self,
+        recorded: Option<&str>,
+        definition: &AgentDefinition,
+    ) -> anyhow::Result<String> {
+        let choice = &self.model;
+        let flag_applies = recorded.is_none() || choice.scope == FlagScope::AllRuns;
+        if let Some(spec) = choice.flag.as_deref().filter(|_| flag_applies) {
+            return resolve_spec(spec, &choice.current_dir);
+        }
+        if let Some(spec) = recorded {
+            return Ok(spec.to_owned());
+        }
+        if let Some(spec) = &choice.env {
+            return resolve_spec(spec, &choice.current_dir);
+        }
+        if let Some(spec) = &definition.model {
+            return Ok(spec.clone());
+        }
+        if cfg!(feature = "local") {
+            // The embedded model: works offline, with no key and no server.
+            return Ok(crate::commands::model::LOCAL_SPEC.to_owned());
+        }
+        Err(invalid(format!(
+            "no model is set for agent {:?}: pass --model SPEC (e.g. --model \
+             scripted:examples/demo.json), set {MODEL_ENV}, or set `model` in askloop.toml",
+            definition.id
+        )))
+    }
+
+    /// The agent of `definition` on the model `spec`, built on first use.
+    async fn built(&self, definition: &AgentDefinition, spec: String) -> anyhow::Result<Agent> {
+        let cell = {
+            let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+            agents
+                .entry((definition.id.clone(), spec.clone()))
+                .or_default()
+                .clone()
+        };
+        let agent = cell.get_or_try_init(|| self.build(definition, &spec)).await?;
+        Ok(agent.clone())
+    }
+
+    /// Builds the agent of `definition` on the model `spec`.
+    async fn build(&self, definition: &AgentDefinition, spec: &str) -> anyhow::Result<Agent> {
+        crate::commands::model::ensure_available(spec).await?;
+        let model = build_model(spec).await?;
+        let model = match self.pause {
+            Some(pause) => pause.wrap_model(model),
+            None => model,
+        };
+        let mcp = self.mcp_of(definition).await?;
+        definition.build(model, spec, self.store.clone(), &mcp, self.lease)
+    }
+
+    /// The MCP servers of `definition`, connected on first use.
+    async fn mcp_of(&self, definition: &AgentDefinition) -> anyhow::Result<McpToolset> {
+        let cell = {
+            let mut servers = self.mcp.lock().unwrap_or_else(|e| e.into_inner());
+            servers.entry(definition.id.clone()).or_default().clone()
+        };
+        let toolset = cell.get_or_try_init(|| definition.connect_mcp()).await?;
+        Ok(toolset.clone())
+    }
+}
+
+#[async_trait]
+impl AgentRegistry for ConfigRegistry {
+    fn agent_ids(&self) -> Vec<AgentId> {
+        self.ids().into_iter().map(AgentId::from).collect()
+    }
+
+    async fn agent(&self, agent_id: &AgentId) -> Result<Agent, RegistryError> {
+        self.known(agent_id)?;
+        self.agent_for_new_run(agent_id.as_str())
+            .await
+            .map_err(|error| build_error(agent_id, error))
+    }
+
+    async fn agent_for_run(&self, state: &RunState) -> Result<Agent, RegistryError> {
+        self.known(state.agent_id())?;
+        self.agent_for_stored_run(state)
+            .await
+            .map_err(|error| build_error(state.agent_id(), error))
+    }
+}
+
+impl ConfigRegistry {
+    /// [`RegistryError::UnknownAgent`] unless `agent_id` is offered here.
+    fn known(&self, agent_id: &AgentId) -> Result<(), RegistryError> {
+        if self.ids().iter().any(|id| id == agent_id.as_str()) {
+            Ok(())
+        } else {
+            Err(RegistryError::UnknownAgent {
+                agent_id: agent_id.clone(),
+            })
+        }
+    }
+}
+
+/// A build failure of the agent `agent_id` as core's error.
+fn build_error(agent_id: &AgentId, error: anyhow::Error) -> RegistryError {
+    RegistryError::Build {
+        agent_id: agent_id.clone(),
+        source: error.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+    use askloop_core::store::MemoryStore;
+
+    fn registry(text: &str, flag: Option<&str>, scope: FlagScope) -> ConfigRegistry {
+        let config = LoadedConfig {
+            config: parse(text).unwrap(),
+            ..LoadedConfig::default()
+        };
+        ConfigRegistry::new(
+            config,
+            Arc::new(MemoryStore::new()),
+            flag.map(str::to_owned),
+            scope,
+            None,
+            None,
+        )
+        .unwrap()
+    }
+
+    fn script() -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), r#"{"steps":[{"text":"Hi."}]}"#).unwrap();
+        file
+    }
+
+    #[tokio::test]
+    async fn offers_the_configured_agents_and_the_builtin_one() {
+        let registry = registry("[agents.planner]\n", None, FlagScope::AllRuns);
+        assert_eq!(
+            registry.agent_ids(),
+            vec![AgentId::from("assistant"), AgentId::from("planner")]
+        );
+        let error = registry.agent(&AgentId::from("nobody")).await.unwrap_err();
+        assert!(matches!(error, RegistryError::UnknownAgent { .. }), "{error}");
+        assert_eq!(error.code(), "agent_not_found");
+    }
+
+    #[tokio::test]
+    async fn builds_an_agent_once_per_model_spec() {
+        let script = script();
+        let spec = format!("scripted:{}", script.path().display());
+        let registry = registry("[agents.planner]\n", Some(&spec), FlagScope::NewRuns);
+        let first = registry.agent(&AgentId::from("planner")).await.unwrap();
+        let second = registry.agent(&AgentId::from("planner")).await.unwrap();
+        assert_eq!(first.model_spec(), Some(spec.as_str()));
+        assert_eq!(registry.agents.lock().unwrap().len(), 1);
+        assert_eq!(first.id(), second.id());
+        let error = registry
+            .agent(&AgentId::from("assistant"))
+            .await
+            .map(|_| ());
+        assert!(error.is_ok());
+        assert_eq!(registry.agents.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_bad_model_is_a_build_error() {
+        let registry = registry("", Some("scripted:/no/such/script.json"), FlagScope::NewRuns);
+        let error = registry.agent(&AgentId::from("assistant")).await.unwrap_err();
+        assert!(matches!(error, RegistryError::Build { .. }), "{error}");
+        assert_eq!(error.code(), "agent_unavailable");
+    }
+
+    #[test]
+    fn a_new_runs_flag_leaves_stored_runs_their_spec() {
+        let definition = AgentDefinition::find(&LoadedConfig::default(), "assistant").unwrap();
+        let new_runs = registry("", Some("openai:gpt-4o"), FlagScope::NewRuns);
+        assert_eq!(
+            new_runs.model_spec(None, &definition).unwrap(),
+            "openai:gpt-4o"
+        );
+        assert_eq!(
+            new_runs
+                .model_spec(Some("anthropic:claude"), &definition)
+                .unwrap(),
+            "anthropic:claude"
+        );
+        let all_runs = registry("", Some("openai:gpt-4o"), FlagScope::AllRuns);
+        assert_eq!(
+            all_runs
+                .model_spec(Some("anthropic:claude"), &definition)
+                .unwrap(),
+            "openai:gpt-4o"
+        );
+    }
+}
