@@ -76,6 +76,62 @@ pub(crate) enum Command {
     /// Manage the embedded local model
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Serve every agent over HTTP: start runs, stream their chunks (SSE), answer their
+    /// questions, from any process and any instance on the same store
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
+    /// Make API keys for `askloop serve`
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+/// More about `askloop serve`, shown at the end of its `--help`.
+const SERVE_HELP: &str = "\
+API keys:
+  [[server.keys]] tables of askloop.toml (`askloop keys new` prints one) and ASKLOOP_API_KEYS
+  (comma-separated SECRET=RESOURCE pairs). A request sends its key as `Authorization: Bearer
+  SECRET` or `X-Api-Key: SECRET` and sees only the runs of its resource. Without keys the
+  server is open to everyone who can reach it, so it listens on loopback addresses only.
+
+On start it prints one line on stdout:
+  askloop serve: listening on http://ADDR (N agents: ID, ID; store URL)
+SIGTERM or Ctrl-C stops it gracefully: open requests end, runs being driven finish or stay
+resumable (another instance, or `askloop runs recover`, continues them), the store is closed.
+
+Exit status:
+  0    stopped by SIGTERM or Ctrl-C
+  1    serving failed (e.g. the address is taken), or the store failed
+  2    invalid input: bad flags, askloop.toml or ASKLOOP_API_KEYS, a non-loopback --addr
+       without keys";
+
+/// `askloop serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on; port 0 picks a free port (printed on start)
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:4111")]
+    pub(crate) addr: std::net::SocketAddr,
+    /// The model of new runs of the built-in agent and of agents without their own `model`.
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+}
+
+/// `askloop keys …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCommand {
+    /// Print a new random secret and the [[server.keys]] lines of askloop.toml that accept it
+    /// (its SHA-256); the secret is shown once and stored nowhere
+    New(KeysNewArgs),
+}
+
+/// `askloop keys new`.
+#[derive(Debug, Args)]
+pub(crate) struct KeysNewArgs {
+    /// The resource id (user or tenant) whose runs the key sees and starts
+    #[arg(long, value_name = "ID", value_parser = id)]
+    pub(crate) resource: String,
+    /// The agents the key may use, comma-separated [default: all]
+    #[arg(long, value_name = "ID,…", value_delimiter = ',', value_parser = id)]
+    pub(crate) agents: Vec<String>,
 }
 
 /// `askloop model …`.

@@ -24,6 +24,11 @@
 //! [agents.planner.mcp.fs]                 # an MCP server whose tools the agent gets
 //! command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/notes"]
 //! require_approval = ["write_file"]       # or true (the default) / false
+//!
+//! [[server.keys]]                         # an API key of `askloop serve` (`askloop keys new`)
+//! hash = "<SHA-256 of the secret, hex>"
+//! resource = "tenant-a"                   # the tenant whose runs the key sees
+//! agents = ["planner"]                    # optional: the agents it may use
 //! ```
 //!
 //! `max_questions` is the run's question budget: once spent, `ask_user` is no longer offered
@@ -63,6 +68,31 @@ pub(crate) struct Config {
     /// Agents by id.
     #[serde(default)]
     pub(crate) agents: BTreeMap<String, AgentConfig>,
+    /// `askloop serve`'s settings.
+    #[serde(default)]
+    pub(crate) server: ServerConfig,
+}
+
+/// The `[server]` table: settings of `askloop serve`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerConfig {
+    /// The accepted API keys (`[[server.keys]]`).
+    #[serde(default)]
+    pub(crate) keys: Vec<KeyConfig>,
+}
+
+/// One `[[server.keys]]` table: an API key by the SHA-256 of its secret (`askloop keys new`
+/// prints one).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KeyConfig {
+    /// The SHA-256 of the secret, 64 hex digits.
+    pub(crate) hash: String,
+    /// The resource id (tenant) the key's runs belong to.
+    pub(crate) resource: String,
+    /// The agents the key may use (all when absent).
+    pub(crate) agents: Option<Vec<String>>,
 }
 
 /// One `[agents.ID]` table.

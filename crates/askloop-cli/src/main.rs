@@ -27,7 +27,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, ModelCommand, RunsCommand};
+use crate::cli::{Cli, Command, KeysCommand, ModelCommand, RunsCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -119,11 +119,14 @@ impl tracing::field::Visit for EventFields {
 /// Runs one command. The command runs on this thread; one worker thread runs the handler of
 /// Ctrl-C, SIGTERM and SIGHUP (installed first, for every command), so it works even while
 /// the command blocks on a prompt or on stdin.
+///
+/// `askloop serve` gets a worker thread per core instead: its requests and runs are tasks.
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if !matches!(cli.command, Command::Serve(_)) {
+        builder.worker_threads(1);
+    }
+    let runtime = builder.enable_all().build()?;
     runtime.block_on(async move {
         interrupt::Interrupt::get();
         let global = cli.global;
@@ -148,6 +151,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Command::Model(ModelCommand::Path { name }) => commands::model::path(name.as_deref()),
             Command::Model(ModelCommand::List) => commands::model::list(),
+            Command::Serve(args) => commands::serve::serve(&global, args).await,
+            Command::Keys(KeysCommand::New(args)) => commands::keys::new(&args),
         }
     })
 }

@@ -236,7 +236,9 @@ impl ConfigRegistry {
                 .or_default()
                 .clone()
         };
-        let agent = cell.get_or_try_init(|| self.build(definition, &spec)).await?;
+        let agent = cell
+            .get_or_try_init(|| self.build(definition, &spec))
+            .await?;
         Ok(agent.clone())
     }
 
@@ -341,7 +343,10 @@ mod tests {
             vec![AgentId::from("assistant"), AgentId::from("planner")]
         );
         let error = registry.agent(&AgentId::from("nobody")).await.unwrap_err();
-        assert!(matches!(error, RegistryError::UnknownAgent { .. }), "{error}");
+        assert!(
+            matches!(error, RegistryError::UnknownAgent { .. }),
+            "{error}"
+        );
         assert_eq!(error.code(), "agent_not_found");
     }
 
@@ -365,8 +370,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_model_is_a_build_error() {
-        let registry = registry("", Some("scripted:/no/such/script.json"), FlagScope::NewRuns);
-        let error = registry.agent(&AgentId::from("assistant")).await.unwrap_err();
+        let registry = registry(
+            "",
+            Some("scripted:/no/such/script.json"),
+            FlagScope::NewRuns,
+        );
+        let error = registry
+            .agent(&AgentId::from("assistant"))
+            .await
+            .unwrap_err();
         assert!(matches!(error, RegistryError::Build { .. }), "{error}");
         assert_eq!(error.code(), "agent_unavailable");
     }

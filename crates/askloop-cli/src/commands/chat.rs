@@ -9,10 +9,10 @@ use inquire::{InquireError, Text};
 
 use crate::cli::{ChatArgs, GlobalArgs};
 use crate::context::{Access, Context};
-use crate::registry::FlagScope;
 use crate::exit::{FAILURE, INTERRUPTED, Interrupted, RunFailed};
 use crate::output::Mode;
 use crate::prompt::Answerer;
+use crate::registry::FlagScope;
 use crate::session::{Ended, Origin, Session, is_terminal};
 
 /// Runs `askloop chat` until the person ends it (Ctrl-D, Esc, `/exit`, or end of stdin); it
@@ -33,9 +33,7 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
     )
     .await?;
     let result: anyhow::Result<ExitCode> = async {
-        let agent = context
-            .agent_for_new_run(&args.agent)
-            .await?;
+        let agent = context.agent_for_new_run(&args.agent).await?;
         let thread_id = args.thread.map_or_else(ThreadId::generate, ThreadId::new);
         let resource_id = args.resource.map(ResourceId::new);
         let terminal = is_terminal();

@@ -2,7 +2,9 @@
 
 pub(crate) mod approve;
 pub(crate) mod chat;
+pub(crate) mod keys;
 pub(crate) mod model;
 pub(crate) mod resume;
 pub(crate) mod run;
 pub(crate) mod runs;
+pub(crate) mod serve;

@@ -8,10 +8,10 @@ use serde_json::Value;
 
 use crate::cli::{GlobalArgs, ResumeArgs};
 use crate::context::{Access, Context};
-use crate::registry::FlagScope;
 use crate::exit::{invalid, invalid_because};
 use crate::output::Mode;
 use crate::prompt::Answerer;
+use crate::registry::FlagScope;
 use crate::session::{Origin, Session};
 
 /// Runs `askloop resume`. The run names its agent and model SPEC, so neither is needed
@@ -59,9 +59,7 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
                     .model(context.model_flag.as_deref())
             )));
         }
-        let agent = context
-            .agent_for_run(&state)
-            .await?;
+        let agent = context.agent_for_run(&state).await?;
         let mode = if args.json { Mode::Json } else { Mode::Human };
         let mut session = Session::new(&context, agent.clone(), mode);
         let Some(answer) = answer else {

@@ -6,9 +6,9 @@ use askloop_core::{ResourceId, RunOptions, ThreadId, is_blank};
 
 use crate::cli::{GlobalArgs, RunArgs};
 use crate::context::{Access, Context};
-use crate::registry::FlagScope;
 use crate::exit::invalid;
 use crate::output::Mode;
+use crate::registry::FlagScope;
 use crate::session::{Origin, Session};
 
 /// Runs `askloop run`.
@@ -31,9 +31,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
     )
     .await?;
     let result: anyhow::Result<ExitCode> = async {
-        let agent = context
-            .agent_for_new_run(&args.agent)
-            .await?;
+        let agent = context.agent_for_new_run(&args.agent).await?;
         let mut options = RunOptions::new().by("cli");
         options.thread_id = args.thread.map(ThreadId::new);
         options.resource_id = args.resource.map(ResourceId::new);

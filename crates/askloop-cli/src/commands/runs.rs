@@ -17,10 +17,10 @@ use crate::cli::{
     CancelArgs, ContinueArgs, GlobalArgs, ListArgs, RecoverArgs, ShowArgs, SweepArgs,
 };
 use crate::context::{Access, CommandLine, Context};
-use crate::registry::FlagScope;
 use crate::exit::{invalid, invalid_because};
 use crate::format::{SHOW_LIMIT, compact_json, cut, format_time, result_summary, truncate};
 use crate::output::{Mode, Output};
+use crate::registry::FlagScope;
 use crate::session::{Origin, Session, print_pending};
 
 /// One row of `runs list --json`: the run's summary, or, for a run this build cannot read, its
@@ -423,9 +423,7 @@ pub(crate) async fn continue_run(
     let result: anyhow::Result<ExitCode> = async {
         let run_id = RunId::new(args.run_id);
         let state = context.load_run(&run_id).await?;
-        let agent = context
-            .agent_for_run(&state)
-            .await?;
+        let agent = context.agent_for_run(&state).await?;
         let stream = match agent.continue_stream(&run_id).await {
             Ok(stream) => stream,
             Err(ResumeError::NotContinuable { status, .. }) => {
