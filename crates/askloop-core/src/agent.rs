@@ -133,6 +133,29 @@ impl Agent {
         self.inner.max_questions
     }
 
+    /// Whether every call of the tool `name` needs a person's approval by this agent's rules
+    /// ([`AgentBuilder::require_approval`], [`AgentBuilder::require_approval_for`]); a tool's
+    /// own per-call rule or a predicate ([`AgentBuilder::require_approval_if`]) may require it
+    /// for some calls too. `false` for a tool the agent does not have.
+    ///
+    /// ```
+    /// use askloop_core::testing::ScriptedModel;
+    /// use askloop_core::{Agent, AskUser};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let model = || ScriptedModel::from_json(r#"{"steps":[{"text":"Hi."}]}"#);
+    /// let all = Agent::builder("a").model(model()?).tool(AskUser::new()).require_approval(true).build()?;
+    /// assert!(!all.tool_requires_approval("ask_user")); // tools that ask are exempt from "all"
+    /// let named = Agent::builder("b").model(model()?).tool(AskUser::new())
+    ///     .require_approval_for("ask_user").build()?;
+    /// assert!(named.tool_requires_approval("ask_user"));
+    /// assert!(!named.tool_requires_approval("no_such_tool"));
+    /// # Ok(()) }
+    /// ```
+    pub fn tool_requires_approval(&self, name: &str) -> bool {
+        self.inner.always_requires_approval(name)
+    }
+
     /// Starts a run on a new thread and streams it. The run id is known at once
     /// ([`AgentStream::run_id`]); the run is inserted into the store before its first chunk.
     pub fn stream(&self, input: impl Into<String>) -> AgentStream {

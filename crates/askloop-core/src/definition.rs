@@ -88,6 +88,20 @@ impl AgentDefinition {
             .any(|(_, predicate)| predicate.as_ref().is_none_or(|predicate| predicate(args)))
     }
 
+    /// Whether the agent's rules require approval for every call of `name` (the agent requires
+    /// it of all tools, or of this one without a predicate over its arguments).
+    pub(crate) fn always_requires_approval(&self, name: &str) -> bool {
+        let Some(tool) = self.tool(name) else {
+            return false;
+        };
+        (self.approval.all && !tool.tool().asks_user())
+            || self
+                .approval
+                .tools
+                .iter()
+                .any(|(tool, predicate)| tool == name && predicate.is_none())
+    }
+
     /// Whether `name` is a tool that asks the user (counted by the question budget).
     pub(crate) fn asks_user(&self, name: &str) -> bool {
         self.tool(name).is_some_and(|tool| tool.tool().asks_user())

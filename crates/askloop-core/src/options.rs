@@ -1,6 +1,6 @@
 //! [`RunOptions`]: where a new run goes (its thread and owner).
 
-use crate::ids::{ResourceId, ThreadId};
+use crate::ids::{ResourceId, RunId, ThreadId};
 
 /// Where a new run goes: its thread and owner. Build with [`RunOptions::new`] and the setters.
 ///
@@ -22,6 +22,11 @@ pub struct RunOptions {
     /// Who sends the run's input, for the audit of the waiting calls a new message to the
     /// thread resolves (a resource id, a key's name, `cli`); the resource id when `None`.
     pub by: Option<String>,
+    /// The new run's id, chosen by the caller (the reference framework's clients may pick it);
+    /// a generated one when `None`. An id that is taken fails the run's insert with
+    /// [`crate::StoreError::AlreadyExists`] (the stream's first item): check first with
+    /// [`crate::RunStore::load_run`] when the id comes from outside.
+    pub run_id: Option<RunId>,
 }
 
 impl RunOptions {
@@ -39,6 +44,12 @@ impl RunOptions {
     /// Who sends the run's input, for the audit of the waiting calls a new message resolves.
     pub fn by(mut self, by: impl Into<String>) -> Self {
         self.by = Some(by.into());
+        self
+    }
+
+    /// Gives the new run this id instead of a generated one.
+    pub fn run_id(mut self, run_id: impl Into<RunId>) -> Self {
+        self.run_id = Some(run_id.into());
         self
     }
 

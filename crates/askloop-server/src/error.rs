@@ -4,7 +4,7 @@
 use askloop_core::registry::RegistryError;
 use askloop_core::{ResumeError, StoreError, error_chain_text};
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -60,6 +60,17 @@ impl ApiError {
         self
     }
 
+    /// Adds one field to the details object (creating it).
+    pub(crate) fn add_detail(mut self, key: &str, value: Value) -> Self {
+        match &mut self.body.details {
+            Some(Value::Object(details)) => {
+                details.insert(key.to_owned(), value);
+            }
+            _ => self.body.details = Some(serde_json::json!({ key: value })),
+        }
+        self
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
@@ -105,16 +116,6 @@ impl ApiError {
         )
     }
 
-    /// The status of the response.
-    pub(crate) fn status(&self) -> StatusCode {
-        self.status
-    }
-
-    /// The stable code.
-    pub(crate) fn code(&self) -> &str {
-        &self.body.code
-    }
-
     /// The generic error of a status with no body of ours (fallback of the error layer).
     pub(crate) fn for_status(status: StatusCode) -> Self {
         let (code, message) = match status {
@@ -153,6 +154,12 @@ impl From<JsonRejection> for ApiError {
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
         Self::bad_request(rejection.body_text())
     }
 }

@@ -171,12 +171,6 @@ impl RunHub {
             .is_ok_and(|waited| waited.is_ok())
     }
 
-    /// How many run buffers are kept (live, or ended with subscribers still attached).
-    #[cfg(test)]
-    pub(crate) fn buffered(&self) -> usize {
-        lock(&self.inner.runs).len()
-    }
-
     fn attach(
         &self,
         run_id: RunId,

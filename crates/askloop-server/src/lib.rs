@@ -2,6 +2,7 @@
 //!
 //! (Crate docs: see below once complete.)
 
+mod api;
 mod error;
 mod hub;
 mod inbox;

@@ -1,9 +1,19 @@
-//! The background sweep: expired questions and lease recovery.
+//! The background sweep, every `sweep_interval`: questions whose deadline passed are expired
+//! (`Agent::expire_due`), and runs left `running` under an expired lease (their process died)
+//! are continued (`Agent::continue_stream`) by this server. Several servers may sweep one store
+//! at once: the store's compare-and-swap lets one of them act on each run; the others get a
+//! conflict, logged at debug level.
+
 use std::sync::Arc;
 
+use askloop_core::store::{RunFilter, lease_now_ms};
+use askloop_core::{ResumeError, RunStatus, error_chain_text, expired_runs};
 use tokio::sync::watch;
 
 use crate::server::AppState;
+
+/// Who the audit records for the sweep's actions.
+const SWEEPER: &str = "askloop-server-sweep";
 
 /// Sweeps every `sweep_interval` until `stop` turns true.
 pub(crate) async fn run(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
@@ -21,5 +31,84 @@ pub(crate) async fn run(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// One sweep.
-pub(crate) async fn sweep_once(_state: &AppState) {}
+fn refused(action: &str, run_id: &askloop_core::RunId, error: &ResumeError) {
+    match error {
+        ResumeError::Conflict { .. }
+        | ResumeError::AlreadyAnswered { .. }
+        | ResumeError::InProgress { .. }
+        | ResumeError::NotSuspended { .. }
+        | ResumeError::NotContinuable { .. } => {
+            tracing::debug!(%run_id, action, code = error.code(), "sweep: another process acted first");
+        }
+        _ => {
+            tracing::warn!(%run_id, action, error = %error_chain_text(error), "sweep failed on a run")
+        }
+    }
+}
+
+/// One sweep: expiries, then lease recovery.
+pub(crate) async fn sweep_once(state: &AppState) {
+    let now = lease_now_ms();
+    match expired_runs(state.store.as_ref(), now).await {
+        Ok(expired) => {
+            for run in expired {
+                if state.hub.is_live(&run.run_id) {
+                    continue;
+                }
+                let agent = match state.agents.agent(&run.agent_id).await {
+                    Ok(agent) => agent,
+                    Err(error) => {
+                        tracing::warn!(run_id = %run.run_id, error = %error_chain_text(&error), "sweep: no agent to expire the run");
+                        continue;
+                    }
+                };
+                match agent.expire_due(&run, Some(SWEEPER.to_owned())).await {
+                    Ok(stream) => drop(state.hub.spawn(stream, &run.agent_id)),
+                    Err(error) => refused("expire", &run.run_id, &error),
+                }
+            }
+        }
+        Err(error) => {
+            tracing::warn!(error = %error_chain_text(&error), "sweep: listing expired questions failed")
+        }
+    }
+    let running =
+        match crate::routes::all_runs(state, RunFilter::new().status(RunStatus::Running)).await {
+            Ok(running) => running,
+            Err(_) => return,
+        };
+    for summary in running {
+        if state.hub.is_live(&summary.run_id) {
+            continue;
+        }
+        let stored = match state.store.load_run(&summary.run_id).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                tracing::warn!(run_id = %summary.run_id, error = %error_chain_text(&error), "sweep: loading a running run failed");
+                continue;
+            }
+        };
+        let abandoned = stored.state.status() == RunStatus::Running
+            && stored
+                .lease
+                .as_ref()
+                .is_none_or(|lease| !lease.is_live_at(lease_now_ms()));
+        if !abandoned {
+            continue;
+        }
+        let agent = match state.agents.agent_for_run(&stored.state).await {
+            Ok(agent) => agent,
+            Err(error) => {
+                tracing::warn!(run_id = %summary.run_id, error = %error_chain_text(&error), "sweep: no agent to recover the run");
+                continue;
+            }
+        };
+        match agent.continue_stream(&summary.run_id).await {
+            Ok(stream) => {
+                tracing::info!(run_id = %summary.run_id, "sweep: recovering a run whose process stopped");
+                drop(state.hub.spawn(stream, &summary.agent_id));
+            }
+            Err(error) => refused("recover", &summary.run_id, &error),
+        }
+    }
+}

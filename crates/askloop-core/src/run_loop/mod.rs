@@ -126,7 +126,7 @@ pub(crate) fn start(
     input: String,
     options: RunOptions,
 ) -> AgentStream {
-    let run_id = RunId::generate();
+    let run_id = options.run_id.clone().unwrap_or_else(RunId::generate);
     let cancel = CancelHandle::new();
     let run_cancel = cancel.clone();
     let stream_run_id = run_id.clone();

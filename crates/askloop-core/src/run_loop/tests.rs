@@ -1107,3 +1107,16 @@ async fn an_idempotent_resume_interrupted_by_a_crash_runs_again() {
     );
     assert!(has_finish(&chunks));
 }
+
+#[tokio::test]
+async fn a_new_run_takes_the_id_its_caller_chose() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![json!({"text": "Hi."})]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let stream = agent.stream_with("hello", crate::RunOptions::new().run_id("chosen-1"));
+    assert_eq!(stream.run_id().as_str(), "chosen-1");
+    let chunks = chunks_of(stream).await;
+    assert!(has_finish(&chunks));
+    let stored = store.load_run(&"chosen-1".into()).await.unwrap();
+    assert_eq!(stored.state.status(), RunStatus::Completed);
+}

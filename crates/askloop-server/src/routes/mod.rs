@@ -1,13 +1,234 @@
-//! The router: every route and its layers.
+//! The router: every route and its layers, the extractors that turn their failures into
+//! `ApiError` JSON (never axum's plain-text rejections), and the checks routes share (may the
+//! caller see this run, use this agent; are ids and sizes acceptable).
+
+mod agents;
+mod docs;
+mod runs;
+
 use std::sync::Arc;
 
+use askloop_core::store::StoredRun;
+use askloop_core::{Agent, AgentId, RunId, StoreError};
 use axum::Router;
-use axum::routing::get;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
 
+use crate::error::ApiError;
+use crate::keys::Caller;
 use crate::server::AppState;
 
+pub(crate) use runs::all_runs;
+
+/// Shared state as the handlers see it.
+pub(crate) type State = axum::extract::State<Arc<AppState>>;
+
+/// A JSON body whose rejections are `ApiError`s (400 `bad_request`, 413 `too_large`).
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub(crate) struct Body<T>(pub(crate) T);
+
+/// A query string whose rejections are 400 `bad_request`.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub(crate) struct Params<T>(pub(crate) T);
+
+/// A path parameter whose rejections are 400 `bad_request`.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub(crate) struct PathParam<T>(pub(crate) T);
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        if state.keys.is_open() {
+            return Ok(Caller::Open);
+        }
+        let bearer = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                value
+                    .strip_prefix("Bearer ")
+                    .or_else(|| value.strip_prefix("bearer "))
+            });
+        let api_key = parts
+            .headers
+            .get("x-api-key")
+            .and_then(|value| value.to_str().ok());
+        bearer
+            .or(api_key)
+            .map(str::trim)
+            .and_then(|secret| state.keys.lookup(secret))
+            .ok_or_else(ApiError::unauthorized)
+    }
+}
+
+/// Every route, with its layers.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let limits = state.limits.clone();
+    // Streaming routes: no timeout (a stream lasts as long as its run; the run task is
+    // detached from the response anyway).
+    let streaming = Router::new()
+        .route("/api/agents/{agent_id}/stream", post(agents::stream))
+        .route(
+            "/api/agents/{agent_id}/resume-stream",
+            post(agents::resume_stream),
+        )
+        .route(
+            "/api/agents/{agent_id}/approve-tool-call",
+            post(agents::approve_tool_call),
+        )
+        .route(
+            "/api/agents/{agent_id}/decline-tool-call",
+            post(agents::decline_tool_call),
+        )
+        .route("/api/runs/{run_id}/continue", post(runs::continue_run))
+        .route("/api/runs/{run_id}/responses", post(runs::respond))
+        .route("/api/runs/{run_id}/stream", get(runs::reattach))
+        .route("/api/inbox/events", get(runs::inbox_events));
+    let timed = Router::new()
+        .route("/api/agents", get(agents::list_agents))
+        .route("/api/agents/{agent_id}", get(agents::get_agent))
+        .route(
+            "/api/agents/{agent_id}/suspended-runs",
+            get(agents::suspended_runs),
+        )
+        .route("/api/runs", get(runs::list_runs))
+        .route("/api/runs/{run_id}", get(runs::get_run))
+        .route("/api/runs/{run_id}/cancel", post(runs::cancel_run))
+        .route("/healthz", get(docs::healthz))
+        .route("/openapi.json", get(docs::openapi_json))
+        .route("/docs", get(docs::docs_page))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            limits.request_timeout,
+        ));
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .merge(streaming)
+        .merge(timed)
+        .fallback(|| async { ApiError::for_status(StatusCode::NOT_FOUND) })
+        .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
+        .layer(RequestBodyLimitLayer::new(limits.body_bytes))
+        .layer(middleware::from_fn(json_errors))
+        .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Gives every error response without a JSON body of ours (the body-limit layer's 413, the
+/// timeout layer's 408, axum's 405) the `{code, message}` body of its status.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
+    if (status.is_client_error() || status.is_server_error()) && !is_json {
+        let mut replaced = ApiError::for_status(status).into_response();
+        if let Some(allow) = response.headers().get(header::ALLOW) {
+            replaced.headers_mut().insert(header::ALLOW, allow.clone());
+        }
+        return replaced;
+    }
+    response
+}
+
+/// The longest id accepted (run, thread, resource, tool call), bytes.
+const MAX_ID_BYTES: usize = 256;
+
+/// Checks an id from a request: not empty, at most 256 bytes, no NUL or control characters.
+pub(crate) fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES || id.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!(
+            "{field} must be 1 to {MAX_ID_BYTES} bytes without control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a text from a request: at most `max` bytes (413), no NUL (stores reject it).
+pub(crate) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
+    if text.len() > max {
+        return Err(ApiError::too_large(format!(
+            "{field} is {} bytes; at most {max} are accepted",
+            text.len()
+        )));
+    }
+    if text.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "{field} must not contain NUL characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an answer: its JSON text at most `answer_bytes` (413), no NUL in it.
+pub(crate) fn check_answer(state: &AppState, answer: &serde_json::Value) -> Result<(), ApiError> {
+    let text = answer.to_string();
+    if text.len() > state.limits.answer_bytes {
+        return Err(ApiError::too_large(format!(
+            "the answer is {} bytes of JSON; at most {} are accepted",
+            text.len(),
+            state.limits.answer_bytes
+        )));
+    }
+    if text.contains("\\u0000") {
+        return Err(ApiError::bad_request(
+            "the answer must not contain NUL characters",
+        ));
+    }
+    Ok(())
+}
+
+/// The agent of new runs under `agent_id`, if the caller may use it (403 otherwise; 404
+/// unknown).
+pub(crate) async fn agent_for_caller(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &AgentId,
+) -> Result<Agent, ApiError> {
+    check_id("agentId", agent_id.as_str())
+        .map_err(|_| ApiError::agent_not_found(agent_id.as_str()))?;
+    if !caller.may_use(agent_id) {
+        return Err(ApiError::forbidden(format!(
+            "this key may not use agent {agent_id:?}"
+        )));
+    }
+    Ok(state.agents.agent(agent_id).await?)
+}
+
+/// The stored run, if the caller may see it: another tenant's run is 404, like a missing one.
+pub(crate) async fn visible_run(
+    state: &AppState,
+    caller: &Caller,
+    run_id: &str,
+) -> Result<StoredRun, ApiError> {
+    check_id("runId", run_id).map_err(|_| ApiError::run_not_found(run_id))?;
+    let stored = match state.store.load_run(&RunId::new(run_id)).await {
+        Ok(stored) => stored,
+        Err(StoreError::NotFound { .. }) => return Err(ApiError::run_not_found(run_id)),
+        Err(error) => return Err(error.into()),
+    };
+    if !caller.may_see(stored.state.resource_id(), stored.state.agent_id()) {
+        return Err(ApiError::run_not_found(run_id));
+    }
+    Ok(stored)
+}
+
+/// The agent that drives a stored run.
+pub(crate) async fn agent_of_run(state: &AppState, stored: &StoredRun) -> Result<Agent, ApiError> {
+    Ok(state.agents.agent_for_run(&stored.state).await?)
 }

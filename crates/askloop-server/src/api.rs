@@ -1,0 +1,574 @@
+//! The request and response bodies of the routes (serde + utoipa schemas). These are the HTTP
+//! shapes only; chunks go out as `askloop_core::wire` JSON, never through these types.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use askloop_core::store::{RunState, RunSummary};
+use askloop_core::{PendingKind, PendingToolCall};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::ApiError;
+
+/// An RFC 3339 timestamp (UTC, milliseconds) of ms since the Unix epoch.
+pub(crate) fn timestamp(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+// ---------------------------------------------------------------- requests
+
+/// `messages` of a stream request: a text, or a list of texts or `{role, content}` messages.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum Messages {
+    /// One user message.
+    Text(String),
+    /// Messages; the last user message is the run's input.
+    List(Vec<MessageItem>),
+}
+
+/// One message of a list: a text (a user message) or `{role, content}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum MessageItem {
+    /// A user message.
+    Text(String),
+    /// A message with its role.
+    Message(RoleMessage),
+}
+
+/// A message with its role (`user`, `assistant`, `system`, …).
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct RoleMessage {
+    /// Who wrote it; only `user` messages are read.
+    role: String,
+    /// A text, or parts of which the `text` parts are read.
+    content: MessageContent,
+}
+
+/// A message's content.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum MessageContent {
+    /// The text.
+    Text(String),
+    /// Parts: `{type: "text", text}` parts are joined; other parts are ignored.
+    Parts(Vec<ContentPart>),
+}
+
+/// A part of a message's content.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct ContentPart {
+    /// The part's type; only `text` is read.
+    #[serde(rename = "type")]
+    kind: String,
+    /// The text of a `text` part.
+    #[serde(default)]
+    text: Option<String>,
+}
+
+impl Messages {
+    /// The text of the last user message.
+    pub(crate) fn input(&self) -> Option<String> {
+        match self {
+            Self::Text(text) => Some(text.clone()),
+            Self::List(items) => items.iter().rev().find_map(|item| match item {
+                MessageItem::Text(text) => Some(text.clone()),
+                MessageItem::Message(message) if message.role == "user" => {
+                    Some(match &message.content {
+                        MessageContent::Text(text) => text.clone(),
+                        MessageContent::Parts(parts) => parts
+                            .iter()
+                            .filter(|part| part.kind == "text")
+                            .filter_map(|part| part.text.as_deref())
+                            .collect::<Vec<_>>()
+                            .join(""),
+                    })
+                }
+                MessageItem::Message(_) => None,
+            }),
+        }
+    }
+}
+
+/// A thread given as its id or as `{id}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum ThreadRef {
+    /// The thread id.
+    Id(String),
+    /// `{id}`.
+    Object {
+        /// The thread id.
+        id: String,
+    },
+}
+
+/// The reference framework's memory option: `{thread, resource}`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub(crate) struct MemoryOption {
+    /// The thread to continue.
+    #[serde(default)]
+    pub(crate) thread: Option<ThreadRef>,
+    /// The owner of the run.
+    #[serde(default)]
+    pub(crate) resource: Option<String>,
+}
+
+/// `POST /api/agents/{agentId}/stream`: starts a run. Unknown fields are ignored.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StreamRequest {
+    /// The input: the last user message's text is the run's input.
+    pub(crate) messages: Messages,
+    /// The new run's id (generated when absent); a taken id is 409 `conflict`.
+    #[serde(default)]
+    pub(crate) run_id: Option<String>,
+    /// The thread to continue (a new one when absent).
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+    /// The run's owner; with an API key, the key's resource (another one is 403).
+    #[serde(default)]
+    pub(crate) resource_id: Option<String>,
+    /// The reference framework's `{thread, resource}` (read when `threadId`/`resourceId` are
+    /// absent).
+    #[serde(default)]
+    pub(crate) memory: Option<MemoryOption>,
+}
+
+impl StreamRequest {
+    pub(crate) fn thread(&self) -> Option<&str> {
+        self.thread_id.as_deref().or_else(|| {
+            self.memory
+                .as_ref()
+                .and_then(|memory| memory.thread.as_ref())
+                .map(|thread| match thread {
+                    ThreadRef::Id(id) | ThreadRef::Object { id } => id.as_str(),
+                })
+        })
+    }
+
+    pub(crate) fn resource(&self) -> Option<&str> {
+        self.resource_id.as_deref().or_else(|| {
+            self.memory
+                .as_ref()
+                .and_then(|memory| memory.resource.as_deref())
+        })
+    }
+}
+
+/// `POST /api/agents/{agentId}/resume-stream`: answers a suspended call.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ResumeRequest {
+    /// The suspended run.
+    pub(crate) run_id: String,
+    /// The answer, any JSON (for `ask_user`: a label, a text or a list of labels).
+    #[schema(value_type = Object)]
+    pub(crate) resume_data: Value,
+    /// The call answered; the only pending one when absent.
+    #[serde(default)]
+    pub(crate) tool_call_id: Option<String>,
+}
+
+/// `POST /api/agents/{agentId}/approve-tool-call` and `/decline-tool-call`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ApprovalRequest {
+    /// The suspended run.
+    pub(crate) run_id: String,
+    /// The call awaiting approval.
+    pub(crate) tool_call_id: String,
+    /// Why it is declined (declines only).
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+}
+
+/// `POST /api/runs/{runId}/responses`: several responses in one commit.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct ResponsesRequest {
+    /// One per call answered.
+    pub(crate) responses: Vec<CallResponseBody>,
+}
+
+/// A response to one waiting call: `{toolCallId, answer}` or `{toolCallId, approved, reason?}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CallResponseBody {
+    /// The call.
+    pub(crate) tool_call_id: String,
+    /// The answer to a question.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) answer: Option<Value>,
+    /// An approval (`true`) or decline (`false`).
+    #[serde(default)]
+    pub(crate) approved: Option<bool>,
+    /// Why it is declined.
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+}
+
+/// `GET /api/runs` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct RunsQuery {
+    /// Only runs in this status (`running`, `suspended`, `completed`, `failed`, `cancelled`).
+    #[serde(default)]
+    pub(crate) status: Option<String>,
+    /// Only runs of this agent.
+    #[serde(default)]
+    pub(crate) agent_id: Option<String>,
+    /// Only runs of this resource.
+    #[serde(default)]
+    pub(crate) resource_id: Option<String>,
+    /// Only runs of this thread.
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+    /// The `nextCursor` of the previous page.
+    #[serde(default)]
+    pub(crate) cursor: Option<String>,
+    /// Page size, 1 to 200 (default 50).
+    #[serde(default)]
+    #[param(minimum = 1, maximum = 200)]
+    pub(crate) limit: Option<u32>,
+}
+
+/// `GET /api/agents/{agentId}/suspended-runs` query (the reference framework's).
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SuspendedRunsQuery {
+    /// Only runs of this thread.
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+    /// Only runs of this resource.
+    #[serde(default)]
+    pub(crate) resource_id: Option<String>,
+    /// The page, from 0.
+    #[serde(default)]
+    #[param(minimum = 0, maximum = 1000000)]
+    pub(crate) page: Option<u32>,
+    /// Runs per page, 1 to 200 (default 20).
+    #[serde(default)]
+    #[param(minimum = 1, maximum = 200)]
+    pub(crate) per_page: Option<u32>,
+}
+
+// ---------------------------------------------------------------- responses
+
+/// A tool of an agent, as the reference framework describes it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolInfo {
+    /// The tool's name.
+    pub(crate) id: String,
+    /// What it does.
+    pub(crate) description: String,
+    /// JSON Schema of its arguments, as a JSON string.
+    pub(crate) input_schema: String,
+    /// Whether every call needs a person's approval by the agent's rules.
+    pub(crate) require_approval: bool,
+}
+
+/// An agent, in the reference framework's shape.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AgentDetails {
+    /// The agent's id.
+    pub(crate) id: String,
+    /// Its display name.
+    pub(crate) name: String,
+    /// Its instructions (system prompt), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) instructions: Option<String>,
+    /// The model spec it was built with, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model_id: Option<String>,
+    /// Its tools, by name.
+    pub(crate) tools: BTreeMap<String, ToolInfo>,
+    /// Sub-agents (none in askloop).
+    #[schema(value_type = Object)]
+    pub(crate) agents: Value,
+    /// Workflows (none in askloop).
+    #[schema(value_type = Object)]
+    pub(crate) workflows: Value,
+    /// Skills (none).
+    #[schema(value_type = Vec<Object>)]
+    pub(crate) skills: Vec<Value>,
+    /// Workspace tools (none).
+    #[schema(value_type = Vec<Object>)]
+    pub(crate) workspace_tools: Vec<Value>,
+    /// Browser tools (none).
+    #[schema(value_type = Vec<Object>)]
+    pub(crate) browser_tools: Vec<Value>,
+    /// Whether it has a browser (never).
+    pub(crate) has_browser: bool,
+    /// Input processors (none).
+    #[schema(value_type = Vec<Object>)]
+    pub(crate) input_processors: Vec<Value>,
+    /// Output processors (none).
+    #[schema(value_type = Vec<Object>)]
+    pub(crate) output_processors: Vec<Value>,
+}
+
+impl AgentDetails {
+    pub(crate) fn of(agent: &askloop_core::Agent) -> Self {
+        let tools = agent
+            .tool_definitions()
+            .iter()
+            .map(|tool| {
+                (
+                    tool.name.clone(),
+                    ToolInfo {
+                        id: tool.name.clone(),
+                        description: tool.description.clone(),
+                        input_schema: tool.input_schema.to_string(),
+                        require_approval: agent.tool_requires_approval(&tool.name),
+                    },
+                )
+            })
+            .collect();
+        Self {
+            id: agent.id().to_string(),
+            name: agent.name().to_owned(),
+            instructions: agent.instructions().map(str::to_owned),
+            model_id: agent.model_spec().map(str::to_owned),
+            tools,
+            agents: Value::Object(Default::default()),
+            workflows: Value::Object(Default::default()),
+            skills: Vec::new(),
+            workspace_tools: Vec::new(),
+            browser_tools: Vec::new(),
+            has_browser: false,
+            input_processors: Vec::new(),
+            output_processors: Vec::new(),
+        }
+    }
+}
+
+/// A pending call of a run: what it asks and how to answer it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PendingCallBody {
+    /// The call's id: answer it with this.
+    pub(crate) tool_call_id: String,
+    /// The tool.
+    pub(crate) tool_name: String,
+    /// `answer` (a question) or `approval`.
+    pub(crate) kind: String,
+    /// The call's arguments.
+    #[schema(value_type = Object)]
+    pub(crate) args: Value,
+    /// What the tool asked (for `ask_user`: question, options, selectionMode).
+    #[schema(value_type = Object)]
+    pub(crate) payload: Value,
+    /// JSON Schema of accepted answers, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) resume_schema: Option<Value>,
+    /// When the question expires unheard (RFC 3339), if it has a deadline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) expires_at: Option<String>,
+}
+
+impl PendingCallBody {
+    pub(crate) fn of(call: &PendingToolCall) -> Self {
+        Self {
+            tool_call_id: call.tool_call_id.to_string(),
+            tool_name: call.tool_name.clone(),
+            kind: match call.kind {
+                PendingKind::Approval => "approval",
+                _ => "answer",
+            }
+            .to_owned(),
+            args: call.args.clone(),
+            payload: call.suspend_payload.clone(),
+            resume_schema: call.resume_schema.clone(),
+            expires_at: call.expires_at_ms.map(timestamp),
+        }
+    }
+}
+
+/// A run, summarised.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunSummaryBody {
+    /// The run.
+    pub(crate) run_id: String,
+    /// Its agent.
+    pub(crate) agent_id: String,
+    /// Its thread.
+    pub(crate) thread_id: String,
+    /// Its owner, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resource_id: Option<String>,
+    /// `running`, `suspended`, `completed`, `failed` or `cancelled`.
+    pub(crate) status: String,
+    /// When it was created (RFC 3339).
+    pub(crate) created_at: String,
+    /// When it last changed (RFC 3339).
+    pub(crate) updated_at: String,
+    /// The calls that wait for a person (suspended runs).
+    pub(crate) pending_tool_calls: Vec<PendingCallBody>,
+}
+
+impl RunSummaryBody {
+    pub(crate) fn of(summary: &RunSummary) -> Self {
+        Self {
+            run_id: summary.run_id.to_string(),
+            agent_id: summary.agent_id.to_string(),
+            thread_id: summary.thread_id.to_string(),
+            resource_id: summary.resource_id.as_ref().map(ToString::to_string),
+            status: summary.status.to_string(),
+            created_at: timestamp(summary.created_at_ms),
+            updated_at: timestamp(summary.updated_at_ms),
+            pending_tool_calls: summary.pending.iter().map(PendingCallBody::of).collect(),
+        }
+    }
+}
+
+/// A page of runs, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunList {
+    /// The runs.
+    pub(crate) runs: Vec<RunSummaryBody>,
+    /// Pass it as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// Why a run failed.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct FailureBody {
+    /// A stable code.
+    pub(crate) code: String,
+    /// What happened.
+    pub(crate) message: String,
+}
+
+/// A run in full: its summary, its messages, how it ended.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunDetail {
+    /// The summary.
+    #[serde(flatten)]
+    pub(crate) summary: RunSummaryBody,
+    /// The run's own messages (askloop's stored message JSON: `{role, …}`).
+    #[schema(value_type = Vec<Object>)]
+    pub(crate) messages: Vec<Value>,
+    /// The steps taken.
+    pub(crate) steps: u32,
+    /// Why the model stopped (completed runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) finish_reason: Option<String>,
+    /// Why it failed (failed runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) failure: Option<FailureBody>,
+}
+
+impl RunDetail {
+    pub(crate) fn of(state: &RunState) -> Result<Self, ApiError> {
+        let messages = state
+            .messages()
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| ApiError::internal("encode_error", &error))?;
+        Ok(Self {
+            summary: RunSummaryBody::of(&state.summary()),
+            messages,
+            steps: state.steps(),
+            finish_reason: state
+                .finish_reason()
+                .map(|reason| reason.as_str().to_owned()),
+            failure: state.failure().map(|failure| FailureBody {
+                code: failure.code.clone(),
+                message: failure.message.clone(),
+            }),
+        })
+    }
+}
+
+/// A call of a suspended run, in the reference framework's shape.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SuspendedCall {
+    /// The call.
+    pub(crate) tool_call_id: String,
+    /// The tool.
+    pub(crate) tool_name: String,
+    /// The call's arguments.
+    #[schema(value_type = Object)]
+    pub(crate) args: Value,
+    /// Whether it awaits an approval (not an answer).
+    pub(crate) requires_approval: bool,
+    /// What the tool asked.
+    #[schema(value_type = Object)]
+    pub(crate) suspend_payload: Value,
+}
+
+/// A suspended run, in the reference framework's shape.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SuspendedRun {
+    /// The run.
+    pub(crate) run_id: String,
+    /// Always `suspended`.
+    pub(crate) status: String,
+    /// Its thread.
+    pub(crate) thread_id: String,
+    /// Its owner, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resource_id: Option<String>,
+    /// When it suspended (RFC 3339).
+    pub(crate) suspended_at: String,
+    /// The calls that wait.
+    pub(crate) tool_calls: Vec<SuspendedCall>,
+}
+
+impl SuspendedRun {
+    pub(crate) fn of(summary: &RunSummary) -> Self {
+        Self {
+            run_id: summary.run_id.to_string(),
+            status: summary.status.to_string(),
+            thread_id: summary.thread_id.to_string(),
+            resource_id: summary.resource_id.as_ref().map(ToString::to_string),
+            suspended_at: timestamp(summary.updated_at_ms),
+            tool_calls: summary
+                .pending
+                .iter()
+                .map(|call| SuspendedCall {
+                    tool_call_id: call.tool_call_id.to_string(),
+                    tool_name: call.tool_name.clone(),
+                    args: call.args.clone(),
+                    requires_approval: call.kind == PendingKind::Approval,
+                    suspend_payload: call.suspend_payload.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A page of suspended runs.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SuspendedRunList {
+    /// The runs of the page.
+    pub(crate) runs: Vec<SuspendedRun>,
+    /// How many match, over all pages.
+    pub(crate) total: u64,
+}
+
+/// A run after a cancel.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CancelledBody {
+    /// The run.
+    pub(crate) run_id: String,
+    /// `cancelled`.
+    pub(crate) status: String,
+}

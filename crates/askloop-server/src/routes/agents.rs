@@ -1,0 +1,364 @@
+//! The reference framework's agent routes (`/api/agents/…`), as its JavaScript client
+//! `@mastra/client-js` 1.47 calls them.
+
+use std::collections::BTreeMap;
+
+use askloop_core::store::{RunFilter, StoredRun};
+use askloop_core::{AgentId, ResumeError, RunId, RunOptions, RunStatus, StoreError, ToolCallId};
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use crate::api::{
+    AgentDetails, ApprovalRequest, ResumeRequest, StreamRequest, SuspendedRun, SuspendedRunList,
+    SuspendedRunsQuery,
+};
+use crate::error::{ApiError, ErrorBody};
+use crate::keys::Caller;
+use crate::routes::{
+    Body, Params, PathParam, State, agent_for_caller, agent_of_run, check_answer, check_id,
+    check_text, visible_run,
+};
+use crate::sse;
+
+/// `GET /api/agents`: the agents the caller may use, keyed by id.
+#[utoipa::path(get, path = "/api/agents", tag = "agents",
+    responses(
+        (status = 200, description = "The agents, keyed by id", body = BTreeMap<String, AgentDetails>),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+    ))]
+pub(crate) async fn list_agents(
+    state: State,
+    caller: Caller,
+) -> Result<Json<BTreeMap<String, AgentDetails>>, ApiError> {
+    let mut agents = BTreeMap::new();
+    for agent_id in state.agents.agent_ids() {
+        if !caller.may_use(&agent_id) {
+            continue;
+        }
+        let agent = state.agents.agent(&agent_id).await?;
+        agents.insert(agent_id.to_string(), AgentDetails::of(&agent));
+    }
+    Ok(Json(agents))
+}
+
+/// `GET /api/agents/{agentId}`: one agent.
+#[utoipa::path(get, path = "/api/agents/{agentId}", tag = "agents",
+    params(("agentId" = String, Path, description = "The agent's id")),
+    responses(
+        (status = 200, description = "The agent", body = AgentDetails),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 404, description = "agent_not_found", body = ErrorBody),
+    ))]
+pub(crate) async fn get_agent(
+    state: State,
+    caller: Caller,
+    PathParam(agent_id): PathParam<String>,
+) -> Result<Json<AgentDetails>, ApiError> {
+    let agent = agent_for_caller(&state, &caller, &AgentId::new(agent_id)).await?;
+    Ok(Json(AgentDetails::of(&agent)))
+}
+
+/// `POST /api/agents/{agentId}/stream`: starts a run and streams its chunks (SSE).
+#[utoipa::path(post, path = "/api/agents/{agentId}/stream", tag = "agents",
+    params(("agentId" = String, Path, description = "The agent's id")),
+    request_body = StreamRequest,
+    responses(
+        (status = 200, description = "SSE: `data: <chunk JSON>` per chunk, then `data: [DONE]`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "bad_request", body = ErrorBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "Another agent or resource than the key's", body = ErrorBody),
+        (status = 404, description = "agent_not_found", body = ErrorBody),
+        (status = 409, description = "conflict: the run id is taken", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+    ))]
+pub(crate) async fn stream(
+    state: State,
+    caller: Caller,
+    PathParam(agent_id): PathParam<String>,
+    Body(request): Body<StreamRequest>,
+) -> Result<Response, ApiError> {
+    let agent_id = AgentId::new(agent_id);
+    let agent = agent_for_caller(&state, &caller, &agent_id).await?;
+    let input = request
+        .messages
+        .input()
+        .ok_or_else(|| ApiError::bad_request("messages holds no user message"))?;
+    check_text("the message", &input, state.limits.message_bytes)?;
+    let mut options = RunOptions::new();
+    let resource = match (caller.resource(), request.resource()) {
+        (Some(own), Some(given)) if own.as_str() != given => {
+            return Err(ApiError::forbidden(
+                "resourceId differs from the API key's resource",
+            ));
+        }
+        (Some(own), _) => Some(own.as_str().to_owned()),
+        (None, given) => given.map(str::to_owned),
+    };
+    if let Some(resource) = resource {
+        check_id("resourceId", &resource)?;
+        options = options.resource(resource);
+    }
+    if let Some(thread) = request.thread() {
+        check_id("threadId", thread)?;
+        options = options.thread(thread);
+    }
+    if let Some(by) = caller.by() {
+        options = options.by(by);
+    }
+    if let Some(run_id) = &request.run_id {
+        check_id("runId", run_id)?;
+        match state.store.load_run(&RunId::new(run_id.as_str())).await {
+            Err(StoreError::NotFound { .. }) => {}
+            Ok(_) => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "conflict",
+                    format!("run {run_id} already exists"),
+                ));
+            }
+            Err(error) => return Err(error.into()),
+        }
+        options = options.run_id(run_id.as_str());
+    }
+    let run = agent.stream_with(input, options);
+    Ok(sse::chunks_response(state.hub.spawn(run, &agent_id)))
+}
+
+/// The stored run behind a resume of `agent_id`'s run: visible to the caller, of this agent.
+async fn run_of_agent(
+    state: &State,
+    caller: &Caller,
+    agent_id: &AgentId,
+    run_id: &str,
+) -> Result<StoredRun, ApiError> {
+    if !caller.may_use(agent_id) {
+        return Err(ApiError::forbidden(format!(
+            "this key may not use agent {agent_id:?}"
+        )));
+    }
+    let stored = visible_run(state, caller, run_id).await?;
+    if stored.state.agent_id() != agent_id {
+        return Err(ApiError::run_not_found(run_id));
+    }
+    Ok(stored)
+}
+
+/// A refused resume as an `ApiError`; an invalid answer's details also list the question's
+/// allowed labels when it has options.
+pub(crate) fn resume_refused(
+    error: ResumeError,
+    stored: &StoredRun,
+    tool_call_id: Option<&str>,
+) -> ApiError {
+    let labels = match &error {
+        ResumeError::InvalidAnswer { tool_call_id, .. } => {
+            Some(allowed_labels(stored, tool_call_id.as_str()))
+        }
+        _ => None,
+    };
+    let _ = tool_call_id;
+    let api: ApiError = error.into();
+    match labels {
+        Some(Some(labels)) => api.add_detail("allowed", json!(labels)),
+        _ => api,
+    }
+}
+
+fn allowed_labels(stored: &StoredRun, tool_call_id: &str) -> Option<Vec<String>> {
+    let pending = stored.state.pending_tool_calls();
+    let call = pending
+        .iter()
+        .find(|call| call.tool_call_id.as_str() == tool_call_id)?;
+    let options = call.suspend_payload.get("options")?.as_array()?;
+    let labels: Vec<String> = options
+        .iter()
+        .filter_map(|option| option.get("label").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    (!labels.is_empty()).then_some(labels)
+}
+
+/// `POST /api/agents/{agentId}/resume-stream`: answers a suspended call and streams the run on.
+#[utoipa::path(post, path = "/api/agents/{agentId}/resume-stream", tag = "agents",
+    params(("agentId" = String, Path, description = "The agent's id")),
+    request_body = ResumeRequest,
+    responses(
+        (status = 200, description = "SSE: the re-announced call, its result, the rest of the run, then `data: [DONE]`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "invalid_answer (details: expected, problems, allowed labels), bad_request, ambiguous_tool_call", body = ErrorBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 404, description = "run_not_found, agent_not_found, unknown_tool_call", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+    ))]
+pub(crate) async fn resume_stream(
+    state: State,
+    caller: Caller,
+    PathParam(agent_id): PathParam<String>,
+    Body(request): Body<ResumeRequest>,
+) -> Result<Response, ApiError> {
+    let agent_id = AgentId::new(agent_id);
+    let stored = run_of_agent(&state, &caller, &agent_id, &request.run_id).await?;
+    check_answer(&state, &request.resume_data)?;
+    if let Some(id) = &request.tool_call_id {
+        check_id("toolCallId", id)?;
+    }
+    let agent = agent_of_run(&state, &stored).await?;
+    let run_id = RunId::new(request.run_id.as_str());
+    let mut respond = agent.respond(&run_id);
+    if let Some(by) = caller.by() {
+        respond = respond.by(by);
+    }
+    respond = match &request.tool_call_id {
+        Some(id) => respond.answer(&ToolCallId::new(id.as_str()), request.resume_data),
+        None => respond.answer_pending_call(request.resume_data),
+    };
+    let run = respond
+        .stream()
+        .await
+        .map_err(|error| resume_refused(error, &stored, request.tool_call_id.as_deref()))?;
+    Ok(sse::chunks_response(state.hub.spawn(run, &agent_id)))
+}
+
+async fn approval(
+    state: State,
+    caller: Caller,
+    agent_id: String,
+    request: ApprovalRequest,
+    approved: bool,
+) -> Result<Response, ApiError> {
+    let agent_id = AgentId::new(agent_id);
+    let stored = run_of_agent(&state, &caller, &agent_id, &request.run_id).await?;
+    check_id("toolCallId", &request.tool_call_id)?;
+    if let Some(reason) = &request.reason {
+        check_text("reason", reason, state.limits.answer_bytes)?;
+    }
+    let agent = agent_of_run(&state, &stored).await?;
+    let run_id = RunId::new(request.run_id.as_str());
+    let tool_call_id = ToolCallId::new(request.tool_call_id.as_str());
+    let mut respond = agent.respond(&run_id);
+    if let Some(by) = caller.by() {
+        respond = respond.by(by);
+    }
+    respond = if approved {
+        respond.approve(&tool_call_id)
+    } else {
+        respond.decline(&tool_call_id, request.reason.clone())
+    };
+    let run = respond
+        .stream()
+        .await
+        .map_err(|error| resume_refused(error, &stored, Some(&request.tool_call_id)))?;
+    Ok(sse::chunks_response(state.hub.spawn(run, &agent_id)))
+}
+
+/// `POST /api/agents/{agentId}/approve-tool-call`: approves a call; its tool runs.
+#[utoipa::path(post, path = "/api/agents/{agentId}/approve-tool-call", tag = "agents",
+    params(("agentId" = String, Path, description = "The agent's id")),
+    request_body = ApprovalRequest,
+    responses(
+        (status = 200, description = "SSE of the run from the approved call on", content_type = "text/event-stream", body = String),
+        (status = 400, description = "bad_request, invalid_answer (the call asks a question)", body = ErrorBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+    ))]
+pub(crate) async fn approve_tool_call(
+    state: State,
+    caller: Caller,
+    PathParam(agent_id): PathParam<String>,
+    Body(request): Body<ApprovalRequest>,
+) -> Result<Response, ApiError> {
+    approval(state, caller, agent_id, request, true).await
+}
+
+/// `POST /api/agents/{agentId}/decline-tool-call`: declines a call; the model is told why.
+#[utoipa::path(post, path = "/api/agents/{agentId}/decline-tool-call", tag = "agents",
+    params(("agentId" = String, Path, description = "The agent's id")),
+    request_body = ApprovalRequest,
+    responses(
+        (status = 200, description = "SSE of the run from the declined call on", content_type = "text/event-stream", body = String),
+        (status = 400, description = "bad_request, invalid_answer (the call asks a question)", body = ErrorBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+    ))]
+pub(crate) async fn decline_tool_call(
+    state: State,
+    caller: Caller,
+    PathParam(agent_id): PathParam<String>,
+    Body(request): Body<ApprovalRequest>,
+) -> Result<Response, ApiError> {
+    approval(state, caller, agent_id, request, false).await
+}
+
+/// Largest page of the suspended-runs route.
+const MAX_PER_PAGE: u32 = 200;
+/// Largest page number accepted.
+const MAX_PAGE: u32 = 1_000_000;
+
+/// `GET /api/agents/{agentId}/suspended-runs`: the agent's suspended runs, page by page
+/// (newest first; `page` from 0).
+#[utoipa::path(get, path = "/api/agents/{agentId}/suspended-runs", tag = "agents",
+    params(("agentId" = String, Path, description = "The agent's id"), SuspendedRunsQuery),
+    responses(
+        (status = 200, description = "The page and the total", body = SuspendedRunList),
+        (status = 400, description = "bad_request", body = ErrorBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 404, description = "agent_not_found", body = ErrorBody),
+    ))]
+pub(crate) async fn suspended_runs(
+    state: State,
+    caller: Caller,
+    PathParam(agent_id): PathParam<String>,
+    Params(query): Params<SuspendedRunsQuery>,
+) -> Result<Json<SuspendedRunList>, ApiError> {
+    let agent_id = AgentId::new(agent_id);
+    agent_for_caller(&state, &caller, &agent_id).await?;
+    let per_page = query.per_page.unwrap_or(20);
+    let page = query.page.unwrap_or(0);
+    if per_page == 0 || per_page > MAX_PER_PAGE || page > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "perPage must be 1 to {MAX_PER_PAGE} and page 0 to {MAX_PAGE}"
+        )));
+    }
+    let mut filter = RunFilter::new()
+        .status(RunStatus::Suspended)
+        .agent(agent_id.clone());
+    if let Some(thread) = &query.thread_id {
+        check_id("threadId", thread)?;
+        filter = filter.thread(thread.as_str());
+    }
+    match (caller.resource(), &query.resource_id) {
+        (Some(own), Some(given)) if own.as_str() != given => {
+            return Ok(Json(SuspendedRunList {
+                runs: Vec::new(),
+                total: 0,
+            }));
+        }
+        (Some(own), _) => filter = filter.resource(own.clone()),
+        (None, Some(given)) => {
+            check_id("resourceId", given)?;
+            filter = filter.resource(given.as_str());
+        }
+        (None, None) => {}
+    }
+    let summaries = crate::routes::runs::all_runs(&state, filter).await?;
+    let total = summaries.len() as u64;
+    let start = (page as usize).saturating_mul(per_page as usize);
+    let runs = summaries
+        .iter()
+        .skip(start)
+        .take(per_page as usize)
+        .map(SuspendedRun::of)
+        .collect();
+    Ok(Json(SuspendedRunList { runs, total }))
+}

@@ -1,0 +1,93 @@
+//! `GET /openapi.json` (generated from the handlers by utoipa) and `GET /docs` (a static page
+//! listing the routes of that document; no CDN, no script).
+
+use axum::Json;
+use axum::response::Html;
+use utoipa::OpenApi;
+
+use crate::api;
+use crate::error::ErrorBody;
+
+/// The OpenAPI document of every route.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "askloop", description = "Agents over HTTP with SSE: the reference framework's agent API, askloop's runs and inbox."),
+    paths(
+        crate::routes::agents::list_agents,
+        crate::routes::agents::get_agent,
+        crate::routes::agents::stream,
+        crate::routes::agents::resume_stream,
+        crate::routes::agents::approve_tool_call,
+        crate::routes::agents::decline_tool_call,
+        crate::routes::agents::suspended_runs,
+        crate::routes::runs::list_runs,
+        crate::routes::runs::get_run,
+        crate::routes::runs::cancel_run,
+        crate::routes::runs::continue_run,
+        crate::routes::runs::respond,
+        crate::routes::runs::reattach,
+        crate::routes::runs::inbox_events,
+        healthz,
+    ),
+    components(schemas(ErrorBody, api::StreamRequest, api::ResumeRequest, api::ApprovalRequest,
+        api::ResponsesRequest, api::CallResponseBody, api::AgentDetails, api::ToolInfo,
+        api::RunList, api::RunSummaryBody, api::PendingCallBody, api::RunDetail, api::FailureBody,
+        api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody)),
+    tags((name = "agents", description = "The reference framework's agent API"),
+         (name = "runs", description = "askloop's runs and inbox"))
+)]
+pub(crate) struct ApiDoc;
+
+/// `GET /healthz`: `ok` while the server serves.
+#[utoipa::path(get, path = "/healthz", tag = "runs",
+    responses((status = 200, description = "The server serves", content_type = "text/plain", body = String)))]
+pub(crate) async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// `GET /openapi.json`.
+pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// `GET /docs`: the routes of the OpenAPI document as a plain HTML page.
+pub(crate) async fn docs_page() -> Html<String> {
+    let document = ApiDoc::openapi();
+    let mut rows = String::new();
+    for (path, item) in &document.paths.paths {
+        let operations = [
+            ("GET", &item.get),
+            ("POST", &item.post),
+            ("PUT", &item.put),
+            ("DELETE", &item.delete),
+        ];
+        for (method, operation) in operations {
+            if let Some(operation) = operation {
+                let summary = operation
+                    .description
+                    .as_deref()
+                    .or(operation.summary.as_deref())
+                    .unwrap_or("");
+                rows.push_str(&format!(
+                    "<tr><td><code>{method}</code></td><td><code>{}</code></td><td>{}</td></tr>\n",
+                    escape(path),
+                    escape(summary)
+                ));
+            }
+        }
+    }
+    Html(format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>askloop API</title>\
+         <style>body{{font-family:sans-serif;margin:2em}}td{{padding:.3em .8em;vertical-align:top}}</style></head>\
+         <body><h1>askloop API</h1><p>The machine-readable document: <a href=\"/openapi.json\">/openapi.json</a>. \
+         Streams are SSE: <code>data: &lt;chunk JSON&gt;</code> per chunk, then <code>data: [DONE]</code>.</p>\
+         <table><tr><th>method</th><th>path</th><th>what it does</th></tr>\n{rows}</table></body></html>\n"
+    ))
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

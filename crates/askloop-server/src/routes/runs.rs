@@ -1,0 +1,439 @@
+//! askloop's own routes: the runs and their inbox (`/api/runs…`, `/api/inbox/events`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use askloop_core::model::{AssistantPart, FinishReason, Message, ToolArgs, ToolCall};
+use askloop_core::store::{
+    ListedRun, RunCursor, RunFilter, RunState, RunSummary, StoredRun, lease_now_ms,
+};
+use askloop_core::{
+    AgentId, Chunk, PendingKind, RunId, RunStatus, Suspension, ToolCallId, approval_schema, wire,
+};
+use axum::Json;
+use axum::response::Response;
+use axum::response::sse::Event;
+use futures::StreamExt;
+
+use crate::api::{CancelledBody, ResponsesRequest, RunDetail, RunList, RunSummaryBody, RunsQuery};
+use crate::error::{ApiError, ErrorBody};
+use crate::keys::Caller;
+use crate::routes::agents::resume_refused;
+use crate::routes::{
+    Body, Params, PathParam, State, agent_of_run, check_answer, check_id, check_text, visible_run,
+};
+use crate::server::AppState;
+use crate::sse;
+
+/// Default and largest page of `GET /api/runs`.
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 200;
+/// Most runs a full listing reads (suspended-runs totals).
+const MAX_LISTED: usize = 10_000;
+/// How long a re-attach waits for a run another process drives.
+const REATTACH_WAIT: Duration = Duration::from_secs(30);
+/// How often it looks again.
+const REATTACH_POLL: Duration = Duration::from_millis(100);
+
+/// Every run matching `filter` (at most 10,000), newest first; unreadable rows are logged and
+/// left out.
+pub(crate) async fn all_runs(
+    state: &AppState,
+    mut filter: RunFilter,
+) -> Result<Vec<RunSummary>, ApiError> {
+    filter.limit = Some(MAX_LIMIT as usize);
+    let mut runs = Vec::new();
+    loop {
+        let page = state.store.list_runs(&filter).await?;
+        for listed in page.runs {
+            match listed {
+                ListedRun::Run(summary) => runs.push(summary),
+                other => {
+                    tracing::warn!(run_id = %other.run_id(), "unreadable run left out of a listing")
+                }
+            }
+        }
+        match page.next_cursor {
+            Some(cursor) if runs.len() < MAX_LISTED => filter.cursor = Some(cursor),
+            _ => return Ok(runs),
+        }
+    }
+}
+
+/// `GET /api/runs`: runs newest first, cursor-paginated; with `status=suspended`, the inbox of
+/// pending questions.
+#[utoipa::path(get, path = "/api/runs", tag = "runs",
+    params(RunsQuery),
+    responses(
+        (status = 200, description = "A page of runs", body = RunList),
+        (status = 400, description = "bad_request (status, cursor, limit)", body = ErrorBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+    ))]
+pub(crate) async fn list_runs(
+    state: State,
+    caller: Caller,
+    Params(query): Params<RunsQuery>,
+) -> Result<Json<RunList>, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ApiError::bad_request(format!(
+            "limit must be 1 to {MAX_LIMIT}"
+        )));
+    }
+    let mut filter = RunFilter::new().limit(limit as usize);
+    if let Some(status) = &query.status {
+        let status: RunStatus =
+            status
+                .parse()
+                .map_err(|error: askloop_core::UnknownRunStatus| {
+                    ApiError::bad_request(error.to_string())
+                })?;
+        filter = filter.status(status);
+    }
+    if let Some(agent) = &query.agent_id {
+        check_id("agentId", agent)?;
+        let agent = AgentId::new(agent.as_str());
+        if !caller.may_use(&agent) {
+            return Err(ApiError::forbidden(format!(
+                "this key may not use agent {agent:?}"
+            )));
+        }
+        filter = filter.agent(agent);
+    }
+    if let Some(thread) = &query.thread_id {
+        check_id("threadId", thread)?;
+        filter = filter.thread(thread.as_str());
+    }
+    match (caller.resource(), &query.resource_id) {
+        (Some(own), Some(given)) if own.as_str() != given => {
+            return Ok(Json(RunList {
+                runs: Vec::new(),
+                next_cursor: None,
+            }));
+        }
+        (Some(own), _) => filter = filter.resource(own.clone()),
+        (None, Some(given)) => {
+            check_id("resourceId", given)?;
+            filter = filter.resource(given.as_str());
+        }
+        (None, None) => {}
+    }
+    if let Some(cursor) = &query.cursor {
+        let cursor: RunCursor =
+            cursor
+                .parse()
+                .map_err(|error: askloop_core::store::InvalidCursor| {
+                    ApiError::bad_request(error.to_string())
+                })?;
+        filter = filter.after(cursor);
+    }
+    let page = state.store.list_runs(&filter).await?;
+    let runs = page
+        .runs
+        .iter()
+        .filter_map(ListedRun::summary)
+        .filter(|summary| caller.may_see(summary.resource_id.as_ref(), &summary.agent_id))
+        .map(RunSummaryBody::of)
+        .collect();
+    Ok(Json(RunList {
+        runs,
+        next_cursor: page.next_cursor.map(|cursor| cursor.to_string()),
+    }))
+}
+
+/// `GET /api/runs/{runId}`: a run's summary, pending calls and messages.
+#[utoipa::path(get, path = "/api/runs/{runId}", tag = "runs",
+    params(("runId" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "The run", body = RunDetail),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 404, description = "run_not_found (also another tenant's run)", body = ErrorBody),
+    ))]
+pub(crate) async fn get_run(
+    state: State,
+    caller: Caller,
+    PathParam(run_id): PathParam<String>,
+) -> Result<Json<RunDetail>, ApiError> {
+    let stored = visible_run(&state, &caller, &run_id).await?;
+    Ok(Json(RunDetail::of(&stored.state)?))
+}
+
+/// `POST /api/runs/{runId}/cancel`: cancels a run; its waiting calls get cancelled results.
+#[utoipa::path(post, path = "/api/runs/{runId}/cancel", tag = "runs",
+    params(("runId" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "The run is cancelled", body = CancelledBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 404, description = "run_not_found", body = ErrorBody),
+        (status = 409, description = "not_cancellable, in_progress, conflict", body = ErrorBody),
+    ))]
+pub(crate) async fn cancel_run(
+    state: State,
+    caller: Caller,
+    PathParam(run_id): PathParam<String>,
+) -> Result<Json<CancelledBody>, ApiError> {
+    let stored = visible_run(&state, &caller, &run_id).await?;
+    let agent = agent_of_run(&state, &stored).await?;
+    agent
+        .cancel_run(stored.state.run_id(), caller.by())
+        .await
+        .map_err(|error| resume_refused(error, &stored, None))?;
+    Ok(Json(CancelledBody {
+        run_id,
+        status: RunStatus::Cancelled.to_string(),
+    }))
+}
+
+/// `POST /api/runs/{runId}/continue`: continues a failed (or abandoned running) run.
+#[utoipa::path(post, path = "/api/runs/{runId}/continue", tag = "runs",
+    params(("runId" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "SSE of the continued run", content_type = "text/event-stream", body = String),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 404, description = "run_not_found", body = ErrorBody),
+        (status = 409, description = "not_continuable, in_progress, conflict", body = ErrorBody),
+    ))]
+pub(crate) async fn continue_run(
+    state: State,
+    caller: Caller,
+    PathParam(run_id): PathParam<String>,
+) -> Result<Response, ApiError> {
+    let stored = visible_run(&state, &caller, &run_id).await?;
+    let agent = agent_of_run(&state, &stored).await?;
+    let run = agent
+        .continue_stream(stored.state.run_id())
+        .await
+        .map_err(|error| resume_refused(error, &stored, None))?;
+    Ok(sse::chunks_response(
+        state.hub.spawn(run, stored.state.agent_id()),
+    ))
+}
+
+/// `POST /api/runs/{runId}/responses`: answers, approvals and declines of several waiting
+/// calls in one commit (all or none).
+#[utoipa::path(post, path = "/api/runs/{runId}/responses", tag = "runs",
+    params(("runId" = String, Path, description = "The run")),
+    request_body = ResponsesRequest,
+    responses(
+        (status = 200, description = "SSE of the run from the answered calls on", content_type = "text/event-stream", body = String),
+        (status = 400, description = "invalid_answer, bad_request, duplicate_tool_call, empty_batch", body = ErrorBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+    ))]
+pub(crate) async fn respond(
+    state: State,
+    caller: Caller,
+    PathParam(run_id): PathParam<String>,
+    Body(request): Body<ResponsesRequest>,
+) -> Result<Response, ApiError> {
+    let stored = visible_run(&state, &caller, &run_id).await?;
+    if request.responses.is_empty() {
+        return Err(ApiError::bad_request("responses is empty"));
+    }
+    let agent = agent_of_run(&state, &stored).await?;
+    let mut respond = agent.respond(stored.state.run_id());
+    if let Some(by) = caller.by() {
+        respond = respond.by(by);
+    }
+    for response in request.responses {
+        check_id("toolCallId", &response.tool_call_id)?;
+        let id = ToolCallId::new(response.tool_call_id.as_str());
+        respond = match (response.answer, response.approved) {
+            (Some(answer), None) => {
+                check_answer(&state, &answer)?;
+                respond.answer(&id, answer)
+            }
+            (None, Some(true)) => respond.approve(&id),
+            (None, Some(false)) => {
+                if let Some(reason) = &response.reason {
+                    check_text("reason", reason, state.limits.answer_bytes)?;
+                }
+                respond.decline(&id, response.reason)
+            }
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "the response for {id} needs exactly one of answer or approved"
+                )));
+            }
+        };
+    }
+    let run = respond
+        .stream()
+        .await
+        .map_err(|error| resume_refused(error, &stored, None))?;
+    Ok(sse::chunks_response(
+        state.hub.spawn(run, stored.state.agent_id()),
+    ))
+}
+
+/// `GET /api/runs/{runId}/stream`: re-attaches to a run's stream.
+#[utoipa::path(get, path = "/api/runs/{runId}/stream", tag = "runs",
+    params(("runId" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "SSE: a live run's chunks so far then the live ones; a suspended run's pending calls re-announced; a finished run's `finish` (or `error`); then `data: [DONE]`", content_type = "text/event-stream", body = String),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 404, description = "run_not_found", body = ErrorBody),
+        (status = 409, description = "in_progress: another process still drives it after 30 s", body = ErrorBody),
+    ))]
+pub(crate) async fn reattach(
+    state: State,
+    caller: Caller,
+    PathParam(run_id): PathParam<String>,
+) -> Result<Response, ApiError> {
+    let mut stored = visible_run(&state, &caller, &run_id).await?;
+    let id = RunId::new(run_id.as_str());
+    let deadline = tokio::time::Instant::now() + REATTACH_WAIT;
+    loop {
+        if let Some(live) = state.hub.subscribe(&id) {
+            return Ok(sse::chunks_response(live));
+        }
+        let driven_elsewhere = stored.state.status() == RunStatus::Running
+            && stored
+                .lease
+                .as_ref()
+                .is_some_and(|lease| lease.is_live_at(lease_now_ms()));
+        if !driven_elsewhere {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "in_progress",
+                format!("run {run_id} is still being run by another process"),
+            ));
+        }
+        tokio::time::sleep(REATTACH_POLL).await;
+        stored = visible_run(&state, &caller, &run_id).await?;
+    }
+    let chunks: Vec<Arc<str>> = settled_chunks(&stored)
+        .into_iter()
+        .map(|chunk| Arc::from(chunk.to_string()))
+        .collect();
+    Ok(sse::chunks_response(futures::stream::iter(chunks)))
+}
+
+/// The chunks that tell a client where a run not driven here stands.
+fn settled_chunks(stored: &StoredRun) -> Vec<serde_json::Value> {
+    let state: &RunState = &stored.state;
+    let run_id = state.run_id();
+    match state.status() {
+        RunStatus::Suspended => state
+            .pending_tool_calls()
+            .into_iter()
+            .flat_map(|pending| {
+                let call = ToolCall {
+                    id: pending.tool_call_id.clone(),
+                    name: pending.tool_name.clone(),
+                    args: ToolArgs::Json(pending.args.clone()),
+                };
+                let announce = Chunk::ToolCall { call: call.clone() };
+                let waiting = match pending.kind {
+                    PendingKind::Approval => Chunk::ToolCallApproval {
+                        call,
+                        resume_schema: pending
+                            .resume_schema
+                            .clone()
+                            .unwrap_or_else(approval_schema),
+                    },
+                    _ => {
+                        let mut suspension = Suspension::new(pending.suspend_payload.clone());
+                        suspension.resume_schema = pending.resume_schema.clone();
+                        suspension.expires_at_ms = pending.expires_at_ms;
+                        Chunk::ToolCallSuspended { call, suspension }
+                    }
+                };
+                [
+                    wire::chunk_to_json(run_id, &announce),
+                    wire::chunk_to_json(run_id, &waiting),
+                ]
+            })
+            .collect(),
+        RunStatus::Completed => vec![wire::chunk_to_json(
+            run_id,
+            &Chunk::Finish {
+                reason: state.finish_reason().unwrap_or(FinishReason::Stop),
+                usage: state.usage(),
+                text: final_text(state),
+            },
+        )],
+        RunStatus::Failed => {
+            let (code, message) = state.failure().map_or(
+                ("run_failed".to_owned(), "the run failed".to_owned()),
+                |failure| (failure.code.clone(), failure.message.clone()),
+            );
+            vec![wire::error_to_json(run_id, &code, &message)]
+        }
+        RunStatus::Cancelled => vec![wire::error_to_json(
+            run_id,
+            "cancelled",
+            "the run was cancelled",
+        )],
+        _ => vec![wire::error_to_json(
+            run_id,
+            "interrupted",
+            "the process driving this run stopped; continue it (POST /api/runs/{runId}/continue)",
+        )],
+    }
+}
+
+/// The text of the run's last assistant message.
+fn final_text(state: &RunState) -> String {
+    state
+        .messages()
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            Message::Assistant { parts } => Some(
+                parts
+                    .iter()
+                    .filter_map(|part| match part {
+                        AssistantPart::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<String>(),
+            ),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// `GET /api/inbox/events`: SSE of questions raised and resolved, for the caller's runs, across
+/// every server on the store.
+#[utoipa::path(get, path = "/api/inbox/events", tag = "runs",
+    responses(
+        (status = 200, description = "SSE: `data: {\"type\":\"question-raised\"|\"question-resolved\", runId, toolCallId, agentId, …}`; first the questions pending now, as raised", content_type = "text/event-stream", body = String),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+    ))]
+pub(crate) async fn inbox_events(state: State, caller: Caller) -> Result<Response, ApiError> {
+    let (snapshot, mut receiver) = state.inbox.subscribe().await;
+    let visible = {
+        let caller = caller.clone();
+        move |event: &crate::inbox::InboxEvent| {
+            caller.may_see(event.resource_id.as_ref(), &event.agent_id)
+        }
+    };
+    let initial: Vec<crate::inbox::InboxEvent> = snapshot
+        .into_iter()
+        .filter(|event| visible(event))
+        .collect();
+    let events = async_stream::stream! {
+        for event in initial {
+            yield event;
+        }
+        loop {
+            match receiver.recv().await {
+                Ok(event) => if visible(&event) { yield event },
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(skipped)) => {
+                    tracing::warn!(skipped, "inbox listener lagged; events skipped");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    }
+    .map(|event| Ok::<_, Infallible>(Event::default().data(event.to_json().to_string())));
+    Ok(sse::events_response(events))
+}

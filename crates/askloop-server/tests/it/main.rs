@@ -1,0 +1,13 @@
+//! Integration tests of the HTTP server: the router driven with `tower::ServiceExt::oneshot`
+//! (and one real socket), each scenario on SQLite and on PostgreSQL.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
+
+mod scenarios;
+mod socket;
+mod support;

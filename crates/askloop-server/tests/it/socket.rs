@@ -1,0 +1,60 @@
+//! One test over a real socket: `Server::serve` on port 0, driven by reqwest.
+
+use askloop_server::Server;
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_socket_streams_sse_and_shuts_down() {
+    let place = Place::new(Backend::Sqlite).await;
+    let store = place.open().await;
+    let hold = Hold::default();
+    let server = Server::builder(std::sync::Arc::new(agents(&store, &hold)), store.clone()).build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let base = format!("http://{address}");
+    let response = client
+        .post(format!("{base}/api/agents/assistant/stream"))
+        .json(&json!({"messages": "Summarize my project"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    while let Some(bytes) = body.next().await {
+        text.push_str(std::str::from_utf8(&bytes.unwrap()).unwrap());
+    }
+    let chunks = frames(&text);
+    assert_eq!(types(&chunks).last(), Some(&"tool-call-suspended"));
+    let run_id = chunks[0]["runId"].as_str().unwrap();
+    let resumed = client
+        .post(format!("{base}/api/agents/assistant/resume-stream"))
+        .json(&json!({"runId": run_id, "resumeData": "main"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(types(&frames(&resumed)).last(), Some(&"finish"));
+    let health = client
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(health, "ok");
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
