@@ -156,6 +156,7 @@ writeFileSync(
 
 function fail(message) {
   consoleError(`compat: ${message}`);
+  rmSync(tmp, { recursive: true, force: true });
   process.exit(1);
 }
 
