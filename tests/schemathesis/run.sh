@@ -77,15 +77,14 @@ echo "askloop serve at $base"
 
 # --- the run --------------------------------------------------------------------------------------
 status=0
-timeout 240 "$venv/bin/schemathesis" run "$base/openapi.json" \
+timeout 240 "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$base/openapi.json" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
   --max-examples "$max_examples" \
   --seed "$seed" \
   --workers 2 \
   --request-timeout 10 \
   --generation-database none \
-  --no-color \
-  --report junit --report-dir "$tmp/report" || status=$?
+  --no-color || status=$?
 if [ "$status" -ne 0 ]; then
   echo "schemathesis: failed (exit $status); the server's last log lines:" >&2
   tail -n 40 "$tmp/stderr" >&2 || true
