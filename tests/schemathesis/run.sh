@@ -8,6 +8,7 @@
 # ($ASKLOOP_CI_CACHE moves the cache). The server listens on loopback with a scripted model and a
 # fresh SQLite store. Bounded: SCHEMATHESIS_MAX_EXAMPLES (30) cases per operation, a fixed seed
 # (SCHEMATHESIS_SEED, 1), and a 240 s limit on the whole run. Exit status: schemathesis's.
+# `GET /api/inbox/events` is left out: a live SSE feed never ends, so every request would time out.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -83,6 +84,7 @@ timeout 240 "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run
   --seed "$seed" \
   --workers 2 \
   --request-timeout 10 \
+  --exclude-path-regex '/events$' \
   --generation-database none \
   --no-color || status=$?
 if [ "$status" -ne 0 ]; then
