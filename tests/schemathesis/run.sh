@@ -78,7 +78,8 @@ echo "askloop serve at $base"
 
 # --- the run --------------------------------------------------------------------------------------
 status=0
-timeout 240 "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$base/openapi.json" \
+# From the scratch folder: schemathesis keeps a cache folder (.schemathesis) where it runs.
+(cd "$tmp" && exec timeout 240 "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$base/openapi.json" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
   --max-examples "$max_examples" \
   --seed "$seed" \
@@ -86,7 +87,7 @@ timeout 240 "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run
   --request-timeout 10 \
   --exclude-path-regex '/events$' \
   --generation-database none \
-  --no-color || status=$?
+  --no-color) || status=$?
 if [ "$status" -ne 0 ]; then
   echo "schemathesis: failed (exit $status); the server's last log lines:" >&2
   tail -n 40 "$tmp/stderr" >&2 || true
