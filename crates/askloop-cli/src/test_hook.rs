@@ -150,6 +150,9 @@ impl RunStore for PausingStore {
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         self.inner.list_runs(filter).await
     }
+    async fn run_counts(&self) -> Result<askloop_core::store::RunCounts, StoreError> {
+        self.inner.run_counts().await
+    }
     async fn thread_history(
         &self,
         thread_id: &ThreadId,

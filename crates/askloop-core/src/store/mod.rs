@@ -5,6 +5,7 @@
 //! [`RunStore`] and pass the conformance suite in `askloop_core::testing::conformance`.
 
 pub mod codec;
+mod counts;
 mod filter;
 mod memory;
 
@@ -12,6 +13,7 @@ use async_trait::async_trait;
 
 pub use crate::run::{RunState, RunSummary, UnfinishedCall};
 pub use crate::run_loop::clock::lease_now_ms;
+pub use counts::RunCounts;
 pub use filter::{InvalidCursor, ListedRun, RunCursor, RunFilter, RunPage};
 pub use memory::MemoryStore;
 
@@ -161,6 +163,9 @@ impl StoreError {
     }
 }
 
+/// Page size of [`RunStore::run_counts`]'s default implementation.
+const COUNT_PAGE: usize = 500;
+
 /// Durable storage of runs and threads.
 ///
 /// # Contract
@@ -251,6 +256,31 @@ pub trait RunStore: Send + Sync {
     /// [`ListedRun::Unreadable`].
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError>;
 
+    /// How many runs the store holds in each status (for metrics: pending questions, runs by
+    /// status). The default pages through [`RunStore::list_runs`] (time linear in the runs); the
+    /// SQL stores count with one query over their status index.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] only: a row whose status cannot be read counts as
+    /// [`RunCounts::unreadable`].
+    async fn run_counts(&self) -> Result<RunCounts, StoreError> {
+        let mut counts = RunCounts::default();
+        let mut filter = RunFilter::new().limit(COUNT_PAGE);
+        loop {
+            let page = self.list_runs(&filter).await?;
+            for run in &page.runs {
+                match run.summary() {
+                    Some(summary) => counts.add(summary.status, 1),
+                    None => counts.unreadable = counts.unreadable.saturating_add(1),
+                }
+            }
+            match page.next_cursor {
+                Some(cursor) => filter = filter.after(cursor),
+                None => return Ok(counts),
+            }
+        }
+    }
+
     /// The own messages of the thread's completed runs whose completion sequence is at most
     /// `through` (all of them when `None`), in completion-sequence order, and the highest
     /// sequence included (`None` when none is).
@@ -296,6 +326,9 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
     }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         (**self).list_runs(filter).await
+    }
+    async fn run_counts(&self) -> Result<RunCounts, StoreError> {
+        (**self).run_counts().await
     }
     async fn thread_history(
         &self,

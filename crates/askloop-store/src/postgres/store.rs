@@ -12,7 +12,7 @@ use sqlx::{Postgres, QueryBuilder, Row};
 use askloop_core::model::Message;
 use askloop_core::store::codec::{decode_run, decode_run_after, encode_head, encode_new_messages};
 use askloop_core::store::{
-    Lease, ListedRun, RunFilter, RunPage, RunState, StoredRun, ThreadHistory,
+    Lease, ListedRun, RunCounts, RunFilter, RunPage, RunState, StoredRun, ThreadHistory,
 };
 use askloop_core::{LeaseHolder, RunId, RunStatus, RunStore, StoreError, ThreadId};
 
@@ -231,6 +231,23 @@ impl RunStore for PgStore {
         let rows = query.build().fetch_all(&self.pool).await.map_err(backend)?;
         let runs = rows.iter().map(listed_run).collect::<Result<Vec<_>, _>>()?;
         Ok(RunPage::from_rows(runs, filter.limit))
+    }
+
+    async fn run_counts(&self) -> Result<RunCounts, StoreError> {
+        let rows = sqlx::query("SELECT status, COUNT(*) AS runs FROM runs GROUP BY status")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        let mut counts = RunCounts::default();
+        for row in &rows {
+            let status: String = row.try_get("status").map_err(backend)?;
+            let count = from_bigint(row.try_get("runs").map_err(backend)?);
+            match status.parse::<RunStatus>() {
+                Ok(status) => counts.add(status, count),
+                Err(_) => counts.unreadable = counts.unreadable.saturating_add(count),
+            }
+        }
+        Ok(counts)
     }
 
     async fn thread_history(

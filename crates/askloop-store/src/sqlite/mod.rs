@@ -477,6 +477,10 @@ impl RunStore for SqliteStore {
             .with(|connection| read::list_runs(connection, filter))
     }
 
+    async fn run_counts(&self) -> Result<askloop_core::store::RunCounts, StoreError> {
+        self.inner.readers.with(read::run_counts)
+    }
+
     async fn thread_history(
         &self,
         thread_id: &ThreadId,

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use askloop_core::store::codec;
-use askloop_core::store::{Lease, ListedRun, RunFilter, RunPage, ThreadHistory};
-use askloop_core::{LeaseHolder, RunId, StoreError, ThreadId};
+use askloop_core::store::{Lease, ListedRun, RunCounts, RunFilter, RunPage, ThreadHistory};
+use askloop_core::{LeaseHolder, RunId, RunStatus, StoreError, ThreadId};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
 
@@ -215,6 +215,25 @@ pub(super) fn load_run(
 }
 
 /// The own messages of the thread's completed runs up to `through`, in completion order.
+/// Runs by status: one `GROUP BY` over the status index; a status the core does not know
+/// counts as unreadable.
+pub(super) fn run_counts(connection: &Connection) -> Result<RunCounts, StoreError> {
+    let mut select = connection
+        .prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")
+        .map_err(backend)?;
+    let mut rows = select.query([]).map_err(backend)?;
+    let mut counts = RunCounts::default();
+    while let Some(row) = rows.next().map_err(backend)? {
+        let status: String = row.get(0).map_err(backend)?;
+        let count = unsigned(row.get(1).map_err(backend)?);
+        match status.parse::<RunStatus>() {
+            Ok(status) => counts.add(status, count),
+            Err(_) => counts.unreadable = counts.unreadable.saturating_add(count),
+        }
+    }
+    Ok(counts)
+}
+
 pub(super) fn thread_history(
     connection: &Connection,
     thread_id: &ThreadId,

@@ -45,6 +45,7 @@ macro_rules! store_conformance_tests {
             update_of_unknown_run_is_not_found,
             list_filters_and_orders_newest_first,
             list_pages_with_a_cursor,
+            run_counts_count_each_status,
             thread_gets_messages_of_completed_runs_once,
             concurrent_updates_have_one_winner,
             commit_happens_before_suspended_chunk,
@@ -181,6 +182,12 @@ impl RunStore for YieldingStore {
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         tokio::task::yield_now().await;
         let result = self.inner.list_runs(filter).await;
+        tokio::task::yield_now().await;
+        result
+    }
+    async fn run_counts(&self) -> Result<crate::store::RunCounts, StoreError> {
+        tokio::task::yield_now().await;
+        let result = self.inner.run_counts().await;
         tokio::task::yield_now().await;
         result
     }

@@ -38,6 +38,7 @@ scenarios![
     update_of_unknown_run_is_not_found,
     list_filters_and_orders_newest_first,
     list_pages_with_a_cursor,
+    run_counts_count_each_status,
     thread_gets_messages_of_completed_runs_once,
     concurrent_updates_have_one_winner,
     commit_happens_before_suspended_chunk,
@@ -138,6 +139,42 @@ async fn update_of_unknown_run_is_not_found(store: Arc<dyn RunStore>) {
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
+}
+
+async fn run_counts_count_each_status(store: Arc<dyn RunStore>) {
+    assert_eq!(store.run_counts().await.unwrap().total(), 0);
+    let runs = [
+        ("a", RunStatus::Suspended),
+        ("b", RunStatus::Suspended),
+        ("c", RunStatus::Completed),
+        ("d", RunStatus::Running),
+        ("e", RunStatus::Failed),
+        ("f", RunStatus::Suspended),
+    ];
+    for (index, (id, status)) in runs.iter().enumerate() {
+        let created = u64::try_from(index).unwrap() * 10;
+        store
+            .insert_run(&state(id, "t1", *status, created), None)
+            .await
+            .unwrap();
+    }
+    let counts = store.run_counts().await.unwrap();
+    assert_eq!(counts.get(RunStatus::Suspended), 3);
+    assert_eq!(counts.get(RunStatus::Completed), 1);
+    assert_eq!(counts.get(RunStatus::Running), 1);
+    assert_eq!(counts.get(RunStatus::Failed), 1);
+    assert_eq!(counts.get(RunStatus::Cancelled), 0);
+    assert_eq!((counts.total(), counts.unreadable), (6, 0));
+    // A commit moves a run from one count to another.
+    let mut moved = store.load_run(&RunId::new("a")).await.unwrap();
+    moved.state.status = RunStatus::Completed;
+    store
+        .update_run(&moved.state, moved.version, None)
+        .await
+        .unwrap();
+    let counts = store.run_counts().await.unwrap();
+    assert_eq!(counts.get(RunStatus::Suspended), 2);
+    assert_eq!(counts.get(RunStatus::Completed), 2);
 }
 
 async fn list_filters_and_orders_newest_first(store: Arc<dyn RunStore>) {

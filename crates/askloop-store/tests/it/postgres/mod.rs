@@ -153,6 +153,9 @@ impl RunStore for SchemaStore {
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         self.store.list_runs(filter).await
     }
+    async fn run_counts(&self) -> Result<askloop_core::store::RunCounts, StoreError> {
+        self.store.run_counts().await
+    }
     async fn thread_history(
         &self,
         thread_id: &ThreadId,
