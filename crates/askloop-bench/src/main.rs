@@ -25,11 +25,17 @@
 //!   `{"bench":"inbox","suspended_runs":…,"page":50,"query_ms_first":…,"query_ms_p50":…,
 //!   "rows":…,"probe_rss_mb":…,"probe_peak_rss_mb":…,"filler_rss_mb":…}`.
 //!
+//! - `http [--askloop PATH | --url URL --pid PID] [--store URL] [--n 6400] [--concurrency 64]
+//!   [--suspended 10000]`: full cycles over HTTP against `askloop serve` (started by the
+//!   benchmark) or another server speaking the same agent routes; resume latency; the server's
+//!   memory with many suspended runs (see the `http` module).
+//!
 //! No CPU pinning unless `--pin` asks for it (then the process and its threads run on one core,
 //! which on a 2-core VM avoids cross-core wake-ups between the runtime and the store's thread).
 //! The runtime is tokio's multi-threaded one, as `#[tokio::main]` gives, unless
 //! `--current-thread`.
 
+mod http;
 mod local;
 
 use std::path::{Path, PathBuf};
@@ -137,6 +143,9 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         prompt_out: Option<PathBuf>,
     },
+    /// Full ask cycles over HTTP against `askloop serve` (or another server), at many clients
+    /// at once; resume latency; the server's memory with many suspended runs.
+    Http(http::HttpArgs),
 }
 
 const CYCLE_SCRIPT: &str = r#"{"steps":[
@@ -145,16 +154,22 @@ const CYCLE_SCRIPT: &str = r#"{"steps":[
 
 /// Resident and peak resident memory of this process, in MB, from `/proc/self/status`.
 fn memory_mb() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    process_memory_mb("self").unwrap_or((0.0, 0.0))
+}
+
+/// Resident and peak resident memory (`VmRSS`, `VmHWM`) of process `pid` (`"self"` for this
+/// one), in MB, from `/proc/PID/status`; `None` if it cannot be read.
+fn process_memory_mb(pid: &str) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
         status
             .lines()
             .find_map(|line| line.strip_prefix(name))
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
+            .map(|kb| kb / 1024.0)
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
 fn round(value: f64, places: i32) -> f64 {
@@ -652,6 +667,11 @@ fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|runtime| runtime.block_on(local::local(model, askloop, prompt_out))),
+        Command::Http(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(http::run(args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
