@@ -27,6 +27,8 @@ mod race;
 mod resume;
 mod run;
 mod runs;
+#[cfg(unix)]
+mod serve;
 mod store;
 mod support;
 #[cfg(unix)]
