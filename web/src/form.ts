@@ -93,7 +93,7 @@ export function fieldFromSchema(schema: unknown): FormField {
     if (items) return { kind: "multi-select", choices: items, ...words };
   }
   if (s.type === "boolean") return { kind: "confirm", ...words };
-  if (s.type === "string") return { kind: "text", nonBlank: s.pattern === "\\S", minLength: num(s.minLength), maxLength: num(s.maxLength), ...words };
+  if (s.type === "string") return { kind: "text", nonBlank: typeof s.pattern === "string" && (s.pattern === "\\S" || s.pattern.startsWith("[^\\s")), minLength: num(s.minLength), maxLength: num(s.maxLength), ...words };
   if (s.type === "integer" || s.type === "number") return { kind: "number", integer: s.type === "integer", minimum: num(s.minimum), maximum: num(s.maximum), ...words };
   if (s.type === "object" && s.properties && typeof s.properties === "object") {
     const required = new Set(Array.isArray(s.required) ? (s.required as string[]) : []);
