@@ -1,0 +1,233 @@
+//! Errors: [`ServerError`] (serving failed) and `ApiError`, the one JSON error body of every
+//! route (`{code, message, details?}`) with its status.
+
+use askloop_core::registry::RegistryError;
+use askloop_core::{ResumeError, StoreError, error_chain_text};
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// Why [`crate::Server::serve`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// Accepting or serving connections failed.
+    #[error("serving HTTP failed")]
+    Io(#[from] std::io::Error),
+}
+
+/// The JSON body of every error response.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    /// A stable code: `bad_request`, `invalid_answer`, `unauthorized`, `forbidden`,
+    /// `run_not_found`, `agent_not_found`, `unknown_tool_call`, `not_suspended`, `conflict`,
+    /// `already_answered`, `in_progress`, `too_large`, … (see the crate docs).
+    code: String,
+    /// What went wrong, for people.
+    message: String,
+    /// More about it: for `invalid_answer`, what was expected, every problem, and the allowed
+    /// labels when the question has options.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    details: Option<Value>,
+}
+
+/// An error answered to the client: a status and an [`ErrorBody`]. Causes go to the log.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            body: ErrorBody {
+                code: code.to_owned(),
+                message: message.into(),
+                details: None,
+            },
+        }
+    }
+
+    pub(crate) fn with_details(mut self, details: Value) -> Self {
+        self.body.details = Some(details);
+        self
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(crate) fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid API key is required (Authorization: Bearer <key> or X-Api-Key)",
+        )
+    }
+
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub(crate) fn run_not_found(run_id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "run_not_found",
+            format!("run {run_id} not found"),
+        )
+    }
+
+    pub(crate) fn agent_not_found(agent_id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "agent_not_found",
+            format!("agent {agent_id:?} not found"),
+        )
+    }
+
+    pub(crate) fn too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+    }
+
+    pub(crate) fn internal(code: &str, error: &(dyn std::error::Error + 'static)) -> Self {
+        tracing::error!(code, error = %error_chain_text(error), "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            code,
+            "the server failed; see its log",
+        )
+    }
+
+    /// The status of the response.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stable code.
+    pub(crate) fn code(&self) -> &str {
+        &self.body.code
+    }
+
+    /// The generic error of a status with no body of ours (fallback of the error layer).
+    pub(crate) fn for_status(status: StatusCode) -> Self {
+        let (code, message) = match status {
+            StatusCode::NOT_FOUND => ("not_found", "no such route"),
+            StatusCode::METHOD_NOT_ALLOWED => ("method_not_allowed", "method not allowed here"),
+            StatusCode::PAYLOAD_TOO_LARGE => ("too_large", "the request body is too large"),
+            StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took too long"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+                "bad_request",
+                "expected a JSON body (content-type: application/json)",
+            ),
+            status if status.is_server_error() => ("internal", "the server failed; see its log"),
+            _ => ("bad_request", "the request is malformed"),
+        };
+        Self::new(status, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return Self::too_large("the request body is too large");
+        }
+        if let JsonRejection::MissingJsonContentType(_) = rejection {
+            return Self::bad_request("expected a JSON body (content-type: application/json)");
+        }
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match &error {
+            StoreError::NotFound { run_id } => Self::run_not_found(run_id.as_str()),
+            StoreError::Conflict { .. } => Self::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                "the run changed concurrently; retry",
+            ),
+            _ => Self::internal("store_error", &error),
+        }
+    }
+}
+
+impl From<RegistryError> for ApiError {
+    fn from(error: RegistryError) -> Self {
+        match &error {
+            RegistryError::UnknownAgent { agent_id } => Self::agent_not_found(agent_id.as_str()),
+            _ => Self::internal(error.code(), &error),
+        }
+    }
+}
+
+impl From<ResumeError> for ApiError {
+    fn from(error: ResumeError) -> Self {
+        let code = error.code();
+        let status = match &error {
+            ResumeError::RunNotFound { .. } | ResumeError::UnknownToolCall { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            ResumeError::InvalidAnswer { .. }
+            | ResumeError::Ambiguous { .. }
+            | ResumeError::DuplicateToolCall { .. }
+            | ResumeError::UnnamedInBatch { .. }
+            | ResumeError::EmptyBatch { .. } => StatusCode::BAD_REQUEST,
+            ResumeError::Store(store) => {
+                return match store {
+                    StoreError::Conflict { .. } => {
+                        Self::new(StatusCode::CONFLICT, "conflict", error.to_string())
+                    }
+                    _ => Self::internal("store_error", &error),
+                };
+            }
+            ResumeError::ToolUnavailable { .. } => {
+                tracing::error!(error = %error_chain_text(&error), "resume refused");
+                StatusCode::CONFLICT
+            }
+            _ => StatusCode::CONFLICT,
+        };
+        let mut api = Self::new(status, code, error.to_string());
+        match &error {
+            ResumeError::InvalidAnswer { rejection, .. } => {
+                api = api.with_details(serde_json::json!({
+                    "expected": rejection.expected,
+                    "problems": rejection.problems,
+                }));
+            }
+            ResumeError::UnknownToolCall { pending, .. }
+            | ResumeError::Ambiguous { pending, .. } => {
+                let pending: Vec<&str> = pending.iter().map(|id| id.as_str()).collect();
+                api = api.with_details(serde_json::json!({ "pending": pending }));
+            }
+            ResumeError::InProgress {
+                lease_expires_at_ms,
+                ..
+            } => {
+                api =
+                    api.with_details(serde_json::json!({ "leaseExpiresAt": lease_expires_at_ms }));
+            }
+            _ => {}
+        }
+        api
+    }
+}

@@ -1,0 +1,248 @@
+//! The run hub: runs live apart from connections. A stream route hands its [`AgentStream`] to
+//! [`RunHub::spawn`], which drives it to its end in a task of its own and records its chunks
+//! (as wire JSON) in a per-run live buffer; HTTP responses only subscribe to that buffer, so a
+//! client that disconnects does not stop the run, and another can re-attach
+//! ([`RunHub::subscribe`]: the chunks so far, then the live ones).
+//!
+//! Invariants: one buffer per run id (a new stream of the run replaces a finished one); a
+//! subscriber sees every chunk of the buffer in order, none twice, however late it attaches (the
+//! buffer is kept whole while the stream runs; a `watch` channel only says "more is there", so a
+//! slow subscriber never lags behind and loses chunks); a buffer is removed once its stream ended
+//! and no subscriber is attached.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use askloop_core::{AgentId, AgentStream, RunId, error_chain_text, wire};
+use futures::{Stream, StreamExt};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+/// The live runs of this server.
+#[derive(Clone, Default)]
+pub(crate) struct RunHub {
+    inner: Arc<HubInner>,
+}
+
+struct HubInner {
+    runs: Mutex<HashMap<RunId, Arc<LiveRun>>>,
+    /// How many run tasks are going.
+    live: watch::Sender<usize>,
+}
+
+impl Default for HubInner {
+    fn default() -> Self {
+        Self {
+            runs: Mutex::new(HashMap::new()),
+            live: watch::Sender::new(0),
+        }
+    }
+}
+
+/// The buffer of one run's current stream.
+struct LiveRun {
+    state: Mutex<LiveState>,
+    /// Bumped on every chunk and at the end.
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    chunks: Vec<Arc<str>>,
+    done: bool,
+    attached: usize,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain data behind; go on with it.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl LiveRun {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(LiveState::default()),
+            changed: watch::Sender::new(0),
+        }
+    }
+
+    fn push(&self, chunk: String) {
+        lock(&self.state).chunks.push(chunk.into());
+        self.changed.send_modify(|generation| *generation += 1);
+    }
+
+    fn finish(&self) {
+        lock(&self.state).done = true;
+        self.changed.send_modify(|generation| *generation += 1);
+    }
+}
+
+/// Counts a run task while it lives, and closes its buffer however it ends.
+struct TaskGuard {
+    hub: RunHub,
+    run_id: RunId,
+    live: Arc<LiveRun>,
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.live.finish();
+        self.hub.release_if_unused(&self.run_id, &self.live);
+        self.hub
+            .inner
+            .live
+            .send_modify(|count| *count = count.saturating_sub(1));
+    }
+}
+
+/// Counts a subscriber while it is attached.
+struct Attached {
+    hub: RunHub,
+    run_id: RunId,
+    live: Arc<LiveRun>,
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        {
+            let mut state = lock(&self.live.state);
+            state.attached = state.attached.saturating_sub(1);
+        }
+        self.hub.release_if_unused(&self.run_id, &self.live);
+    }
+}
+
+impl RunHub {
+    /// Drives `stream` to its end in a task of its own, recording its chunks; returns a
+    /// subscription attached before the first chunk (it sees them all).
+    pub(crate) fn spawn(
+        &self,
+        stream: AgentStream,
+        agent_id: &AgentId,
+    ) -> impl Stream<Item = Arc<str>> + Send + 'static {
+        let run_id = stream.run_id().clone();
+        let live = Arc::new(LiveRun::new());
+        lock(&self.inner.runs).insert(run_id.clone(), live.clone());
+        let subscription = self.attach(run_id.clone(), live.clone());
+        self.inner.live.send_modify(|count| *count += 1);
+        let guard = TaskGuard {
+            hub: self.clone(),
+            run_id: run_id.clone(),
+            live,
+        };
+        let span = tracing::info_span!("run", run_id = %run_id, agent_id = %agent_id);
+        tokio::spawn(drive(stream, guard).instrument(span));
+        subscription
+    }
+
+    /// A subscription to the run's current stream if it is live in this server: the chunks so
+    /// far, then the live ones until it ends.
+    pub(crate) fn subscribe(
+        &self,
+        run_id: &RunId,
+    ) -> Option<impl Stream<Item = Arc<str>> + Send + 'static> {
+        let live = lock(&self.inner.runs).get(run_id).cloned()?;
+        if lock(&live.state).done {
+            return None;
+        }
+        Some(self.attach(run_id.clone(), live))
+    }
+
+    /// Whether this server drives the run now.
+    pub(crate) fn is_live(&self, run_id: &RunId) -> bool {
+        lock(&self.inner.runs)
+            .get(run_id)
+            .is_some_and(|live| !lock(&live.state).done)
+    }
+
+    /// How many run tasks are going.
+    pub(crate) fn live_count(&self) -> usize {
+        *self.inner.live.borrow()
+    }
+
+    /// Waits until no run task is going, at most `timeout`; whether that happened.
+    pub(crate) async fn wait_idle(&self, timeout: Duration) -> bool {
+        let mut receiver = self.inner.live.subscribe();
+        tokio::time::timeout(timeout, receiver.wait_for(|count| *count == 0))
+            .await
+            .is_ok_and(|waited| waited.is_ok())
+    }
+
+    /// How many run buffers are kept (live, or ended with subscribers still attached).
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        lock(&self.inner.runs).len()
+    }
+
+    fn attach(
+        &self,
+        run_id: RunId,
+        live: Arc<LiveRun>,
+    ) -> impl Stream<Item = Arc<str>> + Send + 'static {
+        lock(&live.state).attached += 1;
+        let mut changed = live.changed.subscribe();
+        let attached = Attached {
+            hub: self.clone(),
+            run_id,
+            live,
+        };
+        async_stream::stream! {
+            let attached = attached;
+            let mut next = 0;
+            loop {
+                changed.borrow_and_update();
+                let (batch, done) = {
+                    let state = lock(&attached.live.state);
+                    (state.chunks.get(next..).unwrap_or_default().to_vec(), state.done)
+                };
+                next += batch.len();
+                let had_batch = !batch.is_empty();
+                for chunk in batch {
+                    yield chunk;
+                }
+                if done {
+                    break;
+                }
+                if !had_batch && changed.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Removes the run's buffer if it is this one, its stream ended and no one is attached.
+    fn release_if_unused(&self, run_id: &RunId, live: &Arc<LiveRun>) {
+        let mut runs = lock(&self.inner.runs);
+        let unused = {
+            let state = lock(&live.state);
+            state.done && state.attached == 0
+        };
+        if unused && runs.get(run_id).is_some_and(|kept| Arc::ptr_eq(kept, live)) {
+            runs.remove(run_id);
+        }
+    }
+}
+
+async fn drive(mut stream: AgentStream, guard: TaskGuard) {
+    let run_id = guard.run_id.clone();
+    tracing::debug!("run task started");
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => guard
+                .live
+                .push(wire::chunk_to_json(&run_id, &chunk).to_string()),
+            Err(error) => {
+                tracing::warn!(code = error.code(), error = %error_chain_text(&error), "run stream failed");
+                guard.live.push(
+                    wire::error_to_json(&run_id, error.code(), &error.to_string()).to_string(),
+                );
+                break;
+            }
+        }
+    }
+    tracing::debug!("run task ended");
+    drop(guard);
+}

@@ -1,0 +1,205 @@
+//! API keys: [`ApiKey`] (a secret's SHA-256, the resource it is bound to, the agents it may
+//! use) and the lookup of a request's key.
+
+use std::collections::{BTreeSet, HashMap};
+
+use askloop_core::{AgentId, ResourceId};
+use sha2::{Digest, Sha256};
+
+/// A key the server accepts: the SHA-256 of its secret (the secret itself is never kept), the
+/// resource id it is bound to, and optionally the agents it may use.
+///
+/// A request presents the secret as `Authorization: Bearer <secret>` or `X-Api-Key: <secret>`.
+/// Runs it starts get its resource id; it sees and answers only runs of that resource.
+///
+/// ```
+/// use askloop_server::ApiKey;
+///
+/// let secret = ApiKey::new_secret();
+/// let key = ApiKey::from_secret(&secret, "tenant-a".into()).agents(vec!["assistant".into()]);
+/// let same = ApiKey::from_hash(&ApiKey::hash_hex(&secret), "tenant-a".into()).unwrap();
+/// assert_eq!(key.hash(), same.hash());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiKey {
+    hash: [u8; 32],
+    resource: ResourceId,
+    agents: Option<BTreeSet<AgentId>>,
+}
+
+/// Why a key hash was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The text is not 64 hexadecimal digits (a SHA-256).
+    #[error(
+        "invalid key hash {given:?}; expected 64 hexadecimal digits (the SHA-256 of the secret)"
+    )]
+    InvalidHash {
+        /// The text given.
+        given: String,
+    },
+}
+
+impl ApiKey {
+    /// The key of this secret, bound to `resource`.
+    pub fn from_secret(secret: &str, resource: ResourceId) -> Self {
+        Self {
+            hash: digest(secret),
+            resource,
+            agents: None,
+        }
+    }
+
+    /// The key whose secret has this SHA-256 (64 hex digits, either case), bound to `resource`.
+    ///
+    /// # Errors
+    /// [`KeyError::InvalidHash`] when the text is not 64 hexadecimal digits.
+    pub fn from_hash(sha256_hex: &str, resource: ResourceId) -> Result<Self, KeyError> {
+        let invalid = || KeyError::InvalidHash {
+            given: sha256_hex.to_owned(),
+        };
+        let text = sha256_hex.trim();
+        if text.len() != 64 || !text.is_ascii() {
+            return Err(invalid());
+        }
+        let mut hash = [0u8; 32];
+        for (index, byte) in hash.iter_mut().enumerate() {
+            let pair = text.get(index * 2..index * 2 + 2).ok_or_else(invalid)?;
+            *byte = u8::from_str_radix(pair, 16).map_err(|_| invalid())?;
+        }
+        Ok(Self {
+            hash,
+            resource,
+            agents: None,
+        })
+    }
+
+    /// Restricts the key to these agents: others answer 403 and are not listed.
+    #[must_use]
+    pub fn agents(mut self, agents: Vec<AgentId>) -> Self {
+        self.agents = Some(agents.into_iter().collect());
+        self
+    }
+
+    /// The SHA-256 of `secret`, as 64 lowercase hex digits (what configuration stores).
+    pub fn hash_hex(secret: &str) -> String {
+        hex(&digest(secret))
+    }
+
+    /// A new random secret: `ak_` and 64 lowercase hex digits.
+    pub fn new_secret() -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(uuid::Uuid::new_v4().as_bytes());
+        hasher.update(uuid::Uuid::new_v4().as_bytes());
+        hasher.update(uuid::Uuid::new_v4().as_bytes());
+        format!("ak_{}", hex(&hasher.finalize()))
+    }
+
+    /// The SHA-256 of the key's secret.
+    pub fn hash(&self) -> &[u8; 32] {
+        &self.hash
+    }
+
+    /// The resource id the key is bound to.
+    pub fn resource(&self) -> &ResourceId {
+        &self.resource
+    }
+
+    /// The agents the key may use (`None`: all).
+    pub fn allowed_agents(&self) -> Option<&BTreeSet<AgentId>> {
+        self.agents.as_ref()
+    }
+}
+
+fn digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Who a request acts for: everyone (no keys configured) or one key's tenant.
+#[derive(Clone, Debug)]
+pub(crate) enum Caller {
+    /// No keys are configured: every run and agent is visible.
+    Open,
+    /// A request with this key.
+    Key(ApiKey),
+}
+
+impl Caller {
+    /// The resource the caller is bound to.
+    pub(crate) fn resource(&self) -> Option<&ResourceId> {
+        match self {
+            Self::Open => None,
+            Self::Key(key) => Some(&key.resource),
+        }
+    }
+
+    /// Whether the caller may use this agent.
+    pub(crate) fn may_use(&self, agent_id: &AgentId) -> bool {
+        match self {
+            Self::Open => true,
+            Self::Key(key) => key
+                .agents
+                .as_ref()
+                .is_none_or(|agents| agents.contains(agent_id)),
+        }
+    }
+
+    /// Whether the caller may see a run of this resource and agent.
+    pub(crate) fn may_see(&self, resource: Option<&ResourceId>, agent_id: &AgentId) -> bool {
+        match self {
+            Self::Open => true,
+            Self::Key(key) => resource == Some(&key.resource) && self.may_use(agent_id),
+        }
+    }
+
+    /// What the audit records as who acted.
+    pub(crate) fn by(&self) -> Option<String> {
+        self.resource().map(|resource| resource.as_str().to_owned())
+    }
+}
+
+/// The configured keys, by hash: a lookup compares hashes, never secrets.
+#[derive(Debug, Default)]
+pub(crate) struct KeyRing {
+    by_hash: HashMap<[u8; 32], ApiKey>,
+}
+
+impl KeyRing {
+    pub(crate) fn new(keys: Vec<ApiKey>) -> Self {
+        Self {
+            by_hash: keys.into_iter().map(|key| (key.hash, key)).collect(),
+        }
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.by_hash.is_empty()
+    }
+
+    /// The caller presenting `secret` (`None`: no such key).
+    pub(crate) fn lookup(&self, secret: &str) -> Option<Caller> {
+        self.by_hash.get(&digest(secret)).cloned().map(Caller::Key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_hash_and_parse_back() {
+        let secret = ApiKey::new_secret();
+        assert!(secret.starts_with("ak_"));
+        assert_eq!(secret.len(), 67);
+        let hex = ApiKey::hash_hex(&secret);
+        let key = ApiKey::from_hash(&hex.to_uppercase(), "r".into()).unwrap();
+        assert_eq!(key, ApiKey::from_secret(&secret, "r".into()));
+        for bad in ["", "zz", &"g".repeat(64), &"a".repeat(63)] {
+            assert!(ApiKey::from_hash(bad, "r".into()).is_err(), "{bad:?}");
+        }
+    }
+}

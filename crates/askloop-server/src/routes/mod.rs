@@ -1,0 +1,13 @@
+//! The router: every route and its layers.
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+
+use crate::server::AppState;
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state)
+}

@@ -1,0 +1,33 @@
+//! SSE responses: one `data: <chunk JSON>` event per chunk, then `data: [DONE]`, with
+//! `: keep-alive` comments every 15 s.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
+
+/// How often an idle SSE stream sends a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The SSE response of a chunk stream, ending with `[DONE]`.
+pub(crate) fn chunks_response(chunks: impl Stream<Item = Arc<str>> + Send + 'static) -> Response {
+    let events = chunks
+        .map(|chunk| Event::default().data(&*chunk))
+        .chain(futures::stream::once(async {
+            Event::default().data("[DONE]")
+        }))
+        .map(Ok::<_, Infallible>);
+    events_response(events)
+}
+
+/// The SSE response of events, with keep-alive comments.
+pub(crate) fn events_response(
+    events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
+) -> Response {
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+        .into_response()
+}
