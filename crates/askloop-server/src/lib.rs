@@ -2,11 +2,13 @@
 //!
 //! (Crate docs: see below once complete.)
 
+mod chat;
 mod error;
 mod hub;
 mod inbox;
 mod keys;
 mod limits;
+mod page;
 mod routes;
 mod server;
 mod sse;
