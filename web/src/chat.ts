@@ -241,7 +241,7 @@ function describeToolPart(part: ToolPart): string {
     case "output-denied":
       return `${name}: declined`;
     case "output-error":
-      return `${name}: failed`;
+      return `${name}: ${(part as { errorText?: string }).errorText ?? "failed"}`;
     case "approval-requested":
       return `${name}: waits for approval`;
     case "approval-responded":

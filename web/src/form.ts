@@ -166,7 +166,7 @@ export function renderQuestion(question: Question): RenderedQuestion {
   } else {
     const field = question.form ?? fieldFromSchema(question.resumeSchema);
     const allowOther = question.suspendPayload?.allowOther === true;
-    control = fieldControl(id, field, allowOther, question.toolName === "ask_user" ? null : field.title ?? field.description ?? null);
+    control = fieldControl(id, withOptionDescriptions(field, question.suspendPayload), allowOther, question.toolName === "ask_user" ? null : field.title ?? field.description ?? null);
   }
   box.append(control.element, problem);
   for (const input of control.inputs()) input.setAttribute("aria-describedby", [input.getAttribute("aria-describedby"), problem.id].filter(Boolean).join(" "));
@@ -194,6 +194,20 @@ export function renderQuestion(question: Question): RenderedQuestion {
     focus() {
       control.inputs()[0]?.focus();
     },
+  };
+}
+
+/** ask_user's option descriptions (in its payload's `options`) on the field's choices. */
+function withOptionDescriptions(field: FormField, payload: Record<string, unknown> | null | undefined): FormField {
+  const options = Array.isArray(payload?.options) ? (payload.options as { label?: unknown; description?: unknown }[]) : [];
+  if (!field.choices || options.length === 0) return field;
+  const byLabel = new Map(options.map((option) => [option.label, option.description]));
+  return {
+    ...field,
+    choices: field.choices.map((choice) => {
+      const description = byLabel.get(choice.value);
+      return choice.description || typeof description !== "string" ? choice : { ...choice, description };
+    }),
   };
 }
 

@@ -80,6 +80,12 @@ function start(): void {
       location.replace(`#/chat/${encodeURIComponent(agentId)}/${newChatId()}`);
       return;
     }
+    if (![...agentSelect.options].some((option) => option.value === agentId)) {
+      const option = document.createElement("option");
+      option.value = agentId;
+      option.textContent = agentId;
+      agentSelect.append(option);
+    }
     if (agentSelect.value !== agentId) agentSelect.value = agentId;
     if (chat && chat.agentId === agentId && chat.chatId === chatId) return;
     chat = new ChatView(agentId, chatId, byId("messages"), byId("pending"), status);
