@@ -30,7 +30,8 @@ pub(crate) enum FlagScope {
     /// New runs and stored ones (`resume --model`, `runs continue --model`: the flag replaces
     /// the SPEC a run was started with).
     AllRuns,
-    /// New runs only (`serve --model`): stored runs keep the SPEC they were started with.
+    /// New runs of agents without a `model` of their own (`serve --model`): stored runs keep
+    /// the SPEC they were started with, configured agents their own model.
     NewRuns,
 }
 
@@ -203,7 +204,18 @@ impl ConfigRegistry {
         definition: &AgentDefinition,
     ) -> anyhow::Result<String> {
         let choice = &self.model;
-        let flag_applies = recorded.is_none() || choice.scope == FlagScope::AllRuns;
+        // `serve --model` is the model of the agents that name none: an `[agents.ID]` with a
+        // `model` of its own keeps it.
+        let own_model = self
+            .config
+            .config
+            .agents
+            .get(&definition.id)
+            .is_some_and(|agent| agent.model.is_some());
+        let flag_applies = match choice.scope {
+            FlagScope::AllRuns => true,
+            FlagScope::NewRuns => recorded.is_none() && !own_model,
+        };
         if let Some(spec) = choice.flag.as_deref().filter(|_| flag_applies) {
             return resolve_spec(spec, &choice.current_dir);
         }

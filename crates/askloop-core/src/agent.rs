@@ -134,9 +134,11 @@ impl Agent {
     }
 
     /// Whether every call of the tool `name` needs a person's approval by this agent's rules
-    /// ([`AgentBuilder::require_approval`], [`AgentBuilder::require_approval_for`]); a tool's
-    /// own per-call rule or a predicate ([`AgentBuilder::require_approval_if`]) may require it
-    /// for some calls too. `false` for a tool the agent does not have.
+    /// ([`AgentBuilder::require_approval`], [`AgentBuilder::require_approval_for`]) or by the
+    /// tool's own rule asked about a call without arguments ([`crate::Tool::requires_approval`] with
+    /// `null`: an MCP server's `require_approval` covers every call); a tool's per-call rule or
+    /// a predicate ([`AgentBuilder::require_approval_if`]) may require it for some calls too.
+    /// `false` for a tool the agent does not have.
     ///
     /// ```
     /// use askloop_core::testing::ScriptedModel;

@@ -89,12 +89,16 @@ impl AgentDefinition {
     }
 
     /// Whether the agent's rules require approval for every call of `name` (the agent requires
-    /// it of all tools, or of this one without a predicate over its arguments).
+    /// it of all tools, or of this one without a predicate over its arguments), or the tool's
+    /// own rule requires it of a call without arguments.
     pub(crate) fn always_requires_approval(&self, name: &str) -> bool {
         let Some(tool) = self.tool(name) else {
             return false;
         };
-        (self.approval.all && !tool.tool().asks_user())
+        // The tool's own rule, asked about a call without arguments: a tool whose rule is the
+        // same for every call (an MCP server's `require_approval`) answers for all of them.
+        tool.tool().requires_approval(&serde_json::Value::Null)
+            || (self.approval.all && !tool.tool().asks_user())
             || self
                 .approval
                 .tools

@@ -3,11 +3,13 @@
 //! (Crate docs: see below once complete.)
 
 mod api;
+mod chat;
 mod error;
 mod hub;
 mod inbox;
 mod keys;
 mod limits;
+mod page;
 mod routes;
 mod server;
 mod sse;

@@ -98,7 +98,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/runs/{run_id}/continue", post(runs::continue_run))
         .route("/api/runs/{run_id}/responses", post(runs::respond))
         .route("/api/runs/{run_id}/stream", get(runs::reattach))
-        .route("/api/inbox/events", get(runs::inbox_events));
+        .route("/api/inbox/events", get(runs::inbox_events))
+        .merge(crate::chat::routes());
     let timed = Router::new()
         .route("/api/agents", get(agents::list_agents))
         .route("/api/agents/{agent_id}", get(agents::get_agent))
@@ -112,6 +113,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(docs::healthz))
         .route("/openapi.json", get(docs::openapi_json))
         .route("/docs", get(docs::docs_page))
+        .merge(crate::page::routes())
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             limits.request_timeout,

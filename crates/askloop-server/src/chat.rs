@@ -1,0 +1,920 @@
+//! The AI SDK's UI message stream (npm `ai` 7.x, what `useChat` and its `DefaultChatTransport`
+//! speak) over askloop runs: `POST /api/agents/{agentId}/chat` and
+//! `GET /api/agents/{agentId}/chat/{chatId}/messages`.
+//!
+//! A chat id is an askloop thread id. A request whose last message is the person's starts a
+//! run in the thread; one whose last message is the assistant's, with tool parts that got an
+//! `output` (`addToolOutput`) or an approval response (`addToolApprovalResponse`), answers
+//! exactly those calls of the thread's waiting run, all in one batch (validated like any
+//! answer: an invalid one streams a transient `data-askloop-rejection` part and an `error`
+//! chunk, and nothing changes). The run is driven by the server's run hub, apart from the
+//! connection.
+//!
+//! The response is SSE, `data: <UI message chunk JSON>` per event and `data: [DONE]` last,
+//! with the header `x-vercel-ai-ui-message-stream: v1`. [`UiStream`] turns askloop's wire
+//! chunks ([`askloop_core::wire`]) into UI message chunks:
+//!
+//! | askloop chunk | UI message chunks |
+//! |---|---|
+//! | first chunk of a stream | `start` (`messageMetadata: {runId, threadId, agentId}`; a new run's also `messageId`) |
+//! | `step-start` | `start-step` |
+//! | `text-delta` | `text-start` (once per text part), `text-delta` |
+//! | `reasoning-delta` | `reasoning-start` (once), `reasoning-delta` |
+//! | `tool-call` | `tool-input-available` (not again for a call the request already holds) |
+//! | `tool-result` | `tool-output-available`, or `tool-output-error` when `isError` |
+//! | `tool-call-suspended` | `data-askloop-question` (id: the tool call id): the [`question`] |
+//! | `tool-call-approval` | `tool-approval-request` (`approvalId` = tool call id) and `data-askloop-question` |
+//! | `step-finish` | `finish-step` |
+//! | `finish` | `finish` with its `finishReason` |
+//! | `error` | `error` (`errorText`) |
+//! | end of a suspended stream | `finish` (`finishReason: "tool-calls"`) |
+//!
+//! Text parts are closed (`text-end`, `reasoning-end`) before any other part and at the end.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use askloop_core::PendingKind;
+use askloop_core::form::{Field, FieldKind};
+use askloop_core::model::{AssistantPart, Message};
+use askloop_core::store::{RunFilter, RunState};
+use askloop_core::{
+    AgentId, ResumeError, RunOptions, RunStatus, ThreadId, ToolCallId, error_chain_text,
+};
+use axum::Json;
+use axum::Router;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::error::ApiError;
+use crate::keys::Caller;
+use crate::server::AppState;
+
+/// The header that marks a UI message stream response, and its value.
+const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
+
+/// Longest chat id accepted (it becomes a thread id).
+const MAX_CHAT_ID: usize = 200;
+
+/// The chat routes.
+pub(crate) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/agents/{agent_id}/chat", post(post_chat))
+        .route(
+            "/api/agents/{agent_id}/chat/{chat_id}/messages",
+            get(get_messages),
+        )
+}
+
+/// The body `DefaultChatTransport` sends: `{id, messages, trigger, messageId?, ...body}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ChatRequest {
+    /// The chat id: askloop's thread id.
+    id: String,
+    /// The whole chat, as the client has it.
+    messages: Vec<UiMessage>,
+    /// `submit-message` or `regenerate-message` (only the former is supported).
+    #[serde(default)]
+    trigger: Option<String>,
+}
+
+/// A UI message of the request; parts are read loosely (only text and tool parts matter).
+#[derive(Debug, Deserialize)]
+struct UiMessage {
+    role: String,
+    #[serde(default)]
+    parts: Vec<Value>,
+}
+
+/// Who calls: no keys configured means everyone; otherwise `Authorization: Bearer <key>` or
+/// `X-Api-Key`.
+fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    if state.keys.is_open() {
+        return Ok(Caller::Open);
+    }
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let header = headers
+        .get("x-api-key")
+        .and_then(|value| value.to_str().ok());
+    bearer
+        .or(header)
+        .and_then(|secret| state.keys.lookup(secret.trim()))
+        .ok_or_else(ApiError::unauthorized)
+}
+
+fn chat_thread(chat_id: &str) -> Result<ThreadId, ApiError> {
+    if chat_id.trim().is_empty() || chat_id.len() > MAX_CHAT_ID {
+        return Err(ApiError::bad_request(format!(
+            "a chat id is 1 to {MAX_CHAT_ID} characters"
+        )));
+    }
+    Ok(ThreadId::from(chat_id))
+}
+
+/// The runs of a thread, oldest first, refusing a thread any run of which the caller may not
+/// see (another tenant's chat is "not found", as its runs are).
+async fn thread_runs(
+    state: &AppState,
+    caller: &Caller,
+    thread: &ThreadId,
+) -> Result<Vec<RunState>, ApiError> {
+    let page = state
+        .store
+        .list_runs(&RunFilter::new().thread(thread.clone()))
+        .await?;
+    let mut runs = Vec::new();
+    for listed in page.runs.iter().rev() {
+        let stored = state.store.load_run(listed.run_id()).await?;
+        if !caller.may_see(stored.state.resource_id(), stored.state.agent_id()) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "chat_not_found",
+                format!("no chat {}", thread.as_str()),
+            ));
+        }
+        runs.push(stored.state);
+    }
+    Ok(runs)
+}
+
+/// `POST /api/agents/{agentId}/chat`: a UI message stream.
+async fn post_chat(
+    State(state): State<Arc<AppState>>,
+    Path(agent_id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<ChatRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let caller = caller(&state, &headers)?;
+    let Json(request) = body?;
+    let agent_id = AgentId::from(agent_id);
+    if !caller.may_use(&agent_id) {
+        return Err(ApiError::agent_not_found(agent_id.as_str()));
+    }
+    let agent = state.agents.agent(&agent_id).await?;
+    let thread = chat_thread(&request.id)?;
+    if request.trigger.as_deref() == Some("regenerate-message") {
+        return Err(ApiError::bad_request(
+            "regenerating a message is not supported: send a new message",
+        ));
+    }
+    let runs = thread_runs(&state, &caller, &thread).await?;
+    let Some(last) = request.messages.last() else {
+        return Err(ApiError::bad_request("the chat has no message"));
+    };
+    let mut meta = json!({"threadId": thread.as_str(), "agentId": agent_id.as_str()});
+
+    if last.role == "user" {
+        let text: String = last
+            .parts
+            .iter()
+            .filter(|part| part.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if text.trim().is_empty() {
+            return Err(ApiError::bad_request("the last message has no text"));
+        }
+        let mut options = RunOptions::new().thread(thread.clone());
+        if let Some(resource) = caller.resource() {
+            options = options.resource(resource.clone());
+        }
+        if let Some(by) = caller.by() {
+            options = options.by(by);
+        }
+        let stream = agent.stream_with(text, options);
+        let run_id = stream.run_id().clone();
+        meta["runId"] = json!(run_id.as_str());
+        let chunks = state.hub.spawn(stream, &agent_id);
+        let ui = UiStream::new(
+            meta,
+            Some(format!("msg-{}", run_id.as_str())),
+            HashSet::new(),
+        );
+        return Ok(ui_response(ui.convert(chunks)));
+    }
+
+    // The assistant's message last: answers to the waiting run's calls.
+    let Some(waiting) = runs
+        .iter()
+        .rev()
+        .find(|run| run.status() == RunStatus::Suspended)
+    else {
+        return Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "not_suspended",
+            "the chat waits for no answer: send a new message",
+        ));
+    };
+    let run_id = waiting.run_id().clone();
+    meta["runId"] = json!(run_id.as_str());
+    let pending = waiting.pending_tool_calls();
+    let known: HashSet<String> = last
+        .parts
+        .iter()
+        .filter_map(|part| part.get("toolCallId").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    let mut respond = agent.respond(&run_id);
+    if let Some(by) = caller.by() {
+        respond = respond.by(by);
+    }
+    let mut answered = 0;
+    for part in &last.parts {
+        let Some(id) = part.get("toolCallId").and_then(Value::as_str) else {
+            continue;
+        };
+        if !pending.iter().any(|call| call.tool_call_id.as_str() == id) {
+            continue;
+        }
+        let tool_call_id = ToolCallId::from(id);
+        match part.get("state").and_then(Value::as_str) {
+            Some("output-available") => {
+                let output = part.get("output").cloned().unwrap_or(Value::Null);
+                // An approval also accepts `{"approved": bool, "reason"?}` as its answer.
+                respond = respond.answer(&tool_call_id, output);
+                answered += 1;
+            }
+            Some("approval-responded") => {
+                let approval = part.get("approval").cloned().unwrap_or(Value::Null);
+                let approved = approval.get("approved").and_then(Value::as_bool);
+                let reason = approval
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                respond = match approved {
+                    Some(true) => respond.approve(&tool_call_id),
+                    _ => respond.decline(&tool_call_id, reason),
+                };
+                answered += 1;
+            }
+            _ => {}
+        }
+    }
+    if answered == 0 {
+        let ui = UiStream::new(meta, None, known);
+        return Ok(ui_response(ui.rejected(
+            "no pending question of the chat has an answer in this message",
+            Map::new(),
+        )));
+    }
+    match respond.stream().await {
+        Ok(stream) => {
+            let chunks = state.hub.spawn(stream, &agent_id);
+            let ui = UiStream::new(meta, None, known);
+            Ok(ui_response(ui.convert(chunks)))
+        }
+        Err(error) => {
+            let mut problems = Map::new();
+            let message = rejection_text(&error);
+            if let ResumeError::InvalidAnswer { tool_call_id, .. } = &error {
+                problems.insert(tool_call_id.as_str().to_owned(), json!(message));
+            }
+            tracing::info!(run_id = %run_id, error = %error_chain_text(&error), "chat answer refused");
+            let ui = UiStream::new(meta, None, known);
+            Ok(ui_response(ui.rejected(&message, problems)))
+        }
+    }
+}
+
+/// What a refused answer says to the person.
+fn rejection_text(error: &ResumeError) -> String {
+    match error {
+        ResumeError::InvalidAnswer { rejection, .. } => {
+            let mut text = format!("Expected {}", rejection.expected);
+            if !rejection.problems.is_empty() {
+                text.push_str(": ");
+                text.push_str(&rejection.problems.join("; "));
+            }
+            text
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The SSE response of UI message chunks, with the protocol's header, ending with `[DONE]`.
+fn ui_response(chunks: impl Stream<Item = Value> + Send + 'static) -> Response {
+    let events = chunks
+        .map(|chunk| Event::default().data(chunk.to_string()))
+        .chain(futures::stream::once(async {
+            Event::default().data("[DONE]")
+        }))
+        .map(Ok::<_, Infallible>);
+    let mut response = crate::sse::events_response(events);
+    response
+        .headers_mut()
+        .insert(STREAM_HEADER.0, HeaderValue::from_static(STREAM_HEADER.1));
+    response
+}
+
+/// `GET /api/agents/{agentId}/chat/{chatId}/messages`: `{"messages": UIMessage[]}`, the
+/// thread as the AI SDK's UI messages. A pending question is a tool part in state
+/// `input-available` (with its `data-askloop-question` part), an approval one in
+/// `approval-requested`: a reloaded page shows them again.
+async fn get_messages(
+    State(state): State<Arc<AppState>>,
+    Path((agent_id, chat_id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = caller(&state, &headers)?;
+    let agent_id = AgentId::from(agent_id);
+    if !caller.may_use(&agent_id) {
+        return Err(ApiError::agent_not_found(agent_id.as_str()));
+    }
+    let thread = chat_thread(&chat_id)?;
+    let runs = thread_runs(&state, &caller, &thread).await?;
+    let mut messages = Vec::new();
+    for run in &runs {
+        messages.extend(ui_messages(run));
+    }
+    Ok(Json(json!({"messages": messages})).into_response())
+}
+
+/// The UI messages of one run: the person's message, then one assistant message with every
+/// step (a `step-start` part, text, reasoning and tool parts), its results, and its pending
+/// calls.
+pub(crate) fn ui_messages(run: &RunState) -> Vec<Value> {
+    let run_id = run.run_id().as_str();
+    let mut out = Vec::new();
+    let mut parts: Vec<Value> = Vec::new();
+    for message in run.messages() {
+        match message {
+            Message::User { text } => out.push(json!({
+                "id": format!("user-{run_id}"),
+                "role": "user",
+                "parts": [{"type": "text", "text": text}],
+            })),
+            Message::Assistant { parts: assistant } => {
+                parts.push(json!({"type": "step-start"}));
+                for part in assistant {
+                    match part {
+                        AssistantPart::Text { text } => {
+                            parts.push(json!({"type": "text", "text": text, "state": "done"}));
+                        }
+                        AssistantPart::Reasoning { text, .. } => {
+                            parts.push(json!({"type": "reasoning", "text": text, "state": "done"}));
+                        }
+                        AssistantPart::ToolCall(call) => parts.push(json!({
+                            "type": format!("tool-{}", call.name),
+                            "toolCallId": call.id.as_str(),
+                            "state": "input-available",
+                            "input": call.args.to_value(),
+                        })),
+                        _ => {}
+                    }
+                }
+            }
+            Message::Tool { results } => {
+                for result in results {
+                    let Some(part) = parts.iter_mut().rev().find(|part| {
+                        part.get("toolCallId").and_then(Value::as_str)
+                            == Some(result.tool_call_id.as_str())
+                    }) else {
+                        continue;
+                    };
+                    if result.is_error {
+                        part["state"] = json!("output-error");
+                        part["errorText"] = json!(error_text(&result.result));
+                    } else {
+                        part["state"] = json!("output-available");
+                        part["output"] = result.result.clone();
+                    }
+                }
+            }
+        }
+    }
+    for pending in run.pending_tool_calls() {
+        let id = pending.tool_call_id.as_str();
+        if pending.kind == PendingKind::Approval
+            && let Some(part) = parts
+                .iter_mut()
+                .rev()
+                .find(|part| part.get("toolCallId").and_then(Value::as_str) == Some(id))
+        {
+            part["state"] = json!("approval-requested");
+            part["approval"] = json!({"id": id});
+        }
+        let question = question(
+            run_id,
+            id,
+            &pending.tool_name,
+            pending.kind,
+            &pending.args,
+            &pending.suspend_payload,
+            pending.resume_schema.as_ref(),
+            pending.expires_at_ms,
+        );
+        parts.push(json!({"type": "data-askloop-question", "id": id, "data": question}));
+    }
+    if !parts.is_empty() {
+        out.push(json!({
+            "id": format!("msg-{run_id}"),
+            "role": "assistant",
+            "metadata": {
+                "runId": run_id,
+                "threadId": run.thread_id().as_str(),
+                "agentId": run.agent_id().as_str(),
+            },
+            "parts": parts,
+        }));
+    }
+    out
+}
+
+/// The text of a failed tool result (its `error` or `message` field, else its JSON).
+fn error_text(result: &Value) -> String {
+    ["error", "message", "content"]
+        .iter()
+        .find_map(|key| result.get(key).and_then(Value::as_str))
+        .map_or_else(|| result.to_string(), str::to_owned)
+}
+
+/// The description of a pending call the page renders a form from (the `data` of a
+/// `data-askloop-question` part): `{runId, toolCallId, toolName, kind: "answer" | "approval",
+/// args, suspendPayload, resumeSchema, form, expiresAtMs}`; `form` is the resume schema read
+/// by [`Field::from_schema`] ([`field_json`]), `null` without a schema.
+#[expect(clippy::too_many_arguments, reason = "the fields of one JSON object")]
+pub(crate) fn question(
+    run_id: &str,
+    tool_call_id: &str,
+    tool_name: &str,
+    kind: PendingKind,
+    args: &Value,
+    suspend_payload: &Value,
+    resume_schema: Option<&Value>,
+    expires_at_ms: Option<u64>,
+) -> Value {
+    json!({
+        "runId": run_id,
+        "toolCallId": tool_call_id,
+        "toolName": tool_name,
+        "kind": if kind == PendingKind::Approval { "approval" } else { "answer" },
+        "args": args,
+        "suspendPayload": suspend_payload,
+        "resumeSchema": resume_schema,
+        "form": resume_schema.map(|schema| field_json(&Field::from_schema(schema))),
+        "expiresAtMs": expires_at_ms,
+    })
+}
+
+/// A form field as JSON: `{kind, title, description, hint, ...}` with `kind` one of `select`,
+/// `multi-select` (both with `choices: [{value, label, description}]`), `confirm`, `text`
+/// (`nonBlank`, `minLength`, `maxLength`, `pattern`), `number` (`integer`, `minimum`,
+/// `maximum`), `object` (`properties: [{name, required, field}]`), `json`.
+pub(crate) fn field_json(field: &Field) -> Value {
+    let mut out = json!({
+        "title": field.title,
+        "description": field.description,
+        "hint": field.hint(),
+    });
+    let extra = match &field.kind {
+        FieldKind::Select { choices } | FieldKind::MultiSelect { choices } => json!({
+            "kind": if matches!(field.kind, FieldKind::Select { .. }) { "select" } else { "multi-select" },
+            "choices": choices.iter().map(|choice| json!({
+                "value": choice.value,
+                "label": choice.label,
+                "description": choice.description,
+            })).collect::<Vec<_>>(),
+        }),
+        FieldKind::Confirm => json!({"kind": "confirm"}),
+        FieldKind::Text {
+            min_length,
+            max_length,
+            pattern,
+            non_blank,
+        } => json!({
+            "kind": "text",
+            "minLength": min_length,
+            "maxLength": max_length,
+            "pattern": pattern,
+            "nonBlank": non_blank,
+        }),
+        FieldKind::Number {
+            integer,
+            minimum,
+            maximum,
+        } => json!({"kind": "number", "integer": integer, "minimum": minimum, "maximum": maximum}),
+        FieldKind::Object { properties } => json!({
+            "kind": "object",
+            "properties": properties.iter().map(|property| json!({
+                "name": property.name,
+                "required": property.required,
+                "field": field_json(&property.field),
+            })).collect::<Vec<_>>(),
+        }),
+        _ => json!({"kind": "json"}),
+    };
+    if let (Some(out), Value::Object(extra)) = (out.as_object_mut(), extra) {
+        out.extend(extra);
+    }
+    out
+}
+
+/// Turns one askloop stream (wire chunks) into UI message chunks (see the module's table).
+#[derive(Debug)]
+pub(crate) struct UiStream {
+    metadata: Value,
+    message_id: Option<String>,
+    /// Tool call ids the client already has (a re-announced call is not announced again).
+    known: HashSet<String>,
+    started: bool,
+    text: Option<String>,
+    reasoning: Option<String>,
+    parts: u32,
+    finished: bool,
+}
+
+impl UiStream {
+    /// A converter for a stream whose message carries `metadata`; `message_id` for a new
+    /// assistant message (none: the stream continues the client's last one).
+    pub(crate) fn new(metadata: Value, message_id: Option<String>, known: HashSet<String>) -> Self {
+        Self {
+            metadata,
+            message_id,
+            known,
+            started: false,
+            text: None,
+            reasoning: None,
+            parts: 0,
+            finished: false,
+        }
+    }
+
+    /// The UI message stream of `chunks` (wire chunk JSON texts).
+    pub(crate) fn convert(
+        mut self,
+        chunks: impl Stream<Item = Arc<str>> + Send + 'static,
+    ) -> impl Stream<Item = Value> + Send + 'static {
+        async_stream::stream! {
+            futures::pin_mut!(chunks);
+            while let Some(text) = chunks.next().await {
+                let chunk = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
+                for out in self.push(&chunk) {
+                    yield out;
+                }
+            }
+            for out in self.end() {
+                yield out;
+            }
+        }
+    }
+
+    /// The stream of a refused answer: `start`, a transient `data-askloop-rejection` part
+    /// (`{message, problems: {toolCallId: text}}`), an `error` chunk; nothing else.
+    pub(crate) fn rejected(
+        mut self,
+        message: &str,
+        problems: Map<String, Value>,
+    ) -> impl Stream<Item = Value> + Send + 'static {
+        let mut out = self.start();
+        out.push(json!({
+            "type": "data-askloop-rejection",
+            "data": {"message": message, "problems": problems},
+            "transient": true,
+        }));
+        out.push(json!({"type": "error", "errorText": message}));
+        futures::stream::iter(out)
+    }
+
+    fn start(&mut self) -> Vec<Value> {
+        if self.started {
+            return Vec::new();
+        }
+        self.started = true;
+        let mut start = json!({"type": "start", "messageMetadata": self.metadata});
+        if let Some(id) = &self.message_id {
+            start["messageId"] = json!(id);
+        }
+        vec![start]
+    }
+
+    fn close_text(&mut self, out: &mut Vec<Value>) {
+        if let Some(id) = self.text.take() {
+            out.push(json!({"type": "text-end", "id": id}));
+        }
+        if let Some(id) = self.reasoning.take() {
+            out.push(json!({"type": "reasoning-end", "id": id}));
+        }
+    }
+
+    fn next_id(&mut self, prefix: &str) -> String {
+        self.parts += 1;
+        format!("{prefix}-{}", self.parts)
+    }
+
+    /// The UI chunks of one wire chunk.
+    pub(crate) fn push(&mut self, chunk: &Value) -> Vec<Value> {
+        let mut out = self.start();
+        let payload = chunk.get("payload").cloned().unwrap_or(Value::Null);
+        let str_of = |key: &str| {
+            payload
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        match chunk
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+        {
+            "step-start" => {
+                self.close_text(&mut out);
+                out.push(json!({"type": "start-step"}));
+            }
+            "text-delta" => {
+                if let Some(id) = self.reasoning.take() {
+                    out.push(json!({"type": "reasoning-end", "id": id}));
+                }
+                let id = match &self.text {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = self.next_id("text");
+                        out.push(json!({"type": "text-start", "id": id}));
+                        self.text = Some(id.clone());
+                        id
+                    }
+                };
+                out.push(json!({"type": "text-delta", "id": id, "delta": str_of("text")}));
+            }
+            "reasoning-delta" => {
+                if let Some(id) = self.text.take() {
+                    out.push(json!({"type": "text-end", "id": id}));
+                }
+                let id = match &self.reasoning {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = self.next_id("reasoning");
+                        out.push(json!({"type": "reasoning-start", "id": id}));
+                        self.reasoning = Some(id.clone());
+                        id
+                    }
+                };
+                out.push(json!({"type": "reasoning-delta", "id": id, "delta": str_of("text")}));
+            }
+            "tool-call" => {
+                self.close_text(&mut out);
+                self.announce(&payload, &mut out);
+            }
+            "tool-result" => {
+                self.close_text(&mut out);
+                self.announce(&payload, &mut out);
+                let id = str_of("toolCallId");
+                let result = payload.get("result").cloned().unwrap_or(Value::Null);
+                if payload.get("isError").and_then(Value::as_bool) == Some(true) {
+                    out.push(json!({"type": "tool-output-error", "toolCallId": id, "errorText": error_text(&result)}));
+                } else {
+                    out.push(json!({"type": "tool-output-available", "toolCallId": id, "output": result}));
+                }
+            }
+            kind @ ("tool-call-suspended" | "tool-call-approval") => {
+                self.close_text(&mut out);
+                self.announce(&payload, &mut out);
+                let id = str_of("toolCallId");
+                let approval = kind == "tool-call-approval";
+                if approval {
+                    out.push(json!({"type": "tool-approval-request", "approvalId": id, "toolCallId": id}));
+                }
+                let schema = match payload.get("resumeSchema") {
+                    Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
+                    Some(Value::Null) | None => None,
+                    Some(other) => Some(other.clone()),
+                };
+                let expires = payload
+                    .get("suspendPayload")
+                    .and_then(|p| p.get("expiresAt"))
+                    .and_then(Value::as_str)
+                    .and_then(|at| humantime::parse_rfc3339(at).ok())
+                    .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|at| u64::try_from(at.as_millis()).ok());
+                let question = question(
+                    self.metadata
+                        .get("runId")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    &id,
+                    &str_of("toolName"),
+                    if approval {
+                        PendingKind::Approval
+                    } else {
+                        PendingKind::Answer
+                    },
+                    payload.get("args").unwrap_or(&Value::Null),
+                    payload.get("suspendPayload").unwrap_or(&Value::Null),
+                    schema.as_ref(),
+                    expires,
+                );
+                out.push(json!({"type": "data-askloop-question", "id": id, "data": question}));
+            }
+            "step-finish" => {
+                self.close_text(&mut out);
+                out.push(json!({"type": "finish-step"}));
+            }
+            "finish" => {
+                self.close_text(&mut out);
+                let reason = payload
+                    .pointer("/stepResult/reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("stop");
+                let reason = match reason {
+                    "stop" | "length" | "content-filter" | "tool-calls" | "error" | "other" => {
+                        reason
+                    }
+                    "max-steps" => "length",
+                    _ => "other",
+                };
+                out.push(json!({"type": "finish", "finishReason": reason, "messageMetadata": self.metadata}));
+                self.finished = true;
+            }
+            "error" => {
+                self.close_text(&mut out);
+                let message = payload
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the run failed");
+                out.push(json!({"type": "error", "errorText": message}));
+                self.finished = true;
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// A `tool-input-available` for a call the client does not hold yet.
+    fn announce(&mut self, payload: &Value, out: &mut Vec<Value>) {
+        let Some(id) = payload.get("toolCallId").and_then(Value::as_str) else {
+            return;
+        };
+        if !self.known.insert(id.to_owned()) {
+            return;
+        }
+        out.push(json!({
+            "type": "tool-input-available",
+            "toolCallId": id,
+            "toolName": payload.get("toolName").and_then(Value::as_str).unwrap_or_default(),
+            "input": payload.get("args").cloned().unwrap_or(Value::Null),
+        }));
+    }
+
+    /// The chunks that close the stream: open text parts, and `finish` for a stream that
+    /// ended suspended.
+    pub(crate) fn end(&mut self) -> Vec<Value> {
+        let mut out = self.start();
+        self.close_text(&mut out);
+        if !self.finished {
+            out.push(json!({"type": "finish", "finishReason": "tool-calls", "messageMetadata": self.metadata}));
+            self.finished = true;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(kind: &str, payload: Value) -> Value {
+        json!({"type": kind, "runId": "R", "from": "AGENT", "payload": payload})
+    }
+
+    fn types(chunks: &[Value]) -> Vec<String> {
+        chunks
+            .iter()
+            .map(|chunk| chunk["type"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_suspending_stream_becomes_a_tool_part_awaiting_output() {
+        let mut ui = UiStream::new(json!({"runId": "R"}), Some("msg-R".into()), HashSet::new());
+        let args = json!({"question": "Which repo?", "options": [{"label": "main"}]});
+        let mut out = Vec::new();
+        out.extend(ui.push(&wire("start", json!({"id": "assistant"}))));
+        out.extend(ui.push(&wire("step-start", json!({"stepNumber": 1}))));
+        out.extend(ui.push(&wire("text-delta", json!({"text": "Let me ask."}))));
+        out.extend(ui.push(&wire(
+            "tool-call",
+            json!({"toolCallId": "c1", "toolName": "ask_user", "args": args}),
+        )));
+        out.extend(ui.push(&wire("tool-call-suspended", json!({
+            "toolCallId": "c1", "toolName": "ask_user", "args": args,
+            "suspendPayload": {"question": "Which repo?", "options": [{"label": "main"}], "selectionMode": "single_select"},
+            "resumeSchema": "{\"type\":\"string\",\"enum\":[\"main\"]}",
+        }))));
+        out.extend(ui.end());
+        assert_eq!(
+            types(&out),
+            [
+                "start",
+                "start-step",
+                "text-start",
+                "text-delta",
+                "text-end",
+                "tool-input-available",
+                "data-askloop-question",
+                "finish"
+            ]
+        );
+        assert_eq!(out[0]["messageId"], "msg-R");
+        assert_eq!(out[5]["input"], args);
+        let question = &out[6]["data"];
+        assert_eq!(question["kind"], "answer");
+        assert_eq!(question["form"]["kind"], "select");
+        assert_eq!(question["form"]["choices"][0]["label"], "main");
+        assert_eq!(out[7]["finishReason"], "tool-calls");
+    }
+
+    #[test]
+    fn a_resume_does_not_re_announce_a_held_call_and_finishes() {
+        let known = HashSet::from(["c1".to_owned()]);
+        let mut ui = UiStream::new(json!({"runId": "R"}), None, known);
+        let call = json!({"toolCallId": "c1", "toolName": "ask_user", "args": {}});
+        let mut out = Vec::new();
+        out.extend(ui.push(&wire("tool-call", call.clone())));
+        let mut result = call.clone();
+        result["result"] = json!({"content": "User answered: main", "isError": false});
+        result["isError"] = json!(false);
+        out.extend(ui.push(&wire("tool-result", result)));
+        out.extend(ui.push(&wire("step-finish", json!({}))));
+        out.extend(ui.push(&wire("step-start", json!({"stepNumber": 2}))));
+        out.extend(ui.push(&wire("text-delta", json!({"text": "Done."}))));
+        out.extend(ui.push(&wire("finish", json!({"stepResult": {"reason": "stop"}}))));
+        out.extend(ui.end());
+        assert_eq!(
+            types(&out),
+            [
+                "start",
+                "tool-output-available",
+                "finish-step",
+                "start-step",
+                "text-start",
+                "text-delta",
+                "text-end",
+                "finish"
+            ]
+        );
+        assert!(out[0].get("messageId").is_none());
+        assert_eq!(out[7]["finishReason"], "stop");
+    }
+
+    #[test]
+    fn an_approval_is_an_approval_request() {
+        let mut ui = UiStream::new(json!({"runId": "R"}), None, HashSet::new());
+        let out = ui.push(&wire(
+            "tool-call-approval",
+            json!({
+                "toolCallId": "c2", "toolName": "delete", "args": {"path": "/tmp/x"},
+                "resumeSchema": "{\"type\":\"object\"}",
+            }),
+        ));
+        assert_eq!(
+            types(&out),
+            [
+                "start",
+                "tool-input-available",
+                "tool-approval-request",
+                "data-askloop-question"
+            ]
+        );
+        assert_eq!(out[2]["approvalId"], "c2");
+        assert_eq!(out[3]["data"]["kind"], "approval");
+    }
+
+    #[test]
+    fn an_error_chunk_ends_the_stream_without_finish() {
+        let mut ui = UiStream::new(json!({}), None, HashSet::new());
+        let mut out = ui.push(&wire(
+            "error",
+            json!({"error": {"message": "boom", "code": "model_error"}}),
+        ));
+        out.extend(ui.end());
+        assert_eq!(types(&out), ["start", "error"]);
+        assert_eq!(out[1]["errorText"], "boom");
+    }
+
+    #[test]
+    fn fields_become_json_the_page_reads() {
+        let field = Field::from_schema(&json!({
+            "type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "minItems": 1
+        }));
+        let value = field_json(&field);
+        assert_eq!(value["kind"], "multi-select");
+        assert_eq!(value["choices"][1]["value"], "b");
+        let text = field_json(&Field::from_schema(
+            &json!({"type": "string", "minLength": 1, "pattern": "[^\\s\\p{Cc}\\p{Cf}]"}),
+        ));
+        assert_eq!(text["kind"], "text");
+        assert_eq!(text["nonBlank"], true);
+    }
+}

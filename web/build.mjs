@@ -1,0 +1,29 @@
+// Builds the page into web/dist: src/main.ts bundled and minified (esbuild), index.html and
+// app.css copied. The output is committed (the server embeds it, so `cargo build` needs no npm);
+// CI rebuilds it and checks that nothing changed, so the build must be reproducible: no
+// timestamps, no absolute paths, no source maps.
+import { build } from "esbuild";
+import { copyFile, mkdir, rm } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = dirname(fileURLToPath(import.meta.url));
+const dist = join(root, "dist");
+await rm(dist, { recursive: true, force: true });
+await mkdir(dist, { recursive: true });
+await build({
+  absWorkingDir: root,
+  entryPoints: ["src/main.ts"],
+  outfile: "dist/app.js",
+  bundle: true,
+  minify: true,
+  format: "esm",
+  target: "es2022",
+  platform: "browser",
+  legalComments: "none",
+  charset: "utf8",
+  logLevel: "warning",
+});
+for (const file of ["index.html", "app.css"]) {
+  await copyFile(join(root, "src", file), join(dist, file));
+}

@@ -1,0 +1,258 @@
+// The chat view: an AI SDK chat (the `ai` package's AbstractChat and DefaultChatTransport)
+// against askloop's UI message stream endpoint, rendered without a framework. Pending
+// questions are the last assistant message's tool parts awaiting output or approval; they
+// show together in one form, answered through addToolOutput / addToolApprovalResponse and
+// one send.
+
+import { AbstractChat, DefaultChatTransport, type ChatState, type ChatStatus, type UIMessage } from "ai";
+import { authHeaders, requestJson } from "./api";
+import { renderQuestionForm, type Question, type Response } from "./form";
+
+type Part = UIMessage["parts"][number];
+type ToolPart = Part & { toolCallId: string; state: string; input?: unknown; output?: unknown; approval?: { id: string } };
+
+class State implements ChatState<UIMessage> {
+  status: ChatStatus = "ready";
+  error: Error | undefined = undefined;
+  private list: UIMessage[];
+  constructor(
+    messages: UIMessage[],
+    private readonly changed: () => void,
+  ) {
+    this.list = messages;
+  }
+  get messages(): UIMessage[] {
+    return this.list;
+  }
+  set messages(messages: UIMessage[]) {
+    this.list = [...messages];
+    this.changed();
+  }
+  pushMessage = (message: UIMessage) => {
+    this.list = [...this.list, message];
+    this.changed();
+  };
+  popMessage = () => {
+    this.list = this.list.slice(0, -1);
+    this.changed();
+  };
+  replaceMessage = (index: number, message: UIMessage) => {
+    this.list = [...this.list.slice(0, index), this.snapshot(message), ...this.list.slice(index + 1)];
+    this.changed();
+  };
+  snapshot = <T>(thing: T): T => structuredClone(thing);
+}
+
+class Chat extends AbstractChat<UIMessage> {
+  constructor(init: ConstructorParameters<typeof AbstractChat<UIMessage>>[0] & { state: State }) {
+    super(init);
+  }
+  override setStatus(update: { status: ChatStatus; error?: Error }): void {
+    super.setStatus(update);
+    this.onStatus?.();
+  }
+  onStatus?: () => void;
+}
+
+function isToolPart(part: Part): part is ToolPart {
+  return part.type.startsWith("tool-") || part.type === "dynamic-tool";
+}
+
+function toolName(part: ToolPart): string {
+  return part.type === "dynamic-tool" ? String((part as { toolName?: string }).toolName) : part.type.slice(5);
+}
+
+/** The questions the last assistant message waits for, from its tool parts and question data. */
+export function pendingQuestions(messages: UIMessage[]): Question[] {
+  const last = messages[messages.length - 1];
+  if (!last || last.role !== "assistant") return [];
+  const described = new Map<string, Question>();
+  for (const part of last.parts) {
+    if (part.type === "data-askloop-question") {
+      const data = (part as { data: Question }).data;
+      described.set(data.toolCallId, data);
+    }
+  }
+  const runId = (last.metadata as { runId?: string } | undefined)?.runId ?? "";
+  const questions: Question[] = [];
+  for (const part of last.parts) {
+    if (!isToolPart(part)) continue;
+    if (part.state === "approval-requested") {
+      questions.push({ ...(described.get(part.toolCallId) ?? {}), runId, toolCallId: part.toolCallId, toolName: toolName(part), kind: "approval", args: part.input });
+    } else if (part.state === "input-available" && described.has(part.toolCallId)) {
+      questions.push(described.get(part.toolCallId) as Question);
+    }
+  }
+  return questions;
+}
+
+/** The chat view of one agent and chat id, drawn into `root`. */
+export class ChatView {
+  private chat: Chat;
+  private drawScheduled = false;
+  private formKey = "";
+  private form: ReturnType<typeof renderQuestionForm> | null = null;
+  private rejection: ((problems: Record<string, string> | null) => void) | null = null;
+  private lastProblems: Record<string, string> | null = null;
+
+  constructor(
+    readonly agentId: string,
+    readonly chatId: string,
+    private readonly log: HTMLElement,
+    private readonly pending: HTMLElement,
+    private readonly status: (text: string) => void,
+  ) {
+    const state = new State([], () => this.scheduleDraw());
+    this.chat = new Chat({
+      id: chatId,
+      state,
+      transport: new DefaultChatTransport<UIMessage>({
+        api: `/api/agents/${encodeURIComponent(agentId)}/chat`,
+        headers: () => authHeaders(),
+      }),
+      onData: (part) => {
+        if (part.type === "data-askloop-rejection") {
+          this.lastProblems = (part.data as { problems: Record<string, string> }).problems;
+        }
+      },
+      onError: (error) => this.status(`Error: ${error.message}`),
+    });
+    this.chat.onStatus = () => this.scheduleDraw();
+  }
+
+  /** Loads the chat's messages from the server (a reload shows the same questions). */
+  async load(): Promise<void> {
+    const body = await requestJson<{ messages: UIMessage[] }>(
+      "GET",
+      `/api/agents/${encodeURIComponent(this.agentId)}/chat/${encodeURIComponent(this.chatId)}/messages`,
+    );
+    this.chat.messages = body.messages;
+  }
+
+  /** Sends a new user message. */
+  async send(text: string): Promise<void> {
+    this.status("");
+    await this.chat.sendMessage({ text });
+    await this.afterRequest();
+  }
+
+  get busy(): boolean {
+    return this.chat.status === "submitted" || this.chat.status === "streaming";
+  }
+
+  private async answer(responses: Response[]): Promise<Record<string, string> | null> {
+    this.status("");
+    this.lastProblems = null;
+    for (const response of responses) {
+      if (response.kind === "approval") {
+        const question = pendingQuestions(this.chat.messages).find((q) => q.toolCallId === response.toolCallId);
+        const part = this.lastToolPart(response.toolCallId);
+        await this.chat.addToolApprovalResponse({ id: part?.approval?.id ?? question?.toolCallId ?? response.toolCallId, approved: response.approved, reason: response.reason });
+      } else {
+        const part = this.lastToolPart(response.toolCallId);
+        await this.chat.addToolOutput({ tool: part ? toolName(part) : "ask_user", toolCallId: response.toolCallId, output: response.answer } as never);
+      }
+    }
+    await this.chat.sendMessage();
+    return this.afterRequest();
+  }
+
+  /** After a request: a rejected answer puts the server's state back and names the problems. */
+  private async afterRequest(): Promise<Record<string, string> | null> {
+    const problems = this.lastProblems;
+    if (this.chat.status === "error" || problems) {
+      this.chat.clearError();
+      await this.load();
+      if (problems) {
+        this.drawNow();
+        this.form?.showProblems(problems);
+        this.status("The answer was not accepted: see the messages beside the questions.");
+        return problems;
+      }
+    }
+    return null;
+  }
+
+  private lastToolPart(toolCallId: string): ToolPart | undefined {
+    const last = this.chat.messages[this.chat.messages.length - 1];
+    return last?.parts.filter(isToolPart).find((part) => part.toolCallId === toolCallId);
+  }
+
+  private scheduleDraw(): void {
+    if (this.drawScheduled) return;
+    this.drawScheduled = true;
+    requestAnimationFrame(() => {
+      this.drawScheduled = false;
+      this.drawNow();
+    });
+  }
+
+  private drawNow(): void {
+    const log = this.log;
+    const items: HTMLElement[] = [];
+    for (const message of this.chat.messages) {
+      const box = document.createElement("div");
+      box.className = `message ${message.role}`;
+      box.dataset.messageId = message.id;
+      const who = document.createElement("span");
+      who.className = "who";
+      who.textContent = message.role === "user" ? "You" : "Agent";
+      box.append(who);
+      for (const part of message.parts) {
+        if (part.type === "text") {
+          const text = document.createElement("span");
+          text.className = "text";
+          text.textContent = part.text;
+          box.append(text);
+        } else if (isToolPart(part)) {
+          const line = document.createElement("div");
+          line.className = "tool";
+          line.textContent = describeToolPart(part);
+          box.append(line);
+        }
+      }
+      items.push(box);
+    }
+    log.replaceChildren(...items);
+    this.drawPending();
+  }
+
+  private drawPending(): void {
+    const questions = this.busy ? [] : pendingQuestions(this.chat.messages);
+    const key = questions.map((q) => `${q.kind}:${q.toolCallId}`).join(",");
+    if (key === this.formKey) return;
+    this.formKey = key;
+    if (questions.length === 0) {
+      this.form = null;
+      this.pending.replaceChildren();
+      return;
+    }
+    this.form = renderQuestionForm(questions, questions.length === 1 ? "Send answer" : "Send answers", (responses) => this.answer(responses));
+    this.pending.replaceChildren(this.form.element);
+    this.form.focus();
+  }
+}
+
+function describeToolPart(part: ToolPart): string {
+  const name = toolName(part);
+  switch (part.state) {
+    case "output-available":
+      return `${name}: ${outputText(part.output)}`;
+    case "output-denied":
+      return `${name}: declined`;
+    case "output-error":
+      return `${name}: ${(part as { errorText?: string }).errorText ?? "failed"}`;
+    case "approval-requested":
+      return `${name}: waits for approval`;
+    case "approval-responded":
+      return `${name}: answered`;
+    default:
+      return `${name}: waits for an answer`;
+  }
+}
+
+function outputText(output: unknown): string {
+  if (typeof output === "string") return output;
+  const content = (output as { content?: unknown } | null)?.content;
+  return typeof content === "string" ? content : JSON.stringify(output);
+}

@@ -1,0 +1,450 @@
+// Question forms: one pending tool call (an ask_user question, any other suspending tool, or
+// an approval) as labelled controls, read back into the answer the server validates.
+// Everything the model or a tool wrote is set with textContent, never parsed as HTML.
+
+/** A choice of a select, as the server describes it (askloop_core::form::Choice). */
+export interface Choice {
+  value: unknown;
+  label: string;
+  description?: string | null;
+}
+
+/** One input a resume schema asks for (askloop_core::form::Field, as JSON). */
+export interface FormField {
+  kind: "select" | "multi-select" | "confirm" | "text" | "number" | "object" | "json";
+  title?: string | null;
+  description?: string | null;
+  hint?: string | null;
+  choices?: Choice[];
+  nonBlank?: boolean;
+  minLength?: number | null;
+  maxLength?: number | null;
+  integer?: boolean;
+  minimum?: number | null;
+  maximum?: number | null;
+  properties?: { name: string; required: boolean; field: FormField }[];
+}
+
+/** A pending tool call: what the server sends in a `data-askloop-question` part and the inbox. */
+export interface Question {
+  runId: string;
+  toolCallId: string;
+  toolName: string;
+  kind: "answer" | "approval";
+  args?: unknown;
+  suspendPayload?: Record<string, unknown> | null;
+  resumeSchema?: unknown;
+  form?: FormField | null;
+  expiresAtMs?: number | null;
+  agentId?: string;
+  threadId?: string;
+  createdAtMs?: number;
+}
+
+/** What a person gave for a question: an answer, or an approval decision. */
+export type Response =
+  | { toolCallId: string; kind: "answer"; answer: unknown }
+  | { toolCallId: string; kind: "approval"; approved: boolean; reason?: string };
+
+/** A rendered question: its element, a reader, and where its problems are shown. */
+export interface RenderedQuestion {
+  question: Question;
+  element: HTMLElement;
+  /** The response, or a problem in words. */
+  read(): { ok: true; response: Response } | { ok: false; problem: string };
+  showProblem(problem: string | null): void;
+  focus(): void;
+}
+
+let sequence = 0;
+function uid(prefix: string): string {
+  sequence += 1;
+  return `${prefix}-${sequence}`;
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string): HTMLElementTagNameMap[K] {
+  const element = document.createElement(tag);
+  if (className) element.className = className;
+  if (text !== undefined) element.textContent = text;
+  return element;
+}
+
+/** The field of a resume schema when the server sent none (a small reading of JSON Schema). */
+export function fieldFromSchema(schema: unknown): FormField {
+  const s = (typeof schema === "string" ? safeParse(schema) : schema) as Record<string, unknown> | null;
+  if (!s || typeof s !== "object") return { kind: "json" };
+  const words = { title: str(s.title), description: str(s.description) };
+  const choicesOf = (x: Record<string, unknown> | undefined): Choice[] | null => {
+    if (!x) return null;
+    if (Array.isArray(x.enum)) return x.enum.map((value) => ({ value, label: typeof value === "string" ? value : JSON.stringify(value) }));
+    const any = (x.anyOf ?? x.oneOf) as Record<string, unknown>[] | undefined;
+    if (Array.isArray(any)) {
+      for (const member of any) {
+        const inner = choicesOf(member);
+        if (inner) return inner;
+      }
+    }
+    return null;
+  };
+  const choices = choicesOf(s);
+  if (choices) return { kind: "select", choices, ...words };
+  if (s.type === "array") {
+    const items = choicesOf(s.items as Record<string, unknown>);
+    if (items) return { kind: "multi-select", choices: items, ...words };
+  }
+  if (s.type === "boolean") return { kind: "confirm", ...words };
+  if (s.type === "string") return { kind: "text", nonBlank: typeof s.pattern === "string" && (s.pattern === "\\S" || s.pattern.startsWith("[^\\s")), minLength: num(s.minLength), maxLength: num(s.maxLength), ...words };
+  if (s.type === "integer" || s.type === "number") return { kind: "number", integer: s.type === "integer", minimum: num(s.minimum), maximum: num(s.maximum), ...words };
+  if (s.type === "object" && s.properties && typeof s.properties === "object") {
+    const required = new Set(Array.isArray(s.required) ? (s.required as string[]) : []);
+    const properties = Object.entries(s.properties as Record<string, unknown>).map(([name, schema]) => ({ name, required: required.has(name), field: fieldFromSchema(schema) }));
+    properties.sort((a, b) => Number(b.required) - Number(a.required));
+    return { kind: "object", properties, ...words };
+  }
+  return { kind: "json", ...words };
+}
+
+function safeParse(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+function str(value: unknown): string | null {
+  return typeof value === "string" ? value : null;
+}
+function num(value: unknown): number | null {
+  return typeof value === "number" ? value : null;
+}
+
+/** The deadline of a question in milliseconds, if it has one. */
+export function deadlineOf(question: Question): number | null {
+  if (typeof question.expiresAtMs === "number") return question.expiresAtMs;
+  const at = question.suspendPayload?.expiresAt;
+  if (typeof at === "string") {
+    const ms = Date.parse(at);
+    if (!Number.isNaN(ms)) return ms;
+  }
+  return null;
+}
+
+/** The words of a question: ask_user's `question`, else the schema's title or the tool's name. */
+export function questionText(question: Question): string {
+  const payload = question.suspendPayload ?? {};
+  if (question.kind === "approval") return `Approve the call of ${question.toolName}?`;
+  if (typeof payload.question === "string") return payload.question;
+  if (typeof payload.message === "string") return payload.message;
+  const field = question.form ?? fieldFromSchema(question.resumeSchema);
+  return field.title ?? field.description ?? `${question.toolName} asks for an answer`;
+}
+
+/** Renders one question (its legend, deadline, controls and problem line). */
+export function renderQuestion(question: Question): RenderedQuestion {
+  const id = uid("q");
+  const box = el("fieldset", "question");
+  box.dataset.toolCallId = question.toolCallId;
+  const legend = el("legend", "q", questionText(question));
+  legend.id = `${id}-legend`;
+  box.append(legend);
+  const deadline = deadlineOf(question);
+  if (deadline !== null) {
+    const line = el("p", "deadline", "Answer by ");
+    const time = el("time", undefined, new Date(deadline).toLocaleString());
+    time.dateTime = new Date(deadline).toISOString();
+    line.append(time);
+    box.append(line);
+  }
+  const problem = el("p", "problem");
+  problem.id = `${id}-problem`;
+  problem.setAttribute("role", "alert");
+  problem.hidden = true;
+
+  let control: Control;
+  if (question.kind === "approval") {
+    control = approvalControl(id, question);
+  } else {
+    const field = question.form ?? fieldFromSchema(question.resumeSchema);
+    const allowOther = question.suspendPayload?.allowOther === true;
+    control = fieldControl(id, withOptionDescriptions(field, question.suspendPayload), allowOther, question.toolName === "ask_user" ? null : field.title ?? field.description ?? null);
+  }
+  box.append(control.element, problem);
+  for (const input of control.inputs()) input.setAttribute("aria-describedby", [input.getAttribute("aria-describedby"), problem.id].filter(Boolean).join(" "));
+
+  return {
+    question,
+    element: box,
+    read() {
+      const read = control.read();
+      if (!read.ok) return read;
+      if (question.kind === "approval") {
+        const value = read.value as { approved: boolean; reason?: string };
+        return { ok: true, response: { toolCallId: question.toolCallId, kind: "approval", ...value } };
+      }
+      return { ok: true, response: { toolCallId: question.toolCallId, kind: "answer", answer: read.value } };
+    },
+    showProblem(text) {
+      problem.textContent = text ?? "";
+      problem.hidden = text === null;
+      for (const input of control.inputs()) {
+        if (text === null) input.removeAttribute("aria-invalid");
+        else input.setAttribute("aria-invalid", "true");
+      }
+    },
+    focus() {
+      control.inputs()[0]?.focus();
+    },
+  };
+}
+
+/** ask_user's option descriptions (in its payload's `options`) on the field's choices. */
+function withOptionDescriptions(field: FormField, payload: Record<string, unknown> | null | undefined): FormField {
+  const options = Array.isArray(payload?.options) ? (payload.options as { label?: unknown; description?: unknown }[]) : [];
+  if (!field.choices || options.length === 0) return field;
+  const byLabel = new Map(options.map((option) => [option.label, option.description]));
+  return {
+    ...field,
+    choices: field.choices.map((choice) => {
+      const description = byLabel.get(choice.value);
+      return choice.description || typeof description !== "string" ? choice : { ...choice, description };
+    }),
+  };
+}
+
+interface Control {
+  element: HTMLElement;
+  inputs(): (HTMLInputElement | HTMLTextAreaElement)[];
+  read(): { ok: true; value: unknown } | { ok: false; problem: string };
+}
+
+function labelled(id: string, text: string, input: HTMLInputElement | HTMLTextAreaElement): HTMLElement {
+  const wrap = el("div", "field");
+  const label = el("label", undefined, text);
+  input.id = id;
+  label.htmlFor = id;
+  wrap.append(label, input);
+  return wrap;
+}
+
+function approvalControl(id: string, question: Question): Control {
+  const wrap = el("div");
+  wrap.append(el("p", "meta", `Tool: ${question.toolName}`));
+  const args = el("pre", "args", JSON.stringify(question.args ?? {}, null, 2));
+  args.setAttribute("aria-label", `Arguments of ${question.toolName}`);
+  wrap.append(args);
+  const group = el("div");
+  group.setAttribute("role", "radiogroup");
+  group.setAttribute("aria-label", "Decision");
+  const approve = radio(`${id}-approve`, `${id}-decision`, "Approve", "approve");
+  const decline = radio(`${id}-decline`, `${id}-decision`, "Decline", "decline");
+  group.append(approve.label, decline.label);
+  const reason = el("input");
+  reason.type = "text";
+  wrap.append(group, labelled(`${id}-reason`, "Reason (optional)", reason));
+  return {
+    element: wrap,
+    inputs: () => [approve.input, decline.input],
+    read() {
+      if (approve.input.checked) return { ok: true, value: { approved: true } };
+      if (decline.input.checked) {
+        const text = reason.value.trim();
+        return { ok: true, value: text ? { approved: false, reason: text } : { approved: false } };
+      }
+      return { ok: false, problem: "Choose Approve or Decline." };
+    },
+  };
+}
+
+function radio(id: string, name: string, text: string, value: string, type: "radio" | "checkbox" = "radio", description?: string | null) {
+  const label = el("label", "choice");
+  const input = el("input");
+  input.type = type;
+  input.name = name;
+  input.value = value;
+  input.id = id;
+  label.htmlFor = id;
+  label.append(input, document.createTextNode(` ${text}`));
+  if (description) {
+    const desc = el("span", "desc", description);
+    desc.id = `${id}-desc`;
+    input.setAttribute("aria-describedby", desc.id);
+    label.append(desc);
+  }
+  return { label, input };
+}
+
+function fieldControl(id: string, field: FormField, allowOther: boolean, caption: string | null): Control {
+  switch (field.kind) {
+    case "select":
+    case "multi-select":
+      return choiceControl(id, field, allowOther);
+    case "confirm": {
+      const wrap = el("div");
+      wrap.setAttribute("role", "radiogroup");
+      wrap.setAttribute("aria-label", caption ?? "Yes or no");
+      const yes = radio(`${id}-yes`, id, "Yes", "yes");
+      const no = radio(`${id}-no`, id, "No", "no");
+      wrap.append(yes.label, no.label);
+      return {
+        element: wrap,
+        inputs: () => [yes.input, no.input],
+        read: () => (yes.input.checked ? { ok: true, value: true } : no.input.checked ? { ok: true, value: false } : { ok: false, problem: "Choose Yes or No." }),
+      };
+    }
+    case "number": {
+      const input = el("input");
+      input.type = "number";
+      if (field.integer) input.step = "1";
+      if (field.minimum != null) input.min = String(field.minimum);
+      if (field.maximum != null) input.max = String(field.maximum);
+      return {
+        element: labelled(`${id}-input`, caption ?? field.hint ?? "Number", input),
+        inputs: () => [input],
+        read: () => {
+          const value = Number(input.value);
+          return input.value.trim() === "" || Number.isNaN(value) ? { ok: false, problem: "Enter a number." } : { ok: true, value };
+        },
+      };
+    }
+    case "object": {
+      const wrap = el("div");
+      const parts = (field.properties ?? []).map((property) => {
+        const sub = fieldControl(`${id}-${property.name}`, property.field, false, `${property.field.title ?? property.name}${property.required ? "" : " (optional)"}`);
+        wrap.append(sub.element);
+        return { property, sub };
+      });
+      return {
+        element: wrap,
+        inputs: () => parts.flatMap((part) => part.sub.inputs()),
+        read() {
+          const value: Record<string, unknown> = {};
+          for (const { property, sub } of parts) {
+            const read = sub.read();
+            if (read.ok) value[property.name] = read.value;
+            else if (property.required) return { ok: false, problem: `${property.name}: ${read.problem}` };
+          }
+          return { ok: true, value };
+        },
+      };
+    }
+    case "json": {
+      const input = el("textarea");
+      input.rows = 3;
+      return {
+        element: labelled(`${id}-input`, caption ?? "Answer (JSON)", input),
+        inputs: () => [input],
+        read: () => {
+          try {
+            return { ok: true, value: JSON.parse(input.value) };
+          } catch {
+            return { ok: false, problem: "Enter valid JSON." };
+          }
+        },
+      };
+    }
+    case "text":
+    default: {
+      const input = el("textarea");
+      input.rows = 2;
+      if (field.maxLength != null) input.maxLength = field.maxLength;
+      return {
+        element: labelled(`${id}-input`, caption ?? "Your answer", input),
+        inputs: () => [input],
+        read: () => ({ ok: true, value: input.value }),
+      };
+    }
+  }
+}
+
+function choiceControl(id: string, field: FormField, allowOther: boolean): Control {
+  const multi = field.kind === "multi-select";
+  const type = multi ? "checkbox" : "radio";
+  const wrap = el("div");
+  wrap.setAttribute("role", multi ? "group" : "radiogroup");
+  wrap.setAttribute("aria-label", multi ? "Choose one or more" : "Choose one");
+  const choices = (field.choices ?? []).map((choice, index) => {
+    const item = radio(`${id}-c${index}`, id, choice.label, String(index), type, choice.description);
+    wrap.append(item.label);
+    return { choice, input: item.input };
+  });
+  let other: { input: HTMLInputElement; text: HTMLInputElement } | null = null;
+  if (allowOther) {
+    const item = radio(`${id}-other`, id, "Other", "other", type);
+    const text = el("input");
+    text.type = "text";
+    const textWrap = labelled(`${id}-other-text`, "Other answer", text);
+    text.addEventListener("input", () => {
+      if (text.value !== "") item.input.checked = true;
+    });
+    wrap.append(item.label, textWrap);
+    other = { input: item.input, text };
+  }
+  return {
+    element: wrap,
+    inputs: () => [...choices.map((c) => c.input), ...(other ? [other.input, other.text] : [])],
+    read() {
+      const picked: unknown[] = choices.filter((c) => c.input.checked).map((c) => c.choice.value);
+      if (other?.input.checked) {
+        const text = other.text.value;
+        if (text.trim() === "") return { ok: false, problem: "Write your own answer, or pick a choice." };
+        picked.push({ other: text });
+      }
+      if (picked.length === 0) return { ok: false, problem: multi ? "Choose at least one." : "Choose one." };
+      return { ok: true, value: multi ? picked : picked[0] };
+    },
+  };
+}
+
+/**
+ * A form of several questions answered in one submit. `submit` gets every response; it
+ * resolves to problems by tool call id (shown beside their questions) or null when accepted.
+ */
+export function renderQuestionForm(
+  questions: Question[],
+  submitLabel: string,
+  submit: (responses: Response[]) => Promise<Record<string, string> | null>,
+): { element: HTMLFormElement; focus(): void; showProblems(problems: Record<string, string>): void } {
+  const form = el("form", "questions");
+  form.noValidate = true;
+  const heading = el("h3", undefined, questions.length === 1 ? "The agent asks" : `The agent asks ${questions.length} questions`);
+  heading.id = uid("qh");
+  form.setAttribute("aria-labelledby", heading.id);
+  form.append(heading);
+  const rendered = questions.map((question) => {
+    const r = renderQuestion(question);
+    form.append(r.element);
+    return r;
+  });
+  const button = el("button", undefined, submitLabel);
+  button.type = "submit";
+  form.append(button);
+  const showProblems = (problems: Record<string, string>) => {
+    let first: RenderedQuestion | null = null;
+    for (const r of rendered) {
+      const problem = problems[r.question.toolCallId] ?? null;
+      r.showProblem(problem);
+      if (problem && !first) first = r;
+    }
+    (first as RenderedQuestion | null)?.focus();
+  };
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const responses: Response[] = [];
+    const problems: Record<string, string> = {};
+    for (const r of rendered) {
+      const read = r.read();
+      if (read.ok) responses.push(read.response);
+      else problems[r.question.toolCallId] = read.problem;
+    }
+    showProblems(problems);
+    if (Object.keys(problems).length > 0) return;
+    button.disabled = true;
+    try {
+      const rejected = await submit(responses);
+      if (rejected) showProblems(rejected);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return { element: form, focus: () => rendered[0]?.focus(), showProblems };
+}
