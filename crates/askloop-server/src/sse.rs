@@ -9,6 +9,16 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 
+/// One server-sent event, as the OpenAPI document describes a `text/event-stream` body (an
+/// event per item, the way schemathesis and OpenAPI 3.2's `itemSchema` read it): `data` holds
+/// one chunk's JSON (docs/wire-format.md) or `[DONE]`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // Only described, never built: the events are written by `Event::data`.
+pub(crate) struct SseEvent {
+    /// The chunk JSON, on one line, or `[DONE]`.
+    data: String,
+}
+
 /// How often an idle SSE stream sends a keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 

@@ -66,7 +66,7 @@ pub(crate) async fn get_agent(
     params(("agentId" = String, Path, description = "The agent's id")),
     request_body = StreamRequest,
     responses(
-        (status = 200, description = "SSE: `data: <chunk JSON>` per chunk, then `data: [DONE]`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "SSE: `data: <chunk JSON>` per chunk, then `data: [DONE]`", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "bad_request", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "Another agent or resource than the key's", body = ErrorBody),
@@ -186,7 +186,7 @@ fn allowed_labels(stored: &StoredRun, tool_call_id: &str) -> Option<Vec<String>>
     params(("agentId" = String, Path, description = "The agent's id")),
     request_body = ResumeRequest,
     responses(
-        (status = 200, description = "SSE: the re-announced call, its result, the rest of the run, then `data: [DONE]`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "SSE: the re-announced call, its result, the rest of the run, then `data: [DONE]`", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "invalid_answer (details: expected, problems, allowed labels), bad_request, ambiguous_tool_call", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
@@ -260,7 +260,7 @@ async fn approval(
     params(("agentId" = String, Path, description = "The agent's id")),
     request_body = ApprovalRequest,
     responses(
-        (status = 200, description = "SSE of the run from the approved call on", content_type = "text/event-stream", body = String),
+        (status = 200, description = "SSE of the run from the approved call on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "bad_request, invalid_answer (the call asks a question)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
@@ -282,7 +282,7 @@ pub(crate) async fn approve_tool_call(
     params(("agentId" = String, Path, description = "The agent's id")),
     request_body = ApprovalRequest,
     responses(
-        (status = 200, description = "SSE of the run from the declined call on", content_type = "text/event-stream", body = String),
+        (status = 200, description = "SSE of the run from the declined call on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "bad_request, invalid_answer (the call asks a question)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),

@@ -190,7 +190,7 @@ pub(crate) async fn cancel_run(
 #[utoipa::path(post, path = "/api/runs/{runId}/continue", tag = "runs",
     params(("runId" = String, Path, description = "The run")),
     responses(
-        (status = 200, description = "SSE of the continued run", content_type = "text/event-stream", body = String),
+        (status = 200, description = "SSE of the continued run", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
         (status = 409, description = "not_continuable, in_progress, conflict", body = ErrorBody),
@@ -217,7 +217,7 @@ pub(crate) async fn continue_run(
     params(("runId" = String, Path, description = "The run")),
     request_body = ResponsesRequest,
     responses(
-        (status = 200, description = "SSE of the run from the answered calls on", content_type = "text/event-stream", body = String),
+        (status = 200, description = "SSE of the run from the answered calls on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "invalid_answer, bad_request, duplicate_tool_call, empty_batch", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
@@ -274,7 +274,7 @@ pub(crate) async fn respond(
 #[utoipa::path(get, path = "/api/runs/{runId}/stream", tag = "runs",
     params(("runId" = String, Path, description = "The run")),
     responses(
-        (status = 200, description = "SSE: a live run's chunks so far then the live ones; a suspended run's pending calls re-announced; a finished run's `finish` (or `error`); then `data: [DONE]`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "SSE: a live run's chunks so far then the live ones; a suspended run's pending calls re-announced; a finished run's `finish` (or `error`); then `data: [DONE]`", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
         (status = 409, description = "in_progress: another process still drives it after 30 s", body = ErrorBody),
@@ -405,7 +405,7 @@ fn final_text(state: &RunState) -> String {
 /// every server on the store.
 #[utoipa::path(get, path = "/api/inbox/events", tag = "runs",
     responses(
-        (status = 200, description = "SSE: `data: {\"type\":\"question-raised\"|\"question-resolved\", runId, toolCallId, agentId, …}`; first the questions pending now, as raised", content_type = "text/event-stream", body = String),
+        (status = 200, description = "SSE: `data: {\"type\":\"question-raised\"|\"question-resolved\", runId, toolCallId, agentId, …}`; first the questions pending now, as raised", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 401, description = "No or bad API key", body = ErrorBody),
     ))]
 pub(crate) async fn inbox_events(state: State, caller: Caller) -> Result<Response, ApiError> {
