@@ -24,6 +24,9 @@ use crate::exit::{invalid, invalid_because};
 use crate::model::{build_model, resolve_spec};
 use crate::test_hook::Pause;
 
+/// An agent built for a model: `(agent id, model SPEC)`.
+type AgentKey = (String, String);
+
 /// Which runs a `--model` flag applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FlagScope {
@@ -65,7 +68,7 @@ pub(crate) struct ConfigRegistry {
     /// The test-only pause point wrapped around each model.
     pause: Option<Pause>,
     /// The agents built, by agent id and model SPEC.
-    agents: Mutex<HashMap<(String, String), Arc<OnceCell<Agent>>>>,
+    agents: Mutex<HashMap<AgentKey, Arc<OnceCell<Agent>>>>,
     /// The MCP servers connected, by agent id.
     mcp: Mutex<HashMap<String, Arc<OnceCell<McpToolset>>>>,
 }

@@ -40,18 +40,19 @@ pub(crate) struct ErrorBody {
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
-    body: ErrorBody,
+    /// Boxed: an error stays one pointer wide on the `Result`s of every handler.
+    body: Box<ErrorBody>,
 }
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         Self {
             status,
-            body: ErrorBody {
+            body: Box::new(ErrorBody {
                 code: code.to_owned(),
                 message: message.into(),
                 details: None,
-            },
+            }),
         }
     }
 
