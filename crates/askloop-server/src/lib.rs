@@ -1,6 +1,76 @@
-//! askloop's HTTP server: agents over HTTP with SSE.
+//! askloop's HTTP server: agents over HTTP with SSE, driven unmodified by the reference
+//! framework's JavaScript client (`@mastra/client-js` 1.47), a pending-questions inbox, and
+//! per-tenant API keys; any number of servers may share one store.
 //!
-//! (Crate docs: see below once complete.)
+//! This crate depends on `askloop-core` only: it is handed a [`askloop_core::RunStore`] and an
+//! [`askloop_core::registry::AgentRegistry`]; the CLI's `askloop serve` picks the concrete store
+//! and models. Runs live apart from connections: each stream is driven by a task of the server
+//! and recorded in a per-run buffer that responses subscribe to, so a client that disconnects
+//! does not stop its run, and another can re-attach.
+//!
+//! Main types: [`Server`] (built by [`ServerBuilder`]), [`ApiKey`], [`Limits`], [`ServerError`].
+//!
+//! # Routes
+//! Streams are SSE: `data: <chunk JSON>\n\n` per chunk (askloop's wire format,
+//! `docs/wire-format.md`), then `data: [DONE]\n\n`, then the body ends; `: keep-alive` comments
+//! every 15 s. Errors are JSON `{code, message, details?}`; an error before a stream starts is a
+//! plain HTTP error, one after it an `error` chunk.
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | GET | `/api/agents` | the agents, keyed by id (the reference framework's shape) |
+//! | GET | `/api/agents/{agentId}` | one agent; 404 `agent_not_found` |
+//! | POST | `/api/agents/{agentId}/stream` | `{messages, runId?, threadId?, resourceId?, memory?}` → SSE |
+//! | POST | `/api/agents/{agentId}/resume-stream` | `{runId, resumeData, toolCallId?}` → SSE |
+//! | POST | `/api/agents/{agentId}/approve-tool-call` | `{runId, toolCallId}` → SSE |
+//! | POST | `/api/agents/{agentId}/decline-tool-call` | `{runId, toolCallId, reason?}` → SSE |
+//! | GET | `/api/agents/{agentId}/suspended-runs` | `?threadId=&resourceId=&page=&perPage=` → `{runs, total}` |
+//! | GET | `/api/runs` | `?status=&agentId=&resourceId=&threadId=&cursor=&limit=` → `{runs, nextCursor?}`, newest first |
+//! | GET | `/api/runs/{runId}` | summary, pending calls, messages |
+//! | POST | `/api/runs/{runId}/cancel` | cancels; its waiting calls get cancelled results |
+//! | POST | `/api/runs/{runId}/continue` | continues a failed or abandoned run → SSE |
+//! | POST | `/api/runs/{runId}/responses` | `{responses: [{toolCallId, answer} \| {toolCallId, approved, reason?}]}`, one commit → SSE |
+//! | GET | `/api/runs/{runId}/stream` | re-attach: a live run's chunks so far then the live ones; a suspended run's calls re-announced; a finished run's `finish` (or `error`) |
+//! | GET | `/api/inbox/events` | SSE of `question-raised` / `question-resolved` across every server on the store |
+//! | GET | `/openapi.json`, `/docs`, `/healthz` | the OpenAPI document (utoipa), a page of the routes, `ok` (no key needed) |
+//!
+//! Error codes and statuses: 400 `bad_request`, `invalid_answer` (details: `expected`,
+//! `problems`, `allowed` labels), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`;
+//! 404 `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`,
+//! `conflict`, `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`; 413
+//! `too_large`; 408 `timeout` (non-streaming routes only).
+//!
+//! # Keys
+//! With [`ServerBuilder::keys`], every `/api` route needs `Authorization: Bearer <secret>` or
+//! `X-Api-Key: <secret>`. Keys are kept as SHA-256 and looked up by hash. A key is bound to a
+//! resource id: the runs it starts get it, it sees and answers only that resource's runs
+//! (another tenant's run is 404, so existence does not leak), and lists are filtered to it;
+//! [`ApiKey::agents`] restricts it to some agents (others 403, not listed). Without keys the
+//! server is open: bind it to loopback.
+//!
+//! # Example
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use askloop_core::registry::AgentSet;
+//! use askloop_core::store::MemoryStore;
+//! use askloop_core::testing::ScriptedModel;
+//! use askloop_core::{Agent, AskUser, RunStore};
+//! use askloop_server::{ApiKey, Server};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+//! let model = ScriptedModel::from_json(r#"{"steps":[{"text":"Hi."}]}"#)?;
+//! let agent = Agent::builder("assistant").model(model).tool(AskUser::new())
+//!     .shared_store(store.clone()).build()?;
+//! let secret = ApiKey::new_secret();
+//! let server = Server::builder(Arc::new(AgentSet::new().with(agent)), store)
+//!     .keys(vec![ApiKey::from_secret(&secret, "tenant-a".into())])
+//!     .build();
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:4111").await?;
+//! server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
 
 mod api;
 mod chat;
