@@ -103,6 +103,7 @@ pub(crate) async fn stream(
     }
     if let Some(thread) = request.thread() {
         check_id("threadId", thread)?;
+        check_thread_visible(&state, &caller, thread).await?;
         options = options.thread(thread);
     }
     if let Some(by) = caller.by() {
@@ -127,6 +128,34 @@ pub(crate) async fn stream(
     Ok(sse::chunks_response(state.hub.spawn(run, &agent_id)))
 }
 
+/// Refuses a thread whose runs the caller may not see (another tenant's thread is "not found",
+/// as its runs are): a new message to a thread supersedes its waiting questions and reads its
+/// history, so only its owner may post to it.
+async fn check_thread_visible(
+    state: &State,
+    caller: &Caller,
+    thread: &str,
+) -> Result<(), ApiError> {
+    let page = state
+        .store
+        .list_runs(&RunFilter::new().thread(thread).limit(1))
+        .await?;
+    let visible = page.runs.iter().all(|listed| {
+        listed
+            .summary()
+            .is_some_and(|summary| caller.may_see(summary.resource_id.as_ref(), &summary.agent_id))
+    });
+    if visible {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "thread_not_found",
+            format!("thread {thread} not found"),
+        ))
+    }
+}
+
 /// The stored run behind a resume of `agent_id`'s run: visible to the caller, of this agent.
 async fn run_of_agent(
     state: &State,
@@ -136,7 +165,8 @@ async fn run_of_agent(
 ) -> Result<StoredRun, ApiError> {
     if !caller.may_use(agent_id) {
         return Err(ApiError::forbidden(format!(
-            "this key may not use agent {agent_id:?}"
+            "this key may not use agent {:?}",
+            agent_id.as_str()
         )));
     }
     let stored = visible_run(state, caller, run_id).await?;

@@ -206,7 +206,8 @@ pub(crate) async fn agent_for_caller(
         .map_err(|_| ApiError::agent_not_found(agent_id.as_str()))?;
     if !caller.may_use(agent_id) {
         return Err(ApiError::forbidden(format!(
-            "this key may not use agent {agent_id:?}"
+            "this key may not use agent {:?}",
+            agent_id.as_str()
         )));
     }
     Ok(state.agents.agent(agent_id).await?)

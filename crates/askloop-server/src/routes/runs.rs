@@ -97,7 +97,8 @@ pub(crate) async fn list_runs(
         let agent = AgentId::new(agent.as_str());
         if !caller.may_use(&agent) {
             return Err(ApiError::forbidden(format!(
-                "this key may not use agent {agent:?}"
+                "this key may not use agent {:?}",
+                agent.as_str()
             )));
         }
         filter = filter.agent(agent);

@@ -562,6 +562,29 @@ async fn keys_isolate_tenants_and_agents(backend: Backend) {
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(error["code"], "forbidden");
 
+    // Bob cannot post to Alice's thread (it would supersede her question and read her
+    // history): 404, and her run still waits.
+    let thread = store
+        .load_run(&run_id.as_str().into())
+        .await
+        .unwrap()
+        .state
+        .thread_id()
+        .as_str()
+        .to_owned();
+    let (status, _, error) = stream(
+        &router,
+        "POST",
+        "/api/agents/assistant/stream",
+        Some(json!({"messages": "hi", "threadId": thread})),
+        Some(&bob),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+    assert_eq!(error["code"], "thread_not_found");
+    let waiting = store.load_run(&run_id.as_str().into()).await.unwrap();
+    assert_eq!(waiting.state.status(), askloop_core::RunStatus::Suspended);
+
     // Bob sees nothing of Alice's run: 404 everywhere, never 403.
     let (status, _) = call(
         &router,
