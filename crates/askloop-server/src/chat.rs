@@ -44,9 +44,8 @@ use askloop_core::{
 };
 use axum::Json;
 use axum::Router;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::extract::State;
+use axum::http::HeaderValue;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -56,6 +55,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::keys::Caller;
+use crate::routes::{Body, PathParam, agent_for_caller};
 use crate::server::AppState;
 
 /// The header that marks a UI message stream response, and its value.
@@ -93,25 +93,6 @@ struct UiMessage {
     role: String,
     #[serde(default)]
     parts: Vec<Value>,
-}
-
-/// Who calls: no keys configured means everyone; otherwise `Authorization: Bearer <key>` or
-/// `X-Api-Key`.
-fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    if state.keys.is_open() {
-        return Ok(Caller::Open);
-    }
-    let bearer = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    let header = headers
-        .get("x-api-key")
-        .and_then(|value| value.to_str().ok());
-    bearer
-        .or(header)
-        .and_then(|secret| state.keys.lookup(secret.trim()))
-        .ok_or_else(ApiError::unauthorized)
 }
 
 fn chat_thread(chat_id: &str) -> Result<ThreadId, ApiError> {
@@ -152,17 +133,12 @@ async fn thread_runs(
 /// `POST /api/agents/{agentId}/chat`: a UI message stream.
 async fn post_chat(
     State(state): State<Arc<AppState>>,
-    Path(agent_id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Json<ChatRequest>, JsonRejection>,
+    caller: Caller,
+    PathParam(agent_id): PathParam<String>,
+    Body(request): Body<ChatRequest>,
 ) -> Result<Response, ApiError> {
-    let caller = caller(&state, &headers)?;
-    let Json(request) = body?;
     let agent_id = AgentId::from(agent_id);
-    if !caller.may_use(&agent_id) {
-        return Err(ApiError::agent_not_found(agent_id.as_str()));
-    }
-    let agent = state.agents.agent(&agent_id).await?;
+    let agent = agent_for_caller(&state, &caller, &agent_id).await?;
     let thread = chat_thread(&request.id)?;
     if request.trigger.as_deref() == Some("regenerate-message") {
         return Err(ApiError::bad_request(
@@ -324,14 +300,11 @@ fn ui_response(chunks: impl Stream<Item = Value> + Send + 'static) -> Response {
 /// `approval-requested`: a reloaded page shows them again.
 async fn get_messages(
     State(state): State<Arc<AppState>>,
-    Path((agent_id, chat_id)): Path<(String, String)>,
-    headers: HeaderMap,
+    caller: Caller,
+    PathParam((agent_id, chat_id)): PathParam<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let caller = caller(&state, &headers)?;
     let agent_id = AgentId::from(agent_id);
-    if !caller.may_use(&agent_id) {
-        return Err(ApiError::agent_not_found(agent_id.as_str()));
-    }
+    agent_for_caller(&state, &caller, &agent_id).await?;
     let thread = chat_thread(&chat_id)?;
     let runs = thread_runs(&state, &caller, &thread).await?;
     let mut messages = Vec::new();
