@@ -55,7 +55,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::keys::Caller;
-use crate::routes::{Body, PathParam, agent_for_caller};
+use crate::routes::{Body, PathParam, agent_for_caller, check_thread_visible};
 use crate::server::AppState;
 
 /// The header that marks a UI message stream response, and its value.
@@ -145,7 +145,7 @@ async fn post_chat(
             "regenerating a message is not supported: send a new message",
         ));
     }
-    let runs = thread_runs(&state, &caller, &thread).await?;
+    check_thread_visible(&state, &caller, thread.as_str()).await?;
     let Some(last) = request.messages.last() else {
         return Err(ApiError::bad_request("the chat has no message"));
     };
@@ -181,12 +181,18 @@ async fn post_chat(
         return Ok(ui_response(ui.convert(chunks)));
     }
 
-    // The assistant's message last: answers to the waiting run's calls.
-    let Some(waiting) = runs
-        .iter()
-        .rev()
-        .find(|run| run.status() == RunStatus::Suspended)
-    else {
+    // The assistant's message last: answers to the waiting run's calls (the thread's newest
+    // suspended run, the one state loaded).
+    let newest_suspended = RunFilter::new()
+        .thread(thread.clone())
+        .status(RunStatus::Suspended)
+        .limit(1);
+    let listed = state.store.list_runs(&newest_suspended).await?;
+    let waiting = match listed.runs.first() {
+        Some(listed) => Some(state.store.load_run(listed.run_id()).await?.state),
+        None => None,
+    };
+    let Some(waiting) = waiting.as_ref() else {
         return Err(ApiError::new(
             axum::http::StatusCode::CONFLICT,
             "not_suspended",

@@ -18,7 +18,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::keys::Caller;
 use crate::routes::{
     Body, Params, PathParam, State, agent_for_caller, agent_of_run, check_answer, check_id,
-    check_text, visible_run,
+    check_text, check_thread_visible, visible_run,
 };
 use crate::sse;
 
@@ -126,34 +126,6 @@ pub(crate) async fn stream(
     }
     let run = agent.stream_with(input, options);
     Ok(sse::chunks_response(state.hub.spawn(run, &agent_id)))
-}
-
-/// Refuses a thread whose runs the caller may not see (another tenant's thread is "not found",
-/// as its runs are): a new message to a thread supersedes its waiting questions and reads its
-/// history, so only its owner may post to it.
-async fn check_thread_visible(
-    state: &State,
-    caller: &Caller,
-    thread: &str,
-) -> Result<(), ApiError> {
-    let page = state
-        .store
-        .list_runs(&RunFilter::new().thread(thread).limit(1))
-        .await?;
-    let visible = page.runs.iter().all(|listed| {
-        listed
-            .summary()
-            .is_some_and(|summary| caller.may_see(summary.resource_id.as_ref(), &summary.agent_id))
-    });
-    if visible {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "thread_not_found",
-            format!("thread {thread} not found"),
-        ))
-    }
 }
 
 /// The stored run behind a resume of `agent_id`'s run: visible to the caller, of this agent.

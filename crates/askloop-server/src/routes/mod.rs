@@ -8,7 +8,7 @@ mod runs;
 
 use std::sync::Arc;
 
-use askloop_core::store::StoredRun;
+use askloop_core::store::{RunFilter, StoredRun};
 use askloop_core::{Agent, AgentId, RunId, StoreError};
 use axum::Router;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -193,6 +193,34 @@ pub(crate) fn check_answer(state: &AppState, answer: &serde_json::Value) -> Resu
         ));
     }
     Ok(())
+}
+
+/// Refuses a thread whose runs the caller may not see (another tenant's thread is "not found",
+/// as its runs are): a new message to a thread supersedes its waiting questions and reads its
+/// history, so only its owner may post to it.
+pub(crate) async fn check_thread_visible(
+    state: &AppState,
+    caller: &Caller,
+    thread: &str,
+) -> Result<(), ApiError> {
+    let page = state
+        .store
+        .list_runs(&RunFilter::new().thread(thread).limit(1))
+        .await?;
+    let visible = page.runs.iter().all(|listed| {
+        listed
+            .summary()
+            .is_some_and(|summary| caller.may_see(summary.resource_id.as_ref(), &summary.agent_id))
+    });
+    if visible {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "thread_not_found",
+            format!("thread {thread} not found"),
+        ))
+    }
 }
 
 /// The agent of new runs under `agent_id`, if the caller may use it (403 otherwise; 404
