@@ -200,7 +200,10 @@ fn start_askloop(args: &HttpArgs) -> anyhow::Result<(Started, String, String)> {
             dir.path().join("runs.db").display()
         ),
     };
-    let mut child = Command::new(&args.askloop)
+    // The server runs in the scratch folder: a relative binary path is the caller's.
+    let askloop = std::fs::canonicalize(&args.askloop)
+        .with_context(|| format!("no askloop binary at {}", args.askloop.display()))?;
+    let mut child = Command::new(&askloop)
         .args([
             "serve",
             "--addr",

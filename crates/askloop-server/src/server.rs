@@ -109,6 +109,13 @@ impl Server {
         let (stop_sweep, sweep_stopped) = tokio::sync::watch::channel(false);
         let sweeper = tokio::spawn(crate::sweep::run(self.state.clone(), sweep_stopped));
         let router = self.router();
+        // TCP_NODELAY: SSE frames and small JSON answers go out at once instead of waiting
+        // for the peer's delayed ACK (~40 ms per response on Linux otherwise).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY");
+            }
+        });
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;
