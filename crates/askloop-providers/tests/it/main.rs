@@ -13,4 +13,3 @@ mod local;
 mod ollama;
 mod openai;
 mod resume;
-mod retry;

@@ -1,5 +1,11 @@
 //! Retries are announced to a person in one line each (issue 7, fault 10): one WARN event of
 //! target `askloop::retry` per retry, and nothing else at WARN or above.
+//!
+//! A test binary of its own, one test, one thread: `tracing`'s per-callsite interest cache races
+//! with a thread-scoped subscriber (`set_default`) when another test thread registers the same
+//! callsite at that moment (the callsite is then cached as uninteresting to every subscriber, and
+//! the warning is never seen). Alone in its process, nothing registers callsites concurrently.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
@@ -10,7 +16,11 @@ use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
-use crate::support::{OPENAI, collect, request, text_of};
+#[path = "it/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+use support::{OPENAI, collect, request, text_of};
 
 /// One event: level, target, message.
 type Seen = (tracing::Level, String, String);
