@@ -4,8 +4,8 @@
 //! Behaviour follows the reference framework's `askUserTool` (Mastra, `@mastra/core/tools`,
 //! documented in its "askUserTool" reference page): same input schema, suspend payload, result
 //! texts and fallback text. askloop is stricter: answers are checked against the question before
-//! the run resumes (see [`AskUser`]'s `validate_resume`), and option labels must be non-empty and
-//! unique.
+//! the run resumes (see [`AskUser`]'s `validate_resume`), and option labels must be non-empty,
+//! unique and free of control characters.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -165,7 +165,8 @@ impl AskUserQuestion {
     ///
     /// # Errors
     /// A message for: `selectionMode` without options; a blank question; an empty or duplicate
-    /// option label.
+    /// option label; a label with a control character (a label is one line that a person picks
+    /// and sends back; the server refuses answers with NUL, so such a label could never be chosen).
     pub fn from_args(args: AskUserArgs) -> Result<Self, String> {
         let options = args.options.filter(|options| !options.is_empty());
         if args.selection_mode.is_some() && options.is_none() {
@@ -179,6 +180,12 @@ impl AskUserQuestion {
             for option in options {
                 if is_blank(&option.label) {
                     return Err("option labels must be non-empty.".into());
+                }
+                if option.label.chars().any(char::is_control) {
+                    return Err(format!(
+                        "option labels must be one line without control characters; {:?} is not.",
+                        option.label
+                    ));
                 }
                 if !seen.insert(option.label.as_str()) {
                     return Err(format!(
@@ -488,5 +495,28 @@ impl Tool for AskUser {
             resume_schema: Some(schema),
             expires_at_ms: deadline,
         }))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn args(labels: &[&str]) -> AskUserArgs {
+        serde_json::from_value(json!({
+            "question": "Which one?",
+            "options": labels.iter().map(|label| json!({"label": label})).collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn labels_with_control_characters_are_refused() {
+        for label in ["Post\u{0}greSQL", "two\nlines", "bell\u{7}"] {
+            let error = AskUserQuestion::from_args(args(&["SQLite", label])).unwrap_err();
+            assert!(error.contains("without control characters"), "{error}");
+        }
+        assert!(AskUserQuestion::from_args(args(&["SQLite", "Postgre SQL ✓"])).is_ok());
     }
 }

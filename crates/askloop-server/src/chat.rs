@@ -33,6 +33,7 @@
 
 use std::collections::HashSet;
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 
 use askloop_core::PendingKind;
@@ -55,14 +56,13 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::keys::Caller;
-use crate::routes::{Body, PathParam, agent_for_caller, check_thread_visible};
+use crate::routes::{
+    Body, PathParam, agent_for_caller, check_answer, check_text, check_thread_visible,
+};
 use crate::server::AppState;
 
 /// The header that marks a UI message stream response, and its value.
 const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
-
-/// Longest chat id accepted (it becomes a thread id).
-const MAX_CHAT_ID: usize = 200;
 
 /// The chat routes.
 pub(crate) fn routes() -> Router<Arc<AppState>> {
@@ -74,13 +74,14 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-/// The body `DefaultChatTransport` sends: `{id, messages, trigger, messageId?, ...body}`.
-#[derive(Debug, Deserialize)]
+/// The body `DefaultChatTransport` sends: `{id, messages, trigger, messageId?, ...body}`
+/// (the AI SDK's `ai` package, `HttpChatTransport`). Unknown fields are ignored.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct ChatRequest {
-    /// The chat id: askloop's thread id.
+pub(crate) struct ChatRequest {
+    /// The chat id: askloop's thread id (an id as every other: not blank, no control characters).
     id: String,
-    /// The whole chat, as the client has it.
+    /// The whole chat, as the client has it; only the last message is read.
     messages: Vec<UiMessage>,
     /// `submit-message` or `regenerate-message` (only the former is supported).
     #[serde(default)]
@@ -88,19 +89,34 @@ struct ChatRequest {
 }
 
 /// A UI message of the request; parts are read loosely (only text and tool parts matter).
-#[derive(Debug, Deserialize)]
-struct UiMessage {
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct UiMessage {
+    /// `user` (a new message: a new run) or `assistant` (answers to the waiting run's calls).
     role: String,
+    /// The AI SDK's UI message parts: `{type: "text", text}`; tool parts
+    /// `{type: "tool-<name>", toolCallId, state: "output-available", output}` or
+    /// `{…, state: "approval-responded", approval: {approved, reason?}}`.
     #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
     parts: Vec<Value>,
 }
 
+/// `GET …/chat/{chatId}/messages`: the thread as UI messages.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // Only described: the body is built as JSON by `ui_messages`.
+pub(crate) struct ChatMessages {
+    /// The AI SDK's UI messages (`{id, role, parts}`), oldest first.
+    #[schema(value_type = Vec<Object>)]
+    messages: Vec<Value>,
+}
+
+/// The thread of a chat id: checked as every id of a request is (no blank, no control
+/// characters, bounded).
 fn chat_thread(chat_id: &str) -> Result<ThreadId, ApiError> {
-    if chat_id.trim().is_empty() || chat_id.len() > MAX_CHAT_ID {
-        return Err(ApiError::bad_request(format!(
-            "a chat id is 1 to {MAX_CHAT_ID} characters"
-        )));
+    if askloop_core::is_blank(chat_id) {
+        return Err(ApiError::bad_request("a chat id must not be blank"));
     }
+    crate::routes::check_id("the chat id", chat_id)?;
     Ok(ThreadId::from(chat_id))
 }
 
@@ -131,7 +147,19 @@ async fn thread_runs(
 }
 
 /// `POST /api/agents/{agentId}/chat`: a UI message stream.
-async fn post_chat(
+#[utoipa::path(post, path = "/api/agents/{agentId}/chat", tag = "chat",
+    params(("agentId" = String, Path, description = "The agent's id")),
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "SSE: the AI SDK's UI message stream v1 (`data: <UI message chunk JSON>` per chunk, then `data: [DONE]`; header `x-vercel-ai-ui-message-stream: v1`); a refused answer is an `error` chunk", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 400, description = "bad_request", body = crate::error::ErrorBody),
+        (status = 401, description = "No or bad API key", body = crate::error::ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = crate::error::ErrorBody),
+        (status = 404, description = "agent_not_found, thread_not_found", body = crate::error::ErrorBody),
+        (status = 409, description = "not_suspended: the chat waits for no answer", body = crate::error::ErrorBody),
+        (status = 413, description = "Body, message or answer too large", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn post_chat(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     PathParam(agent_id): PathParam<String>,
@@ -159,9 +187,10 @@ async fn post_chat(
             .filter_map(|part| part.get("text").and_then(Value::as_str))
             .collect::<Vec<_>>()
             .join("\n");
-        if text.trim().is_empty() {
+        if askloop_core::is_blank(&text) {
             return Err(ApiError::bad_request("the last message has no text"));
         }
+        check_text("the message", &text, state.limits.message_bytes)?;
         let mut options = RunOptions::new().thread(thread.clone());
         if let Some(resource) = caller.resource() {
             options = options.resource(resource.clone());
@@ -178,7 +207,7 @@ async fn post_chat(
             Some(format!("msg-{}", run_id.as_str())),
             HashSet::new(),
         );
-        return Ok(ui_response(ui.convert(chunks)));
+        return Ok(ui_response(ui.convert(chunks), state.closing.grace_over()));
     }
 
     // The assistant's message last: answers to the waiting run's calls (the thread's newest
@@ -224,6 +253,7 @@ async fn post_chat(
         match part.get("state").and_then(Value::as_str) {
             Some("output-available") => {
                 let output = part.get("output").cloned().unwrap_or(Value::Null);
+                check_answer(&state, &output)?;
                 // An approval also accepts `{"approved": bool, "reason"?}` as its answer.
                 respond = respond.answer(&tool_call_id, output);
                 answered += 1;
@@ -235,6 +265,9 @@ async fn post_chat(
                     .get("reason")
                     .and_then(Value::as_str)
                     .map(str::to_owned);
+                if let Some(reason) = &reason {
+                    check_text("reason", reason, state.limits.answer_bytes)?;
+                }
                 respond = match approved {
                     Some(true) => respond.approve(&tool_call_id),
                     _ => respond.decline(&tool_call_id, reason),
@@ -246,16 +279,19 @@ async fn post_chat(
     }
     if answered == 0 {
         let ui = UiStream::new(meta, None, known);
-        return Ok(ui_response(ui.rejected(
-            "no pending question of the chat has an answer in this message",
-            Map::new(),
-        )));
+        return Ok(ui_response(
+            ui.rejected(
+                "no pending question of the chat has an answer in this message",
+                Map::new(),
+            ),
+            state.closing.grace_over(),
+        ));
     }
     match respond.stream().await {
         Ok(stream) => {
             let chunks = state.hub.spawn(stream, &agent_id);
             let ui = UiStream::new(meta, None, known);
-            Ok(ui_response(ui.convert(chunks)))
+            Ok(ui_response(ui.convert(chunks), state.closing.grace_over()))
         }
         Err(error) => {
             let mut problems = Map::new();
@@ -265,7 +301,10 @@ async fn post_chat(
             }
             tracing::info!(run_id = %run_id, error = %error_chain_text(&error), "chat answer refused");
             let ui = UiStream::new(meta, None, known);
-            Ok(ui_response(ui.rejected(&message, problems)))
+            Ok(ui_response(
+                ui.rejected(&message, problems),
+                state.closing.grace_over(),
+            ))
         }
     }
 }
@@ -286,14 +325,17 @@ fn rejection_text(error: &ResumeError) -> String {
 }
 
 /// The SSE response of UI message chunks, with the protocol's header, ending with `[DONE]`.
-fn ui_response(chunks: impl Stream<Item = Value> + Send + 'static) -> Response {
+fn ui_response(
+    chunks: impl Stream<Item = Value> + Send + 'static,
+    until: impl Future<Output = ()> + Send + 'static,
+) -> Response {
     let events = chunks
         .map(|chunk| Event::default().data(chunk.to_string()))
         .chain(futures::stream::once(async {
             Event::default().data("[DONE]")
         }))
         .map(Ok::<_, Infallible>);
-    let mut response = crate::sse::events_response(events);
+    let mut response = crate::sse::events_response(events, until);
     response
         .headers_mut()
         .insert(STREAM_HEADER.0, HeaderValue::from_static(STREAM_HEADER.1));
@@ -304,7 +346,17 @@ fn ui_response(chunks: impl Stream<Item = Value> + Send + 'static) -> Response {
 /// thread as the AI SDK's UI messages. A pending question is a tool part in state
 /// `input-available` (with its `data-askloop-question` part), an approval one in
 /// `approval-requested`: a reloaded page shows them again.
-async fn get_messages(
+#[utoipa::path(get, path = "/api/agents/{agentId}/chat/{chatId}/messages", tag = "chat",
+    params(("agentId" = String, Path, description = "The agent's id"),
+           ("chatId" = String, Path, description = "The chat's id (its thread id)")),
+    responses(
+        (status = 200, description = "The chat's UI messages", body = ChatMessages),
+        (status = 400, description = "bad_request", body = crate::error::ErrorBody),
+        (status = 401, description = "No or bad API key", body = crate::error::ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = crate::error::ErrorBody),
+        (status = 404, description = "agent_not_found, chat_not_found", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn get_messages(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     PathParam((agent_id, chat_id)): PathParam<(String, String)>,

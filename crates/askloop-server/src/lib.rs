@@ -74,6 +74,7 @@
 
 mod api;
 mod chat;
+mod closing;
 mod error;
 mod hub;
 mod inbox;

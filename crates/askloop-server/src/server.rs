@@ -9,14 +9,12 @@ use askloop_core::RunStore;
 use askloop_core::registry::AgentRegistry;
 use tokio::net::TcpListener;
 
+use crate::closing::{Closing, SHUTDOWN_GRACE};
 use crate::error::ServerError;
 use crate::hub::RunHub;
 use crate::inbox::Inbox;
 use crate::keys::{ApiKey, KeyRing};
 use crate::limits::Limits;
-
-/// How long [`Server::serve`] waits at shutdown for run tasks to end.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The askloop HTTP server: agents, a store, keys and limits, shared by every route. Cheap to
 /// clone (an `Arc` inside). Build it with [`Server::builder`].
@@ -51,6 +49,8 @@ pub(crate) struct AppState {
     pub(crate) sweep_interval: Duration,
     pub(crate) hub: RunHub,
     pub(crate) inbox: Inbox,
+    /// The shutdown as open responses see it.
+    pub(crate) closing: Closing,
 }
 
 /// Builds a [`Server`]: keys (none: open), limits, the sweep interval.
@@ -96,8 +96,10 @@ impl Server {
 
     /// Serves on `listener` until `shutdown` completes, with the background sweep (expired
     /// questions, lease recovery) every [`ServerBuilder::sweep_interval`]. At shutdown it stops
-    /// accepting, lets open requests end, then waits up to 10 s for run tasks to end; a run
-    /// still going is left `running` under a lease that expires, so any instance recovers it.
+    /// accepting and lets open requests end: the inbox's event streams end at once, a run's
+    /// stream when its run ends or at most 10 s later; then it waits up to 10 s for run tasks
+    /// to end; a run still going is left `running` under a lease that expires, so any instance
+    /// recovers it.
     ///
     /// # Errors
     /// [`ServerError::Io`] when serving fails.
@@ -116,8 +118,12 @@ impl Server {
                 tracing::debug!(%error, "cannot set TCP_NODELAY");
             }
         });
+        let closing = self.state.closing.clone();
         let served = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                closing.begin();
+            })
             .await;
         let _ = stop_sweep.send(true);
         let _ = sweeper.await;
@@ -173,6 +179,7 @@ impl ServerBuilder {
                 sweep_interval: self.sweep_interval,
                 hub: RunHub::default(),
                 inbox: Inbox::new(store),
+                closing: Closing::default(),
             }),
         }
     }

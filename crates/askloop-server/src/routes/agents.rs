@@ -85,7 +85,8 @@ pub(crate) async fn stream(
     let input = request
         .messages
         .input()
-        .ok_or_else(|| ApiError::bad_request("messages holds no user message"))?;
+        .filter(|text| !askloop_core::is_blank(text))
+        .ok_or_else(|| ApiError::bad_request("messages holds no user message with text"))?;
     check_text("the message", &input, state.limits.message_bytes)?;
     let mut options = RunOptions::new();
     let resource = match (caller.resource(), request.resource()) {
@@ -125,7 +126,10 @@ pub(crate) async fn stream(
         options = options.run_id(run_id.as_str());
     }
     let run = agent.stream_with(input, options);
-    Ok(sse::chunks_response(state.hub.spawn(run, &agent_id)))
+    Ok(sse::chunks_response(
+        state.hub.spawn(run, &agent_id),
+        state.closing.grace_over(),
+    ))
 }
 
 /// The stored run behind a resume of `agent_id`'s run: visible to the caller, of this agent.
@@ -222,7 +226,10 @@ pub(crate) async fn resume_stream(
         .stream()
         .await
         .map_err(|error| resume_refused(error, &stored, request.tool_call_id.as_deref()))?;
-    Ok(sse::chunks_response(state.hub.spawn(run, &agent_id)))
+    Ok(sse::chunks_response(
+        state.hub.spawn(run, &agent_id),
+        state.closing.grace_over(),
+    ))
 }
 
 async fn approval(
@@ -254,7 +261,10 @@ async fn approval(
         .stream()
         .await
         .map_err(|error| resume_refused(error, &stored, Some(&request.tool_call_id)))?;
-    Ok(sse::chunks_response(state.hub.spawn(run, &agent_id)))
+    Ok(sse::chunks_response(
+        state.hub.spawn(run, &agent_id),
+        state.closing.grace_over(),
+    ))
 }
 
 /// `POST /api/agents/{agentId}/approve-tool-call`: approves a call; its tool runs.

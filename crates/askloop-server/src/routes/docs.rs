@@ -27,14 +27,18 @@ use crate::error::ErrorBody;
         crate::routes::runs::respond,
         crate::routes::runs::reattach,
         crate::routes::runs::inbox_events,
+        crate::chat::post_chat,
+        crate::chat::get_messages,
         healthz,
     ),
     components(schemas(ErrorBody, api::StreamRequest, api::ResumeRequest, api::ApprovalRequest,
         api::ResponsesRequest, api::CallResponseBody, api::AgentDetails, api::ToolInfo,
         api::RunList, api::RunSummaryBody, api::PendingCallBody, api::RunDetail, api::FailureBody,
-        api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody)),
+        api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody,
+        crate::chat::ChatRequest, crate::chat::UiMessage, crate::chat::ChatMessages)),
     tags((name = "agents", description = "The reference framework's agent API"),
-         (name = "runs", description = "askloop's runs and inbox"))
+         (name = "runs", description = "askloop's runs and inbox"),
+         (name = "chat", description = "The AI SDK's chat transport (`useChat`, `DefaultChatTransport`)"))
 )]
 pub(crate) struct ApiDoc;
 

@@ -209,6 +209,7 @@ pub(crate) async fn continue_run(
         .map_err(|error| resume_refused(error, &stored, None))?;
     Ok(sse::chunks_response(
         state.hub.spawn(run, stored.state.agent_id()),
+        state.closing.grace_over(),
     ))
 }
 
@@ -268,6 +269,7 @@ pub(crate) async fn respond(
         .map_err(|error| resume_refused(error, &stored, None))?;
     Ok(sse::chunks_response(
         state.hub.spawn(run, stored.state.agent_id()),
+        state.closing.grace_over(),
     ))
 }
 
@@ -290,7 +292,7 @@ pub(crate) async fn reattach(
     let deadline = tokio::time::Instant::now() + REATTACH_WAIT;
     loop {
         if let Some(live) = state.hub.subscribe(&id) {
-            return Ok(sse::chunks_response(live));
+            return Ok(sse::chunks_response(live, state.closing.grace_over()));
         }
         let driven_elsewhere = stored.state.status() == RunStatus::Running
             && stored
@@ -314,7 +316,10 @@ pub(crate) async fn reattach(
         .into_iter()
         .map(|chunk| Arc::from(chunk.to_string()))
         .collect();
-    Ok(sse::chunks_response(futures::stream::iter(chunks)))
+    Ok(sse::chunks_response(
+        futures::stream::iter(chunks),
+        state.closing.grace_over(),
+    ))
 }
 
 /// The chunks that tell a client where a run not driven here stands.
@@ -436,5 +441,5 @@ pub(crate) async fn inbox_events(state: State, caller: Caller) -> Result<Respons
         }
     }
     .map(|event| Ok::<_, Infallible>(Event::default().data(event.to_json().to_string())));
-    Ok(sse::events_response(events))
+    Ok(sse::events_response(events, state.closing.begun()))
 }
