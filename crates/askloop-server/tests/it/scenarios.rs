@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use askloop_core::store::RunFilter;
 use askloop_core::{RunStatus, RunStore};
 use askloop_server::{ApiKey, Limits, Server};
 use axum::http::StatusCode;
@@ -48,6 +49,9 @@ async fn agents_are_listed_and_described(backend: Backend) {
     let (status, document) = call(&router, "GET", "/openapi.json", None, None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(document["paths"]["/api/agents/{agentId}/stream"]["post"].is_object());
+    // Every route is documented, the chat transport's too.
+    assert!(document["paths"]["/api/agents/{agentId}/chat"]["post"].is_object());
+    assert!(document["paths"]["/api/agents/{agentId}/chat/{chatId}/messages"]["get"].is_object());
     let (status, page) = call(&router, "GET", "/docs", None, None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.as_str().unwrap().contains("/api/runs/{runId}/stream"));
@@ -451,6 +455,13 @@ async fn bad_requests_are_json_errors(backend: Backend) {
         ("{}", "application/json"),
         ("{\"messages\": 5}", "application/json"),
         ("{\"messages\":\"hi\"}", "text/plain"),
+        // A blank message starts nothing.
+        ("{\"messages\":\"\"}", "application/json"),
+        ("{\"messages\":\" \\n\"}", "application/json"),
+        (
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"\"}]}",
+            "application/json",
+        ),
     ] {
         let (status, error) = send(&router, raw(body, content_type)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -485,6 +496,41 @@ async fn bad_requests_are_json_errors(backend: Backend) {
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    // The chat transport's input is checked as the other routes' is.
+    let chat = |id: &str, text: &str| {
+        json!({"id": id, "trigger": "submit-message",
+               "messages": [{"role": "user", "parts": [{"type": "text", "text": text}]}]})
+    };
+    for (body, expected) in [
+        (chat("a\u{0}b", "hi"), StatusCode::BAD_REQUEST),
+        (chat(" ", "hi"), StatusCode::BAD_REQUEST),
+        (chat(&"c".repeat(300), "hi"), StatusCode::BAD_REQUEST),
+        (chat("chat-1", " \u{200b} "), StatusCode::BAD_REQUEST),
+        (chat("chat-1", "a\u{0}b"), StatusCode::BAD_REQUEST),
+        (
+            chat("chat-1", &"x".repeat(200)),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+    ] {
+        let (status, error) = call(
+            &router,
+            "POST",
+            "/api/agents/assistant/chat",
+            Some(body.clone()),
+            None,
+        )
+        .await;
+        assert_eq!(status, expected, "{body} {error}");
+        assert!(error["code"].is_string(), "{error}");
+    }
+    assert!(
+        store
+            .list_runs(&RunFilter::new())
+            .await
+            .unwrap()
+            .runs
+            .is_empty()
+    );
     let run_id = start_ask(&router, None, None).await;
     let (status, error) = call(
         &router,

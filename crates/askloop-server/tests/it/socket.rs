@@ -1,4 +1,5 @@
-//! One test over a real socket: `Server::serve` on port 0, driven by reqwest.
+//! One test over a real socket: `Server::serve` on port 0, driven by reqwest, and its graceful
+//! shutdown with an endless stream open.
 
 use askloop_server::Server;
 use futures::StreamExt;
@@ -55,6 +56,33 @@ async fn a_real_socket_streams_sse_and_shuts_down() {
         .await
         .unwrap();
     assert_eq!(health, "ok");
+
+    // An open page listens to the inbox's events, an endless stream: the shutdown ends it
+    // instead of waiting for it (SIGTERM used to wait until the page went away).
+    let events = client
+        .get(format!("{base}/api/inbox/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let listening = tokio::spawn(async move {
+        let mut body = events.bytes_stream();
+        while let Some(bytes) = body.next().await {
+            if bytes.is_err() {
+                break;
+            }
+        }
+    });
     stop.send(()).unwrap();
-    serving.await.unwrap().unwrap();
+    let started = std::time::Instant::now();
+    tokio::time::timeout(std::time::Duration::from_secs(5), serving)
+        .await
+        .expect("the shutdown waited for an open event stream")
+        .unwrap()
+        .unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    tokio::time::timeout(std::time::Duration::from_secs(5), listening)
+        .await
+        .expect("the event stream did not end")
+        .unwrap();
 }
