@@ -2,8 +2,9 @@
 // `askloop serve` with scripted agents: free text, single and multi select (with "Other"),
 // approve and decline, two questions in one submit, the inbox answering another run's
 // question, reload mid-question, a question carrying HTML rendered inert, a rejected answer
-// beside its field, and the whole flow by keyboard. Screenshots: docs/page.png and the
-// artifacts folder.
+// beside its field, and the whole flow by keyboard. Screenshots go to the artifacts folder;
+// with ASKLOOP_WEB_SCREENSHOT=1 the README's docs/page.png is rewritten too (a tracked file
+// is never changed by a plain test run).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -83,7 +84,10 @@ test("free text: the question becomes a text box, focus moves to it, the answer 
   const box = page.getByLabel("Your answer");
   await box.waitFor();
   assert.ok(await box.evaluate((el) => el === document.activeElement), "focus is on the new question");
-  await page.screenshot({ path: join(repo, "docs", "page.png") });
+  await page.screenshot({ path: join(artifacts, "question.png") });
+  if (process.env.ASKLOOP_WEB_SCREENSHOT === "1") {
+    await page.screenshot({ path: join(repo, "docs", "page.png") });
+  }
   await box.fill("Ada");
   await page.getByRole("button", { name: "Send answer" }).click();
   await page.getByText("Nice to meet you.").waitFor();

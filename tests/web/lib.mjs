@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 /** The entry of the MCP "everything" server (its `echo` tool is the one approvals gate). */
 export const everythingServer = require.resolve("@modelcontextprotocol/server-everything/dist/index.js");
 
-/** Where screenshots other than docs/page.png go. */
+/** Where screenshots go (docs/page.png only with ASKLOOP_WEB_SCREENSHOT=1). */
 export const artifacts = process.env.ASKLOOP_WEB_ARTIFACTS ?? join(tmpdir(), "askloop-web-artifacts");
 mkdirSync(artifacts, { recursive: true });
 
