@@ -287,7 +287,8 @@ pub(crate) async fn respond(
 ///   meanwhile this server takes the run over (a resume through it), the live chunks from then.
 /// - Any other run: where it stands, as above.
 ///
-/// Ends at the server's shutdown like every run stream ([`crate::closing`]).
+/// Ends at the server's shutdown ([`crate::closing`]): at once while it waits for a run another
+/// process drives, else as every run stream.
 #[utoipa::path(get, path = "/api/runs/{runId}/stream", tag = "runs",
     params(("runId" = String, Path, description = "The run")),
     responses(
@@ -305,14 +306,15 @@ pub(crate) async fn reattach(
     if let Some(live) = state.hub.subscribe(&id) {
         return Ok(sse::chunks_response(live, state.closing.grace_over()));
     }
-    let until = state.closing.grace_over();
     if driven_elsewhere(&stored) {
+        // Nothing of this server's own is relayed while it waits: it ends at once at shutdown
+        // (the client re-attaches through another instance).
         let chunks = follow_elsewhere(state.0.clone(), id, stored);
-        return Ok(sse::chunks_response(chunks, until));
+        return Ok(sse::chunks_response(chunks, state.closing.begun()));
     }
     Ok(sse::chunks_response(
         futures::stream::iter(settled_chunk_texts(&stored)),
-        until,
+        state.closing.grace_over(),
     ))
 }
 
