@@ -413,6 +413,9 @@ impl RunStore for TimedStore {
     ) -> Result<ThreadHistory, StoreError> {
         self.inner.thread_history(thread_id, through).await
     }
+    async fn watch_changes(&self) -> Option<askloop_core::store::RunChanges> {
+        self.inner.watch_changes().await
+    }
     async fn close(&self) {
         self.inner.close().await;
     }

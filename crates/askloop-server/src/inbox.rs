@@ -2,25 +2,35 @@
 //! every server on the same store.
 //!
 //! One poller task per server, running only while someone listens, lists the store's suspended
-//! runs every 250 ms and diffs the set of pending tool calls against the previous poll: a new
-//! call is `question-raised`, a call gone is `question-resolved`. Events fan out over a tokio
-//! broadcast channel; each listener keeps those its key may see. Polling works for SQLite and
-//! PostgreSQL alike and sees runs suspended or answered through any other process; PostgreSQL
-//! `LISTEN/NOTIFY` is the planned upgrade (no polling, lower latency).
+//! runs and diffs the set of pending tool calls against the previous listing: a new call is
+//! `question-raised`, a call gone is `question-resolved`. Events fan out over a tokio broadcast
+//! channel; each listener keeps those its key may see.
+//!
+//! When it lists: on a store that notifies its changes ([`RunStore::watch_changes`]: PostgreSQL
+//! through `LISTEN/NOTIFY`, from every process on the database; the memory store), when a change
+//! may concern the inbox (a run becoming suspended, a run of the inbox changing, a resync),
+//! batching the changes of [`DEBOUNCE`], plus a safety listing every [`SAFETY_RELIST`]; so a
+//! question raised or answered through another server shows within tens of milliseconds. On a
+//! store that does not notify (SQLite), every [`POLL_INTERVAL`], which also sees what other
+//! processes did.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use askloop_core::store::{ListedRun, RunFilter, RunSummary};
+use askloop_core::store::{ListedRun, RunChange, RunChanges, RunFilter, RunSummary};
 use askloop_core::{AgentId, ResourceId, RunId, RunStatus, RunStore, ThreadId, ToolCallId};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
 use crate::api::PendingCallBody;
 
-/// How often the poller lists suspended runs.
+/// How often the poller lists suspended runs on a store that does not notify.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// On a store that notifies: how long the poller gathers changes before it lists.
+const DEBOUNCE: Duration = Duration::from_millis(20);
+/// On a store that notifies: how often it lists anyway (a lost notification is seen by then).
+const SAFETY_RELIST: Duration = Duration::from_secs(5);
 /// Page size of its listing.
 const POLL_PAGE: usize = 500;
 /// How long a new listener waits for the poller's first listing.
@@ -179,7 +189,9 @@ fn add_calls(pending: &mut HashMap<Key, InboxEvent>, summary: &RunSummary) {
 }
 
 async fn poll(inner: Arc<InboxInner>) {
-    tracing::debug!("inbox poller started");
+    // Watching before the first listing: a change committed after it is seen.
+    let mut changes = inner.store.watch_changes().await;
+    tracing::debug!(notified = changes.is_some(), "inbox poller started");
     loop {
         let listed = list_pending(inner.store.as_ref()).await;
         {
@@ -219,6 +231,52 @@ async fn poll(inner: Arc<InboxInner>) {
                 return;
             }
         }
+        wait_for_change(&inner, &mut changes).await;
+    }
+}
+
+/// Waits until the next listing is due: [`POLL_INTERVAL`] without notifications; with them, a
+/// change that may concern the inbox (then [`DEBOUNCE`] more, the changes meanwhile folded into
+/// the same listing) or [`SAFETY_RELIST`]. A store that stops notifying is polled from then on.
+async fn wait_for_change(inner: &InboxInner, changes: &mut Option<RunChanges>) {
+    let Some(feed) = changes else {
         tokio::time::sleep(POLL_INTERVAL).await;
+        return;
+    };
+    let safety = tokio::time::sleep(SAFETY_RELIST);
+    tokio::pin!(safety);
+    loop {
+        let change = tokio::select! {
+            () = &mut safety => return,
+            change = feed.next() => change,
+        };
+        match change {
+            None => {
+                tracing::warn!("inbox: the store stopped notifying; polling");
+                *changes = None;
+                return;
+            }
+            Some(change) if concerns_inbox(inner, &change) => {
+                tokio::time::sleep(DEBOUNCE).await;
+                while feed.try_next().is_some() {}
+                return;
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// Whether `change` may change the inbox: a run now suspended, a run with pending calls in the
+/// last listing, or a resync.
+fn concerns_inbox(inner: &InboxInner, change: &RunChange) -> bool {
+    match change {
+        RunChange::Run { run_id, status } => {
+            *status == RunStatus::Suspended
+                || lock(&inner.shared)
+                    .current
+                    .keys()
+                    .any(|(pending, _)| pending == run_id)
+        }
+        _ => true,
     }
 }

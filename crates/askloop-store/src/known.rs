@@ -1,5 +1,5 @@
 //! What a store remembers of the runs this process drives: the version it last committed or
-//! loaded, and the run's stored messages, decoded.
+//! loaded, its status then, and the run's stored messages, decoded.
 //!
 //! Stored messages never change (a run's messages are append-only, and a message row is
 //! written once, by the commit that appends it), so the first `n` messages a store once
@@ -31,6 +31,8 @@ const MAX_MESSAGES: usize = 32_768;
 struct Known {
     /// The version of that commit or read.
     version: u64,
+    /// The run's status at `version`.
+    status: RunStatus,
     /// The run's first stored messages (all of them at `version`).
     messages: Vec<Message>,
 }
@@ -60,6 +62,15 @@ impl KnownRuns {
             .get(run_id)
             .filter(|known| known.version == version)
             .map(|known| known.messages.len())
+    }
+
+    /// The run's status at `version`, if remembered.
+    pub(crate) fn status_at(&self, run_id: &RunId, version: u64) -> Option<RunStatus> {
+        let runs = self.lock();
+        runs.runs
+            .get(run_id)
+            .filter(|known| known.version == version)
+            .map(|known| known.status)
     }
 
     /// A copy of the run's first stored messages, as remembered (empty when unknown).
@@ -93,6 +104,7 @@ impl KnownRuns {
                 runs.messages += new.len();
                 if let Some(known) = runs.runs.get_mut(run_id) {
                     known.version = version;
+                    known.status = state.status();
                     known.messages.extend_from_slice(new);
                 }
                 return;
@@ -112,6 +124,7 @@ impl KnownRuns {
                 run_id.clone(),
                 Known {
                     version,
+                    status: state.status(),
                     messages: all.to_vec(),
                 },
             );

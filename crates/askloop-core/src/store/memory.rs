@@ -9,7 +9,8 @@ use crate::ids::{RunId, ThreadId};
 use crate::run::{RunState, RunStatus, RunSummary};
 use crate::store::codec::{decode_run, encode_head, encode_new_messages};
 use crate::store::{
-    Lease, ListedRun, RunFilter, RunPage, RunStore, StoreError, StoredRun, ThreadHistory,
+    ChangeFeed, Lease, ListedRun, RunChange, RunChanges, RunFilter, RunPage, RunStore, StoreError,
+    StoredRun, ThreadHistory, notifies,
 };
 
 /// A [`RunStore`] in memory: the same semantics as the durable stores (versions,
@@ -19,9 +20,12 @@ use crate::store::{
 /// Like the durable stores it keeps each run as the texts of [`crate::store::codec`] (a head
 /// and one text per message, appended), so a state that would not survive a database does
 /// not survive this store either.
+///
+/// It notifies its commits ([`RunStore::watch_changes`]) to watchers in this process.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    changes: ChangeFeed,
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +60,19 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Tells the watchers of a commit from `before` (`None`: an insert) to `state`, if it is
+    /// one that [`notifies`].
+    fn notify(&self, before: Option<RunStatus>, state: &RunState) {
+        if notifies(before, state.status) {
+            self.changes.send(RunChange::Run {
+                run_id: state.run_id.clone(),
+                status: state.status,
+            });
+        }
+    }
+}
+
 impl Inner {
     fn next_completion(&mut self) -> u64 {
         self.last_completion += 1;
@@ -87,6 +104,8 @@ impl RunStore for MemoryStore {
                 completion_seq,
             },
         );
+        drop(inner);
+        self.notify(None, state);
         Ok(1)
     }
 
@@ -115,12 +134,16 @@ impl RunStore for MemoryStore {
             inner.last_completion += 1;
             entry.completion_seq = Some(inner.last_completion);
         }
+        let before = entry.summary.status;
         entry.summary = state.summary();
         entry.head = head;
         entry.messages.extend(new_messages);
         entry.lease = lease.cloned();
         entry.version += 1;
-        Ok(entry.version)
+        let version = entry.version;
+        drop(guard);
+        self.notify(Some(before), state);
+        Ok(version)
     }
 
     async fn renew_lease(
@@ -201,6 +224,10 @@ impl RunStore for MemoryStore {
         Ok(RunPage::from_rows(runs, filter.limit))
     }
 
+    async fn watch_changes(&self) -> Option<RunChanges> {
+        Some(self.changes.watch())
+    }
+
     async fn thread_history(
         &self,
         thread_id: &ThreadId,
@@ -239,6 +266,12 @@ impl RunStore for MemoryStore {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn commits_are_notified_to_watchers() {
+        let store = std::sync::Arc::new(crate::store::MemoryStore::new());
+        crate::testing::conformance::run_change_scenario(store.clone(), store).await;
+    }
+
     crate::store_conformance_tests!(async {
         std::sync::Arc::new(crate::store::MemoryStore::new())
             as std::sync::Arc<dyn crate::store::RunStore>

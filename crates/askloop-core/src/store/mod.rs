@@ -4,6 +4,7 @@
 //! Durable stores (SQLite, and later PostgreSQL) live in `askloop-store`; they implement
 //! [`RunStore`] and pass the conformance suite in `askloop_core::testing::conformance`.
 
+mod changes;
 pub mod codec;
 mod counts;
 mod filter;
@@ -13,6 +14,7 @@ use async_trait::async_trait;
 
 pub use crate::run::{RunState, RunSummary, UnfinishedCall};
 pub use crate::run_loop::clock::lease_now_ms;
+pub use changes::{ChangeFeed, RunChange, RunChanges, notifies};
 pub use counts::RunCounts;
 pub use filter::{InvalidCursor, ListedRun, RunCursor, RunFilter, RunPage};
 pub use memory::MemoryStore;
@@ -293,6 +295,18 @@ pub trait RunStore: Send + Sync {
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError>;
 
+    /// A stream of the store's changes (see [`RunChanges`] for what is notified: status changes
+    /// and suspended commits, at least once, possibly coalesced into [`RunChange::Resync`]), or
+    /// `None` if the store cannot notify: then watchers poll ([`RunStore::list_runs`],
+    /// [`RunStore::load_run`]). The memory store notifies its own commits; PostgreSQL those of
+    /// every process on the database (`LISTEN/NOTIFY`); SQLite does not notify. The default is
+    /// `None`.
+    ///
+    /// A change committed after this returns is seen by the stream it returned.
+    async fn watch_changes(&self) -> Option<RunChanges> {
+        None
+    }
+
     /// Releases the store's connections, waiting for those in use; calls after it may fail.
     /// Call it before the process exits, so that a file store is left tidy (SQLite folds its
     /// write-ahead log back into the database and removes its `-wal` and `-shm` files). The
@@ -336,6 +350,9 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
         (**self).thread_history(thread_id, through).await
+    }
+    async fn watch_changes(&self) -> Option<RunChanges> {
+        (**self).watch_changes().await
     }
     async fn close(&self) {
         (**self).close().await;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use askloop_core::model::{AssistantPart, FinishReason, Message, ToolArgs, ToolCall};
 use askloop_core::store::{
-    ListedRun, RunCursor, RunFilter, RunState, RunSummary, StoredRun, lease_now_ms,
+    ListedRun, RunChange, RunChanges, RunCursor, RunFilter, RunState, RunSummary, StoredRun,
+    lease_now_ms,
 };
 use askloop_core::{
     AgentId, Chunk, PendingKind, RunId, RunStatus, Suspension, ToolCallId, approval_schema, wire,
@@ -31,10 +32,11 @@ const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
 /// Most runs a full listing reads (suspended-runs totals).
 const MAX_LISTED: usize = 10_000;
-/// How long a re-attach waits for a run another process drives.
-const REATTACH_WAIT: Duration = Duration::from_secs(30);
-/// How often it looks again.
+/// How often a re-attach to a run another process drives looks at the store again, on a store
+/// that does not notify.
 const REATTACH_POLL: Duration = Duration::from_millis(100);
+/// On a store that notifies: how often it looks anyway (to see a dead driver's lease expire).
+const REATTACH_SAFETY: Duration = Duration::from_secs(1);
 
 /// Every run matching `filter` (at most 10,000), newest first; unreadable rows are logged and
 /// left out.
@@ -274,52 +276,125 @@ pub(crate) async fn respond(
 }
 
 /// `GET /api/runs/{runId}/stream`: re-attaches to a run's stream.
+///
+/// - A run this server drives: its chunks so far, then the live ones.
+/// - A run another process drives (running, with a live lease): the response starts at once
+///   and sends only `: keep-alive` comments while it waits (the other process's live chunks
+///   are not seen here: they never leave it); it follows the store (its change notifications
+///   where it has them, else polling every 100 ms) until the run stops running, then sends
+///   what a client re-attaching then would get: a suspended run's pending calls re-announced,
+///   a finished run's `finish` or `error`, or `interrupted` when the driver's lease ran out. If
+///   meanwhile this server takes the run over (a resume through it), the live chunks from then.
+/// - Any other run: where it stands, as above.
+///
+/// Ends at the server's shutdown ([`crate::closing`]): at once while it waits for a run another
+/// process drives, else as every run stream.
 #[utoipa::path(get, path = "/api/runs/{runId}/stream", tag = "runs",
     params(("runId" = String, Path, description = "The run")),
     responses(
-        (status = 200, description = "SSE: a live run's chunks so far then the live ones; a suspended run's pending calls re-announced; a finished run's `finish` (or `error`); then `data: [DONE]`", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 200, description = "SSE: a live run's chunks so far then the live ones; a run another process drives: keep-alives until it stops running (its live chunks are not relayed), then as for a settled run; a suspended run's pending calls re-announced; a finished run's `finish` (or `error`); then `data: [DONE]`", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
-        (status = 409, description = "in_progress: another process still drives it after 30 s", body = ErrorBody),
     ))]
 pub(crate) async fn reattach(
     state: State,
     caller: Caller,
     PathParam(run_id): PathParam<String>,
 ) -> Result<Response, ApiError> {
-    let mut stored = visible_run(&state, &caller, &run_id).await?;
+    let stored = visible_run(&state, &caller, &run_id).await?;
     let id = RunId::new(run_id.as_str());
-    let deadline = tokio::time::Instant::now() + REATTACH_WAIT;
-    loop {
-        if let Some(live) = state.hub.subscribe(&id) {
-            return Ok(sse::chunks_response(live, state.closing.grace_over()));
-        }
-        let driven_elsewhere = stored.state.status() == RunStatus::Running
-            && stored
-                .lease
-                .as_ref()
-                .is_some_and(|lease| lease.is_live_at(lease_now_ms()));
-        if !driven_elsewhere {
-            break;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ApiError::new(
-                axum::http::StatusCode::CONFLICT,
-                "in_progress",
-                format!("run {run_id} is still being run by another process"),
-            ));
-        }
-        tokio::time::sleep(REATTACH_POLL).await;
-        stored = visible_run(&state, &caller, &run_id).await?;
+    if let Some(live) = state.hub.subscribe(&id) {
+        return Ok(sse::chunks_response(live, state.closing.grace_over()));
     }
-    let chunks: Vec<Arc<str>> = settled_chunks(&stored)
-        .into_iter()
-        .map(|chunk| Arc::from(chunk.to_string()))
-        .collect();
+    if driven_elsewhere(&stored) {
+        // Nothing of this server's own is relayed while it waits: it ends at once at shutdown
+        // (the client re-attaches through another instance).
+        let chunks = follow_elsewhere(state.0.clone(), id, stored);
+        return Ok(sse::chunks_response(chunks, state.closing.begun()));
+    }
     Ok(sse::chunks_response(
-        futures::stream::iter(chunks),
+        futures::stream::iter(settled_chunk_texts(&stored)),
         state.closing.grace_over(),
     ))
+}
+
+/// Whether another process drives the run now: running, with a live lease.
+fn driven_elsewhere(stored: &StoredRun) -> bool {
+    stored.state.status() == RunStatus::Running
+        && stored
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.is_live_at(lease_now_ms()))
+}
+
+/// [`settled_chunks`] as the texts a response sends.
+fn settled_chunk_texts(stored: &StoredRun) -> Vec<Arc<str>> {
+    settled_chunks(stored)
+        .into_iter()
+        .map(|chunk| Arc::from(chunk.to_string()))
+        .collect()
+}
+
+/// The chunks of a re-attach to a run another process drives (see [`reattach`]): nothing while
+/// it runs there; then the live chunks if this server took it over, else where it stands.
+fn follow_elsewhere(
+    state: Arc<AppState>,
+    run_id: RunId,
+    mut stored: StoredRun,
+) -> impl futures::Stream<Item = Arc<str>> + Send + 'static {
+    async_stream::stream! {
+        // Watching before the next load: a change committed after that load is seen.
+        let mut changes = state.store.watch_changes().await;
+        loop {
+            if let Some(live) = state.hub.subscribe(&run_id) {
+                let mut live = std::pin::pin!(live);
+                while let Some(chunk) = live.next().await {
+                    yield chunk;
+                }
+                return;
+            }
+            match state.store.load_run(&run_id).await {
+                Ok(loaded) => stored = loaded,
+                Err(error) => tracing::warn!(
+                    run_id = %run_id,
+                    error = %askloop_core::error_chain_text(&error),
+                    "re-attach: cannot load the run; trying again"
+                ),
+            }
+            if !driven_elsewhere(&stored) {
+                break;
+            }
+            wait_for_run(&mut changes, &run_id).await;
+        }
+        for chunk in settled_chunk_texts(&stored) {
+            yield chunk;
+        }
+    }
+}
+
+/// Waits until the run may have changed: without notifications, [`REATTACH_POLL`]; with them,
+/// a change of this run, a resync, or [`REATTACH_SAFETY`] (a driver that died renews its lease
+/// no more, which is notified by nobody). A store that stops notifying is polled from then on.
+async fn wait_for_run(changes: &mut Option<RunChanges>, run_id: &RunId) {
+    let Some(feed) = changes else {
+        tokio::time::sleep(REATTACH_POLL).await;
+        return;
+    };
+    let waited = tokio::time::timeout(REATTACH_SAFETY, async {
+        loop {
+            match feed.next().await {
+                Some(RunChange::Run {
+                    run_id: changed, ..
+                }) if &changed != run_id => {}
+                Some(_) => return true,
+                None => return false,
+            }
+        }
+    })
+    .await;
+    if matches!(waited, Ok(false)) {
+        *changes = None;
+    }
 }
 
 /// The chunks that tell a client where a run not driven here stands.

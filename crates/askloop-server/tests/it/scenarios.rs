@@ -25,6 +25,7 @@ on_both_stores!(
     a_client_that_disconnects_does_not_stop_the_run,
     a_client_reattaches_to_a_live_run,
     two_servers_share_one_store,
+    another_server_follows_a_run_it_does_not_drive,
     the_sweep_recovers_a_run_whose_process_died,
 );
 
@@ -866,6 +867,116 @@ async fn two_servers_share_one_store(backend: Backend) {
     assert_eq!(resolved["runId"], run_id.as_str());
     let (_, run) = call(&router_a, "GET", &format!("/api/runs/{run_id}"), None, None).await;
     assert_eq!(run["status"], "completed");
+}
+
+/// The running run of `store` (waits for it to exist, at most 10 s).
+async fn the_running_run(store: &Arc<dyn RunStore>) -> String {
+    let found = Arc::new(std::sync::Mutex::new(String::new()));
+    eventually("the run is running", || {
+        let (store, found) = (store.clone(), found.clone());
+        async move {
+            let page = store
+                .list_runs(&askloop_core::store::RunFilter::new().status(RunStatus::Running))
+                .await
+                .unwrap();
+            page.runs
+                .first()
+                .map(|run| *found.lock().unwrap() = run.run_id().to_string())
+                .is_some()
+        }
+    })
+    .await;
+    found.lock().unwrap().clone()
+}
+
+/// A re-attach through B to a run A drives answers at once (keep-alives while it waits), follows
+/// the store, and ends with the run's finish once A finishes it.
+async fn another_server_follows_a_run_it_does_not_drive(backend: Backend) {
+    let place = Place::new(backend).await;
+    let (store_a, store_b) = (place.open().await, place.open().await);
+    let (server_a, hold) = server(&store_a, Vec::new());
+    let (server_b, _) = server(&store_b, Vec::new());
+    let (router_a, router_b) = (server_a.router(), server_b.router());
+    let response = router_a
+        .clone()
+        .oneshot(request(
+            "POST",
+            "/api/agents/waiter/stream",
+            Some(json!({"messages": "go"})),
+            None,
+        ))
+        .await
+        .unwrap();
+    let first_client = tokio::spawn(async move {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        frames(std::str::from_utf8(&bytes).unwrap())
+    });
+    let run_id = the_running_run(&store_a).await;
+    // B answers while A still drives the run (the tool is held).
+    let reattached = tokio::time::timeout(
+        Duration::from_secs(5),
+        router_b.clone().oneshot(request(
+            "GET",
+            &format!("/api/runs/{run_id}/stream"),
+            None,
+            None,
+        )),
+    )
+    .await
+    .expect("the re-attach answers before the run ends")
+    .unwrap();
+    assert_eq!(reattached.status(), StatusCode::OK);
+    assert_eq!(status_of(&store_b, &run_id).await, RunStatus::Running);
+    hold.release.notify_one();
+    let bytes = tokio::time::timeout(Duration::from_secs(10), reattached.into_body().collect())
+        .await
+        .expect("the re-attach ends with the run")
+        .unwrap()
+        .to_bytes();
+    let second = frames(std::str::from_utf8(&bytes).unwrap());
+    assert_eq!(types(&second), ["finish"], "{second:?}");
+    let first = first_client.await.unwrap();
+    assert_eq!(
+        first.last(),
+        second.last(),
+        "the same finish as the driver's client saw"
+    );
+}
+
+/// PostgreSQL: questions raised through A show on B's inbox events through LISTEN/NOTIFY, well
+/// under the 250 ms poll interval (five in a row, each under 100 ms: a poll would show each at
+/// a uniformly random delay of up to 250 ms, so all five under 100 ms by polling has a chance of
+/// about 1 %; through notifications each takes the 20 ms batching and a listing, ~22 ms here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_inbox_hears_another_server_at_once() {
+    let place = Place::new(Backend::Postgres).await;
+    let (store_a, store_b) = (place.open().await, place.open().await);
+    let (server_a, _) = server(&store_a, Vec::new());
+    let (server_b, _) = server(&store_b, Vec::new());
+    let (router_a, router_b) = (server_a.router(), server_b.router());
+    let response = router_b
+        .clone()
+        .oneshot(request("GET", "/api/inbox/events", None, None))
+        .await
+        .unwrap();
+    let mut events = response.into_body().into_data_stream();
+    let mut delays = Vec::new();
+    for _ in 0..5 {
+        // start_ask returns once A's stream showed the suspension, which was committed before.
+        // (No memory: each run is a thread of its own, so each asks its question.)
+        let run_id = start_ask(&router_a, None, None).await;
+        let committed = tokio::time::Instant::now();
+        let raised = next_event(&mut events).await;
+        delays.push(committed.elapsed());
+        assert_eq!(raised["type"], "question-raised");
+        assert_eq!(raised["runId"], run_id.as_str());
+    }
+    assert!(
+        delays
+            .iter()
+            .all(|delay| *delay < Duration::from_millis(100)),
+        "inbox delays {delays:?}"
+    );
 }
 
 /// The next inbox event (skipping keep-alive comments), within 10 s.

@@ -2,9 +2,11 @@
 //!
 //! `url.rs` holds [`PgUrl`]; `store.rs` the [`RunStore`](askloop_core::RunStore)
 //! implementation (each commit one statement: a compare-and-swap, the new messages, the lease
-//! and the completion sequence in one call of a SQL function of the migration).
+//! and the completion sequence in one call of a SQL function of the migration); `notify.rs` its
+//! change notifications (`LISTEN/NOTIFY`).
 
 mod error;
+mod notify;
 mod store;
 mod url;
 
@@ -45,6 +47,13 @@ const DUPLICATE_DATABASE: &str = "42P04";
 /// of processes may open the same database: every commit is a compare-and-swap on the run's
 /// version under a row lock, so of several processes resuming the same call exactly one wins.
 ///
+/// Change notifications ([`RunStore::watch_changes`](askloop_core::RunStore::watch_changes)):
+/// every store `NOTIFY`s its commits that change a run's status or leave it suspended, right
+/// after each commit (a statement of its own: inside the commit, NOTIFY would serialize
+/// commits), so watchers see those of every process on the database; the store listens on one
+/// connection of its pool, taken by the first watcher and held until the store is closed,
+/// reconnecting when it is lost.
+///
 /// Connections: a pool of up to 64 per store, opened on demand; commits of concurrent runs go
 /// through different connections, and PostgreSQL flushes the write-ahead log of concurrent
 /// commits together (its own group commit).
@@ -54,6 +63,8 @@ pub struct PgStore {
     /// The runs this process committed or loaded: their version and stored messages, so an
     /// update sends only the new messages and a load reads only those it does not hold.
     known: Arc<KnownRuns>,
+    /// The change notifications' session, started by the first `watch_changes`.
+    notifications: Arc<notify::Notifications>,
 }
 
 impl PgStore {
@@ -131,6 +142,7 @@ impl PgStore {
         Ok(Self {
             pool,
             known: Arc::new(KnownRuns::default()),
+            notifications: Arc::default(),
         })
     }
 

@@ -3,7 +3,8 @@
 //! Commits call the SQL functions of `migrations/postgres/0001_runs.sql`
 //! (`askloop_insert_run`, `askloop_update_run`), so the compare-and-swap, the appended
 //! messages, the lease and the completion sequence travel in one round trip and commit as one
-//! statement. Reads are single statements too, so each sees one snapshot.
+//! statement. Reads are single statements too, so each sees one snapshot. A commit that
+//! [`notifies`] is followed by its notification (`notify.rs`).
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
@@ -12,12 +13,13 @@ use sqlx::{Postgres, QueryBuilder, Row};
 use askloop_core::model::Message;
 use askloop_core::store::codec::{decode_run, decode_run_after, encode_head, encode_new_messages};
 use askloop_core::store::{
-    Lease, ListedRun, RunCounts, RunFilter, RunPage, RunState, StoredRun, ThreadHistory,
+    Lease, ListedRun, RunChanges, RunCounts, RunFilter, RunPage, RunState, StoredRun,
+    ThreadHistory, notifies,
 };
 use askloop_core::{LeaseHolder, RunId, RunStatus, RunStore, StoreError, ThreadId};
 
-use crate::postgres::PgStore;
 use crate::postgres::error::{backend, map_pg_error};
+use crate::postgres::{PgStore, notify};
 
 /// `askloop_update_run`'s answers besides a new version.
 const UPDATE_CONFLICT: i64 = 0;
@@ -103,6 +105,9 @@ impl RunStore for PgStore {
             .await
             .map_err(|error| map_pg_error(run_id, error))?;
         self.known.stored(state, 0, 1);
+        if notifies(None, state.status()) {
+            notify::announce(&self.pool, run_id, state.status()).await;
+        }
         Ok(1)
     }
 
@@ -116,6 +121,9 @@ impl RunStore for PgStore {
         let head = encode_head(state)?;
         let (holder, expires) = lease_columns(lease);
         let mut first = self.known.count_at(run_id, expected_version).unwrap_or(0);
+        // The status committed at `expected_version`, if this store committed or loaded it
+        // (the driver of a run always has): unknown, the commit is notified.
+        let before = self.known.status_at(run_id, expected_version);
         loop {
             let messages = encode_new_messages(state, first)?;
             let outcome: i64 = sqlx::query_scalar(UPDATE_RUN)
@@ -153,6 +161,9 @@ impl RunStore for PgStore {
                     // On a miss every message was sent and the store skipped those it had:
                     // what it held before is not known, so nothing remembered is kept.
                     self.known.stored(state, first, version);
+                    if before.is_none_or(|before| notifies(Some(before), state.status())) {
+                        notify::announce(&self.pool, run_id, state.status()).await;
+                    }
                     return Ok(version);
                 }
                 other => {
@@ -274,6 +285,16 @@ impl RunStore for PgStore {
             highest = Some(seq);
         }
         Ok(ThreadHistory::new(messages, highest))
+    }
+
+    async fn watch_changes(&self) -> Option<RunChanges> {
+        match self.notifications.feed(&self.pool).await {
+            Ok(feed) => Some(feed.watch()),
+            Err(error) => {
+                tracing::warn!(error = %error, "store notifications unavailable; watchers poll");
+                None
+            }
+        }
     }
 
     async fn close(&self) {

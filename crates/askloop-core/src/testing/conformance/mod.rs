@@ -112,6 +112,55 @@ pub async fn run_store_scenario(name: &str, store: Arc<dyn RunStore>) {
     scenario(Arc::new(YieldingStore::new(store))).await;
 }
 
+/// The change-notification scenario: commits through `writer` are seen through `watcher`,
+/// another handle of the same store (the same value for the memory store; another pool on the
+/// same database for PostgreSQL). A store that does not notify (`watch_changes` is `None` on
+/// both handles) passes trivially.
+///
+/// Checks: a run inserted and committed as running is not notified; its suspension and then
+/// its completion are, in order, within 5 s each ([`crate::store::RunChange::Resync`] is
+/// skipped, as a watcher would re-list).
+///
+/// # Panics
+/// On a change not seen, or seen out of order, or on one handle notifying and not the other.
+pub async fn run_change_scenario(writer: Arc<dyn RunStore>, watcher: Arc<dyn RunStore>) {
+    use crate::run::RunStatus;
+    use crate::store::RunChange;
+
+    let Some(mut changes) = watcher.watch_changes().await else {
+        assert!(
+            writer.watch_changes().await.is_none(),
+            "one handle notifies, the other not"
+        );
+        return;
+    };
+    let id = RunId::new("watched");
+    let mut run = support::state("watched", "t", RunStatus::Running, 1);
+    writer.insert_run(&run, None).await.unwrap();
+    writer.update_run(&run, 1, None).await.unwrap();
+    run.status = RunStatus::Suspended;
+    writer.update_run(&run, 2, None).await.unwrap();
+    run.status = RunStatus::Completed;
+    writer.update_run(&run, 3, None).await.unwrap();
+    for expected in [RunStatus::Suspended, RunStatus::Completed] {
+        let seen = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            loop {
+                match changes.next().await {
+                    Some(RunChange::Run { run_id, status }) if run_id == id => return status,
+                    Some(_) => {}
+                    None => panic!("the store stopped notifying"),
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no change to {expected:?} seen within 5 s"));
+        assert_eq!(
+            seen, expected,
+            "changes out of order or a running commit notified"
+        );
+    }
+}
+
 /// Checks that `listed` (the names a test macro expands to) is exactly the suite's scenarios.
 ///
 /// # Panics
@@ -200,6 +249,9 @@ impl RunStore for YieldingStore {
         let result = self.inner.thread_history(thread_id, through).await;
         tokio::task::yield_now().await;
         result
+    }
+    async fn watch_changes(&self) -> Option<crate::store::RunChanges> {
+        self.inner.watch_changes().await
     }
     async fn close(&self) {
         self.inner.close().await;

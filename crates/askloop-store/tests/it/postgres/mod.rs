@@ -163,6 +163,9 @@ impl RunStore for SchemaStore {
     ) -> Result<ThreadHistory, StoreError> {
         self.store.thread_history(thread_id, through).await
     }
+    async fn watch_changes(&self) -> Option<askloop_core::store::RunChanges> {
+        self.store.watch_changes().await
+    }
     async fn close(&self) {
         self.store.close().await;
     }
@@ -180,6 +183,26 @@ pub(crate) async fn fresh_store() -> Arc<dyn RunStore> {
 
 mod conformance {
     askloop_core::store_conformance_tests!(super::fresh_store());
+}
+
+/// Commits through one pool are notified to another pool on the same schema (LISTEN/NOTIFY),
+/// and not to a store of another schema in the same database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_through_one_pool_are_notified_to_another() {
+    let schema = TestSchema::create().await;
+    let (writer, watcher) = (schema.open().await, schema.open().await);
+    let other_schema = TestSchema::create().await;
+    let other = other_schema.open().await;
+    let mut unrelated = other.watch_changes().await.expect("PostgreSQL notifies");
+    askloop_core::testing::conformance::run_change_scenario(writer.clone(), watcher.clone()).await;
+    let stray = tokio::time::timeout(std::time::Duration::from_millis(200), unrelated.next()).await;
+    assert!(
+        stray.is_err(),
+        "another schema's change was notified: {stray:?}"
+    );
+    for store in [writer, watcher, other] {
+        store.close().await;
+    }
 }
 
 /// Starts one run that suspends at its question; returns its id.
