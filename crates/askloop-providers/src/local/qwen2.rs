@@ -60,8 +60,9 @@ struct Block {
 /// A `qwen2` model's weights, shared read-only by every generation.
 pub(crate) struct Qwen2Model {
     config: LlamaConfig,
-    /// The token embedding, quantized; rows are dequantized as they are looked up.
-    embedding: QTensor,
+    /// The token embedding, quantized; rows are dequantized as they are looked up. With tied
+    /// embeddings (no `output.weight`, as in Qwen2.5-1.5B) the output matrix shares it.
+    embedding: Arc<QTensor>,
     blocks: Vec<Block>,
     output_norm: RmsNorm,
     output: QMatMul,
@@ -88,16 +89,16 @@ impl Qwen2Model {
         };
         let device = Device::Cpu;
         let mut tensor = |name: &str| content.tensor(&mut reader, name, &device);
-        let embedding = tensor("token_embd.weight").map_err(invalid)?;
+        let embedding = Arc::new(tensor("token_embd.weight").map_err(invalid)?);
         let output_norm = tensor("output_norm.weight")
             .and_then(|weight| RmsNorm::from_qtensor(weight, config.rms_eps))
             .map_err(invalid)?;
+        // Tied embeddings: the output matrix is the embedding's blocks, read and kept once.
         let output = if content.tensor_infos.contains_key("output.weight") {
-            tensor("output.weight")
+            tensor("output.weight").and_then(QMatMul::from_qtensor)
         } else {
-            tensor("token_embd.weight")
+            QMatMul::from_arc(embedding.clone())
         }
-        .and_then(QMatMul::from_qtensor)
         .map_err(invalid)?;
         let mut blocks = Vec::with_capacity(config.layers);
         for index in 0..config.layers {
