@@ -31,32 +31,96 @@ use crate::cli::{Cli, Command, KeysCommand, ModelCommand, RunsCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
-    match run(cli) {
+    let otlp = init_tracing();
+    let code = match run(cli) {
         Ok(code) => code,
         Err(error) => exit::report(&error),
+    };
+    if let Some(provider) = otlp {
+        // Flushes the spans still batched (the runtime is gone: the exporter blocks here).
+        if let Err(error) = provider.shutdown() {
+            tracing::warn!(%error, "could not flush the OTLP span export");
+        }
     }
+    code
 }
 
 /// Logs go to stderr. With `RUST_LOG` set, as `tracing`'s usual lines filtered by it; without,
 /// only warnings and errors (of askloop and its libraries, genai's per-request errors aside),
 /// each as one line for people: `warning: MESSAGE`.
-fn init_tracing() {
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
+///
+/// With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, the spans
+/// of askloop's crates at INFO and above (`run`, `step`, `model call`, `tool call`, the
+/// server's `run task`) are also exported over OTLP/HTTP protobuf, `service.name` `askloop`
+/// (the other standard `OTEL_*` variables apply: headers, timeout, batch sizes); the returned
+/// provider flushes them at its shutdown.
+fn init_tracing() -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let fmt = if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt::layer()
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
-            .init();
-        return;
+            .with_filter(filter)
+            .boxed()
+    } else {
+        // The final error line already says what failed, and genai logs every retried request
+        // at ERROR level.
+        tracing_subscriber::fmt::layer()
+            .event_format(HumanLine)
+            .with_writer(std::io::stderr)
+            .with_filter(tracing_subscriber::EnvFilter::new("warn,genai=off"))
+            .boxed()
+    };
+    let (provider, otlp_error) = match otlp_provider() {
+        Ok(provider) => (provider, None),
+        Err(error) => (None, Some(error)),
+    };
+    let otel = provider.as_ref().map(|provider| {
+        let askloop_spans = tracing_subscriber::filter::Targets::new()
+            .with_target("askloop_core", tracing::Level::INFO)
+            .with_target("askloop_server", tracing::Level::INFO)
+            .with_target("askloop", tracing::Level::INFO);
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("askloop"))
+            .with_filter(askloop_spans)
+    });
+    tracing_subscriber::registry().with(fmt).with(otel).init();
+    if let Some(error) = otlp_error {
+        tracing::warn!(%error, "OTLP span export is off");
     }
-    // The final error line already says what failed, and genai logs every retried request at
-    // ERROR level.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,genai=off"))
-        .event_format(HumanLine)
-        .with_writer(std::io::stderr)
-        .init();
+    provider
+}
+
+/// The OTLP span exporter's provider when an OTLP endpoint is configured (`None` otherwise).
+fn otlp_provider() -> Result<
+    Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+    opentelemetry_otlp::ExporterBuildError,
+> {
+    use opentelemetry_otlp::WithExportConfig as _;
+
+    let configured = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+    if !configured("OTEL_EXPORTER_OTLP_ENDPOINT")
+        && !configured("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    {
+        return Ok(None);
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .build()?;
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name("askloop")
+        .build();
+    Ok(Some(
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build(),
+    ))
 }
 
 /// A log event as one line for people: `warning: MESSAGE (key=value, …)`, with no time,

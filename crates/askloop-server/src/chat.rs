@@ -56,6 +56,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::keys::Caller;
+use crate::metrics::StreamKind;
 use crate::routes::{
     Body, PathParam, agent_for_caller, check_answer, check_text, check_thread_visible,
 };
@@ -165,6 +166,7 @@ pub(crate) async fn post_chat(
     PathParam(agent_id): PathParam<String>,
     Body(request): Body<ChatRequest>,
 ) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
     let agent_id = AgentId::from(agent_id);
     let agent = agent_for_caller(&state, &caller, &agent_id).await?;
     let thread = chat_thread(&request.id)?;
@@ -201,7 +203,9 @@ pub(crate) async fn post_chat(
         let stream = agent.stream_with(text, options);
         let run_id = stream.run_id().clone();
         meta["runId"] = json!(run_id.as_str());
-        let chunks = state.hub.spawn(stream, &agent_id);
+        let chunks = state
+            .hub
+            .spawn(stream, &agent_id, StreamKind::Cycle(started));
         let ui = UiStream::new(
             meta,
             Some(format!("msg-{}", run_id.as_str())),
@@ -289,7 +293,9 @@ pub(crate) async fn post_chat(
     }
     match respond.stream().await {
         Ok(stream) => {
-            let chunks = state.hub.spawn(stream, &agent_id);
+            let chunks = state
+                .hub
+                .spawn(stream, &agent_id, StreamKind::Resume(started));
             let ui = UiStream::new(meta, None, known);
             Ok(ui_response(ui.convert(chunks), state.closing.grace_over()))
         }

@@ -14,13 +14,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use askloop_core::{AgentId, AgentStream, RunId, error_chain_text, wire};
+use askloop_core::{AgentId, AgentStream, Chunk, RunId, error_chain_text, wire};
 use futures::{Stream, StreamExt};
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::metrics::{Metrics, Outcome, StreamKind};
+
 /// The live runs of this server.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct RunHub {
     inner: Arc<HubInner>,
 }
@@ -29,15 +31,8 @@ struct HubInner {
     runs: Mutex<HashMap<RunId, Arc<LiveRun>>>,
     /// How many run tasks are going.
     live: watch::Sender<usize>,
-}
-
-impl Default for HubInner {
-    fn default() -> Self {
-        Self {
-            runs: Mutex::new(HashMap::new()),
-            live: watch::Sender::new(0),
-        }
-    }
+    /// Where stream durations are recorded.
+    metrics: Arc<Metrics>,
 }
 
 /// The buffer of one run's current stream.
@@ -116,12 +111,25 @@ impl Drop for Attached {
 }
 
 impl RunHub {
+    /// A hub recording its streams' durations in `metrics`.
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            inner: Arc::new(HubInner {
+                runs: Mutex::new(HashMap::new()),
+                live: watch::Sender::new(0),
+                metrics,
+            }),
+        }
+    }
+
     /// Drives `stream` to its end in a task of its own, recording its chunks; returns a
-    /// subscription attached before the first chunk (it sees them all).
+    /// subscription attached before the first chunk (it sees them all). `kind` says which
+    /// duration histogram the stream's end goes to.
     pub(crate) fn spawn(
         &self,
         stream: AgentStream,
         agent_id: &AgentId,
+        kind: StreamKind,
     ) -> impl Stream<Item = Arc<str>> + Send + 'static {
         let run_id = stream.run_id().clone();
         let live = Arc::new(LiveRun::new());
@@ -133,8 +141,15 @@ impl RunHub {
             run_id: run_id.clone(),
             live,
         };
-        let span = tracing::info_span!("run", run_id = %run_id, agent_id = %agent_id);
-        tokio::spawn(drive(stream, guard).instrument(span));
+        let span = tracing::info_span!("run task", run_id = %run_id, agent_id = %agent_id);
+        let metrics = self.inner.metrics.clone();
+        tokio::spawn(
+            async move {
+                let outcome = drive(stream, guard).await;
+                metrics.stream_ended(kind, outcome);
+            }
+            .instrument(span),
+        );
         subscription
     }
 
@@ -220,15 +235,27 @@ impl RunHub {
     }
 }
 
-async fn drive(mut stream: AgentStream, guard: TaskGuard) {
+/// Drives the stream to its end; how it ended.
+async fn drive(mut stream: AgentStream, guard: TaskGuard) -> Outcome {
     let run_id = guard.run_id.clone();
     tracing::debug!("run task started");
+    let mut outcome = Outcome::interrupted;
     while let Some(item) = stream.next().await {
         match item {
-            Ok(chunk) => guard
-                .live
-                .push(wire::chunk_to_json(&run_id, &chunk).to_string()),
+            Ok(chunk) => {
+                match &chunk {
+                    Chunk::Finish { .. } => outcome = Outcome::finished,
+                    Chunk::ToolCallSuspended { .. } | Chunk::ToolCallApproval { .. } => {
+                        outcome = Outcome::suspended;
+                    }
+                    _ => {}
+                }
+                guard
+                    .live
+                    .push(wire::chunk_to_json(&run_id, &chunk).to_string());
+            }
             Err(error) => {
+                outcome = Outcome::failed;
                 tracing::warn!(code = error.code(), error = %error_chain_text(&error), "run stream failed");
                 guard.live.push(
                     wire::error_to_json(&run_id, error.code(), &error.to_string()).to_string(),
@@ -237,6 +264,7 @@ async fn drive(mut stream: AgentStream, guard: TaskGuard) {
             }
         }
     }
-    tracing::debug!("run task ended");
+    tracing::debug!(?outcome, "run task ended");
     drop(guard);
+    outcome
 }

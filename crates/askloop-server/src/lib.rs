@@ -32,6 +32,7 @@
 //! | POST | `/api/runs/{runId}/responses` | `{responses: [{toolCallId, answer} \| {toolCallId, approved, reason?}]}`, one commit → SSE |
 //! | GET | `/api/runs/{runId}/stream` | re-attach: a live run's chunks so far then the live ones; a suspended run's calls re-announced; a finished run's `finish` (or `error`) |
 //! | GET | `/api/inbox/events` | SSE of `question-raised` / `question-resolved` across every server on the store |
+//! | GET | `/metrics` | Prometheus metrics (OpenMetrics text; needs a key when keys are configured; see below) |
 //! | GET | `/openapi.json`, `/docs`, `/healthz` | the OpenAPI document (utoipa), a page of the routes, `ok` (no key needed) |
 //!
 //! Error codes and statuses: 400 `bad_request`, `invalid_answer` (details: `expected`,
@@ -47,6 +48,17 @@
 //! (another tenant's run is 404, so existence does not leak), and lists are filtered to it;
 //! [`ApiKey::agents`] restricts it to some agents (others 403, not listed). Without keys the
 //! server is open: bind it to loopback.
+//!
+//! # Observability
+//! `GET /metrics` serves, per server (an explicit `prometheus-client` registry, no global
+//! recorder): `askloop_runs{status}` and `askloop_pending_questions` (the store's view, read at
+//! scrape time: every instance on the store), `askloop_cycle_duration_seconds{outcome}` (a new
+//! run's stream, from its request reaching the handler to the stream's end: suspension,
+//! finish, error), `askloop_resume_duration_seconds{outcome}` (the same for resumes: resume,
+//! approve, decline, `/responses`, a chat answer), `askloop_http_requests_total{method,route,status}`
+//! and `askloop_http_request_duration_seconds{method,route}` (route templates, to the response
+//! head). With keys configured any valid key may scrape. Each run task runs in a `run` span
+//! (run id, agent id); the agent loop's spans (`askloop_core`) nest inside it.
 //!
 //! # Example
 //! ```no_run
@@ -80,6 +92,7 @@ mod hub;
 mod inbox;
 mod keys;
 mod limits;
+mod metrics;
 mod page;
 mod routes;
 mod server;

@@ -15,6 +15,7 @@ use crate::hub::RunHub;
 use crate::inbox::Inbox;
 use crate::keys::{ApiKey, KeyRing};
 use crate::limits::Limits;
+use crate::metrics::Metrics;
 
 /// The askloop HTTP server: agents, a store, keys and limits, shared by every route. Cheap to
 /// clone (an `Arc` inside). Build it with [`Server::builder`].
@@ -51,6 +52,8 @@ pub(crate) struct AppState {
     pub(crate) inbox: Inbox,
     /// The shutdown as open responses see it.
     pub(crate) closing: Closing,
+    /// `/metrics`' registry; the run hub records stream durations in it.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// Builds a [`Server`]: keys (none: open), limits, the sweep interval.
@@ -170,6 +173,7 @@ impl ServerBuilder {
     /// The server.
     pub fn build(self) -> Server {
         let store = self.store;
+        let metrics = Arc::new(Metrics::default());
         Server {
             state: Arc::new(AppState {
                 agents: self.agents,
@@ -177,9 +181,10 @@ impl ServerBuilder {
                 keys: KeyRing::new(self.keys),
                 limits: self.limits,
                 sweep_interval: self.sweep_interval,
-                hub: RunHub::default(),
+                hub: RunHub::new(metrics.clone()),
                 inbox: Inbox::new(store),
                 closing: Closing::default(),
+                metrics,
             }),
         }
     }

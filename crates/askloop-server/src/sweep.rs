@@ -10,6 +10,7 @@ use askloop_core::store::{RunFilter, lease_now_ms};
 use askloop_core::{ResumeError, RunStatus, error_chain_text, expired_runs};
 use tokio::sync::watch;
 
+use crate::metrics::StreamKind;
 use crate::server::AppState;
 
 /// Who the audit records for the sweep's actions.
@@ -63,7 +64,7 @@ pub(crate) async fn sweep_once(state: &AppState) {
                     }
                 };
                 match agent.expire_due(&run, Some(SWEEPER.to_owned())).await {
-                    Ok(stream) => drop(state.hub.spawn(stream, &run.agent_id)),
+                    Ok(stream) => drop(state.hub.spawn(stream, &run.agent_id, StreamKind::Other)),
                     Err(error) => refused("expire", &run.run_id, &error),
                 }
             }
@@ -106,7 +107,11 @@ pub(crate) async fn sweep_once(state: &AppState) {
         match agent.continue_stream(&summary.run_id).await {
             Ok(stream) => {
                 tracing::info!(run_id = %summary.run_id, "sweep: recovering a run whose process stopped");
-                drop(state.hub.spawn(stream, &summary.agent_id));
+                drop(
+                    state
+                        .hub
+                        .spawn(stream, &summary.agent_id, StreamKind::Other),
+                );
             }
             Err(error) => refused("recover", &summary.run_id, &error),
         }

@@ -19,6 +19,7 @@ mod issue7;
 #[cfg(feature = "local")]
 mod local;
 mod mcp;
+mod otlp;
 #[cfg(unix)]
 mod postgres;
 mod providers;

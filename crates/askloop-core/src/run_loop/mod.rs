@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::Either;
+use tracing::Instrument;
 
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) use claim::OUTCOME_UNKNOWN;
@@ -130,53 +131,80 @@ pub(crate) fn start(
     let cancel = CancelHandle::new();
     let run_cancel = cancel.clone();
     let stream_run_id = run_id.clone();
-    let stream = driven(move |mut out| async move {
-        let (thread_id, history) = match options.thread_id {
-            Some(thread_id) => {
-                // A new message to a thread whose run waits for answers supersedes that run
-                // first: its waiting calls get results saying so, and it joins the history.
-                end::supersede_waiting_runs(
-                    &agent,
-                    &thread_id,
-                    &input,
-                    options
-                        .by
-                        .clone()
-                        .or_else(|| options.resource_id.as_ref().map(ToString::to_string)),
-                )
-                .await?;
-                let history = agent.store.thread_history(&thread_id, None).await?;
-                (thread_id, history)
-            }
-            None => (ThreadId::generate(), ThreadHistory::default()),
-        };
-        let state = RunState::new(
-            run_id,
-            thread_id,
-            options.resource_id,
-            agent.id.clone(),
-            agent.model_spec.clone(),
-            vec![Message::user(input)],
-            history.through,
-        );
-        let lease = agent.lease_for(&state);
-        let version = agent.store.insert_run(&state, lease.as_ref()).await?;
-        out.emit(Chunk::Start {
-            agent_id: agent.id.clone(),
-        })
-        .await;
-        let run = ActiveRun {
-            agent,
-            state,
-            version,
-            cancel: run_cancel,
-            history: Some(history.messages),
-            leased: Arc::new(Mutex::new(Some(version))),
-            resolved: Vec::new(),
-        };
-        drive_leased(run, &mut out).await
+    let span = run_span(&run_id, &agent.id, options.thread_id.as_ref(), "start");
+    let stream = driven(move |mut out| {
+        async move {
+            let (thread_id, history) = match options.thread_id {
+                Some(thread_id) => {
+                    // A new message to a thread whose run waits for answers supersedes that run
+                    // first: its waiting calls get results saying so, and it joins the history.
+                    end::supersede_waiting_runs(
+                        &agent,
+                        &thread_id,
+                        &input,
+                        options
+                            .by
+                            .clone()
+                            .or_else(|| options.resource_id.as_ref().map(ToString::to_string)),
+                    )
+                    .await?;
+                    let history = agent.store.thread_history(&thread_id, None).await?;
+                    (thread_id, history)
+                }
+                None => (ThreadId::generate(), ThreadHistory::default()),
+            };
+            tracing::Span::current().record("thread_id", tracing::field::display(&thread_id));
+            let state = RunState::new(
+                run_id,
+                thread_id,
+                options.resource_id,
+                agent.id.clone(),
+                agent.model_spec.clone(),
+                vec![Message::user(input)],
+                history.through,
+            );
+            let lease = agent.lease_for(&state);
+            let version = agent.store.insert_run(&state, lease.as_ref()).await?;
+            out.emit(Chunk::Start {
+                agent_id: agent.id.clone(),
+            })
+            .await;
+            let run = ActiveRun {
+                agent,
+                state,
+                version,
+                cancel: run_cancel,
+                history: Some(history.messages),
+                leased: Arc::new(Mutex::new(Some(version))),
+                resolved: Vec::new(),
+            };
+            drive_leased(run, &mut out).await
+        }
+        .instrument(span)
     });
     AgentStream::new(stream_run_id, cancel, Box::pin(stream))
+}
+
+/// The span of one run's stream (OpenTelemetry-style attributes: `run_id`, `agent_id`,
+/// `thread_id`, `kind` = `start` or `resume`). Every step, model call and tool call of the
+/// stream nests in it. Disabled callsites cost one atomic load.
+fn run_span(
+    run_id: &RunId,
+    agent_id: &crate::ids::AgentId,
+    thread_id: Option<&ThreadId>,
+    kind: &'static str,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        "run",
+        run_id = %run_id,
+        agent_id = %agent_id,
+        thread_id = tracing::field::Empty,
+        kind,
+    );
+    if let Some(thread_id) = thread_id {
+        span.record("thread_id", tracing::field::display(thread_id));
+    }
+    span
 }
 
 /// Streams a run that a resume or continue has claimed.
@@ -193,7 +221,14 @@ pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
         leased: Arc::new(Mutex::new(Some(version))),
         resolved,
     };
-    let stream = driven(move |mut out| async move { drive_leased(run, &mut out).await });
+    let span = run_span(
+        &run_id,
+        &run.state.agent_id,
+        Some(&run.state.thread_id),
+        "resume",
+    );
+    let stream =
+        driven(move |mut out| async move { drive_leased(run, &mut out).await }.instrument(span));
     AgentStream::new(run_id, cancel, Box::pin(stream))
 }
 
@@ -274,11 +309,16 @@ async fn drive(mut run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> 
     let mut needs_commit = false;
     if let Some(step) = run.state.pending_step.take() {
         let resolved = std::mem::take(&mut run.resolved);
-        let settled = match tools::settle_claimed(&mut run, step, &resolved, out).await {
-            Ok(settled) => settled,
-            Err(error) => return Err(run.fail(error).await),
-        };
-        let end = close::close_step(&mut run, settled.step, Usage::default(), out).await?;
+        let span = tracing::info_span!("step", index = run.state.steps, claimed = true);
+        let end = async {
+            let settled = match tools::settle_claimed(&mut run, step, &resolved, out).await {
+                Ok(settled) => settled,
+                Err(error) => return Err(run.fail(error).await),
+            };
+            close::close_step(&mut run, settled.step, Usage::default(), out).await
+        }
+        .instrument(span)
+        .await?;
         if end == StepEnd::Suspended {
             return Ok(());
         }
@@ -295,16 +335,24 @@ async fn drive(mut run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> 
             run.commit().await?;
         }
         needs_commit = true;
-        let response = model_step::model_step(&mut run, out).await?;
-        if response.calls.is_empty() {
-            return close::complete(&mut run, response, out).await;
-        }
-        let step = match tools::run_calls(&mut run, response.calls, out).await {
-            Ok(step) => step,
-            Err(error) => return Err(run.fail(error).await),
-        };
-        if close::close_step(&mut run, step, response.usage, out).await? == StepEnd::Suspended {
+        let span = tracing::info_span!("step", index = run.state.steps + 1);
+        if !one_step(&mut run, out).instrument(span).await? {
             return Ok(());
         }
     }
+}
+
+/// One model step and its tool calls; whether the loop goes on (not when the run completed
+/// or suspended).
+async fn one_step(run: &mut ActiveRun, out: &mut Emitter) -> Result<bool, AgentError> {
+    let response = model_step::model_step(run, out).await?;
+    if response.calls.is_empty() {
+        close::complete(run, response, out).await?;
+        return Ok(false);
+    }
+    let step = match tools::run_calls(run, response.calls, out).await {
+        Ok(step) => step,
+        Err(error) => return Err(run.fail(error).await),
+    };
+    Ok(close::close_step(run, step, response.usage, out).await? != StepEnd::Suspended)
 }

@@ -2,6 +2,7 @@
 //! message to the run. A failed or cancelled call fails the run (recorded) and ends the stream.
 
 use futures::StreamExt;
+use tracing::Instrument;
 
 use crate::chunk::Chunk;
 use crate::definition::AgentDefinition;
@@ -34,6 +35,25 @@ pub(super) async fn model_step(
     run: &mut ActiveRun,
     out: &mut Emitter,
 ) -> Result<StepResponse, AgentError> {
+    // Attribute names of the OpenTelemetry GenAI semantic conventions.
+    let span = tracing::info_span!(
+        "model call",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = run.agent.model.provider(),
+        gen_ai.request.model = run.agent.model.model_id(),
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+    );
+    let response = call_model(run, out).instrument(span.clone()).await?;
+    span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
+    span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+    span.record("gen_ai.response.finish_reasons", response.reason.as_str());
+    Ok(response)
+}
+
+/// The model call of [`model_step`], in its span.
+async fn call_model(run: &mut ActiveRun, out: &mut Emitter) -> Result<StepResponse, AgentError> {
     if run.cancel.is_cancelled() {
         return Err(run.fail(AgentError::Model(ModelError::Cancelled)).await);
     }

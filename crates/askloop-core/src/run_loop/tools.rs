@@ -13,6 +13,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::chunk::Chunk;
 use crate::definition::AgentDefinition;
@@ -128,7 +129,19 @@ async fn run_work(
             let run_id = &run_id;
             async move {
                 let idempotent = is_idempotent(agent, &call);
-                let outcome = execute(agent, run_id, &call, args, answer).await;
+                // Attribute names of the OpenTelemetry GenAI semantic conventions.
+                let span = tracing::info_span!(
+                    "tool call",
+                    gen_ai.operation.name = "execute_tool",
+                    gen_ai.tool.name = %call.name,
+                    gen_ai.tool.call.id = %call.id,
+                    resumed = answer.is_some(),
+                    outcome = tracing::field::Empty,
+                );
+                let outcome = execute(agent, run_id, &call, args, answer)
+                    .instrument(span.clone())
+                    .await;
+                span.record("outcome", outcome_name(&outcome));
                 (index, idempotent, outcome)
             }
         })
@@ -153,6 +166,16 @@ async fn run_work(
         }
     }
     Ok(())
+}
+
+/// A tool call's `outcome` span field: `result`, `error` or `suspended`.
+fn outcome_name(state: &CallState) -> &'static str {
+    match state {
+        CallState::Completed { result } if result.is_error => "error",
+        CallState::Completed { .. } => "result",
+        CallState::Suspended { .. } => "suspended",
+        _ => "pending",
+    }
 }
 
 /// For each call of a new step, the question budget it would exceed, if it asks the user and the

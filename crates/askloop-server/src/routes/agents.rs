@@ -16,6 +16,7 @@ use crate::api::{
 };
 use crate::error::{ApiError, ErrorBody};
 use crate::keys::Caller;
+use crate::metrics::StreamKind;
 use crate::routes::{
     Body, Params, PathParam, State, agent_for_caller, agent_of_run, check_answer, check_id,
     check_text, check_thread_visible, visible_run,
@@ -80,6 +81,7 @@ pub(crate) async fn stream(
     PathParam(agent_id): PathParam<String>,
     Body(request): Body<StreamRequest>,
 ) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
     let agent_id = AgentId::new(agent_id);
     let agent = agent_for_caller(&state, &caller, &agent_id).await?;
     let input = request
@@ -127,7 +129,7 @@ pub(crate) async fn stream(
     }
     let run = agent.stream_with(input, options);
     Ok(sse::chunks_response(
-        state.hub.spawn(run, &agent_id),
+        state.hub.spawn(run, &agent_id, StreamKind::Cycle(started)),
         state.closing.grace_over(),
     ))
 }
@@ -206,6 +208,7 @@ pub(crate) async fn resume_stream(
     PathParam(agent_id): PathParam<String>,
     Body(request): Body<ResumeRequest>,
 ) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
     let agent_id = AgentId::new(agent_id);
     let stored = run_of_agent(&state, &caller, &agent_id, &request.run_id).await?;
     check_answer(&state, &request.resume_data)?;
@@ -227,7 +230,7 @@ pub(crate) async fn resume_stream(
         .await
         .map_err(|error| resume_refused(error, &stored, request.tool_call_id.as_deref()))?;
     Ok(sse::chunks_response(
-        state.hub.spawn(run, &agent_id),
+        state.hub.spawn(run, &agent_id, StreamKind::Resume(started)),
         state.closing.grace_over(),
     ))
 }
@@ -239,6 +242,7 @@ async fn approval(
     request: ApprovalRequest,
     approved: bool,
 ) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
     let agent_id = AgentId::new(agent_id);
     let stored = run_of_agent(&state, &caller, &agent_id, &request.run_id).await?;
     check_id("toolCallId", &request.tool_call_id)?;
@@ -262,7 +266,7 @@ async fn approval(
         .await
         .map_err(|error| resume_refused(error, &stored, Some(&request.tool_call_id)))?;
     Ok(sse::chunks_response(
-        state.hub.spawn(run, &agent_id),
+        state.hub.spawn(run, &agent_id, StreamKind::Resume(started)),
         state.closing.grace_over(),
     ))
 }

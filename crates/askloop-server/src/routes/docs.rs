@@ -30,6 +30,7 @@ use crate::error::ErrorBody;
         crate::chat::post_chat,
         crate::chat::get_messages,
         healthz,
+        crate::metrics::metrics,
     ),
     components(schemas(ErrorBody, api::StreamRequest, api::ResumeRequest, api::ApprovalRequest,
         api::ResponsesRequest, api::CallResponseBody, api::AgentDetails, api::ToolInfo,

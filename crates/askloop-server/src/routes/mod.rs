@@ -79,6 +79,7 @@ impl FromRequestParts<Arc<AppState>> for Caller {
 /// Every route, with its layers.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let limits = state.limits.clone();
+    let metrics = state.metrics.clone();
     // Streaming routes: no timeout (a stream lasts as long as its run; the run task is
     // detached from the response anyway).
     let streaming = Router::new()
@@ -111,6 +112,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/runs/{run_id}", get(runs::get_run))
         .route("/api/runs/{run_id}/cancel", post(runs::cancel_run))
         .route("/healthz", get(docs::healthz))
+        .route("/metrics", get(crate::metrics::metrics))
         .route("/openapi.json", get(docs::openapi_json))
         .route("/docs", get(docs::docs_page))
         .merge(crate::page::routes())
@@ -125,6 +127,9 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
         .layer(RequestBodyLimitLayer::new(limits.body_bytes))
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn(move |request, next| {
+            crate::metrics::track_http(metrics.clone(), request, next)
+        }))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

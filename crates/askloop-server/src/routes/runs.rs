@@ -20,6 +20,7 @@ use futures::StreamExt;
 use crate::api::{CancelledBody, ResponsesRequest, RunDetail, RunList, RunSummaryBody, RunsQuery};
 use crate::error::{ApiError, ErrorBody};
 use crate::keys::Caller;
+use crate::metrics::StreamKind;
 use crate::routes::agents::resume_refused;
 use crate::routes::{
     Body, Params, PathParam, State, agent_of_run, check_answer, check_id, check_text, visible_run,
@@ -210,7 +211,9 @@ pub(crate) async fn continue_run(
         .await
         .map_err(|error| resume_refused(error, &stored, None))?;
     Ok(sse::chunks_response(
-        state.hub.spawn(run, stored.state.agent_id()),
+        state
+            .hub
+            .spawn(run, stored.state.agent_id(), StreamKind::Other),
         state.closing.grace_over(),
     ))
 }
@@ -234,6 +237,7 @@ pub(crate) async fn respond(
     PathParam(run_id): PathParam<String>,
     Body(request): Body<ResponsesRequest>,
 ) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
     let stored = visible_run(&state, &caller, &run_id).await?;
     if request.responses.is_empty() {
         return Err(ApiError::bad_request("responses is empty"));
@@ -270,7 +274,9 @@ pub(crate) async fn respond(
         .await
         .map_err(|error| resume_refused(error, &stored, None))?;
     Ok(sse::chunks_response(
-        state.hub.spawn(run, stored.state.agent_id()),
+        state
+            .hub
+            .spawn(run, stored.state.agent_id(), StreamKind::Resume(started)),
         state.closing.grace_over(),
     ))
 }

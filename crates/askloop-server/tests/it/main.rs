@@ -8,6 +8,7 @@
     unreachable_pub
 )]
 
+mod metrics;
 mod scenarios;
 mod socket;
 mod support;
