@@ -27,9 +27,12 @@ fn attribute(span: &Span, key: &str) -> Option<String> {
         })
 }
 
+/// The export requests received: each one's content type and body.
+type Received = Arc<Mutex<Vec<(Option<String>, Bytes)>>>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_exports_its_spans_over_otlp() {
-    let received: Arc<Mutex<Vec<(Option<String>, Bytes)>>> = Arc::default();
+    let received: Received = Arc::default();
     let sink = received.clone();
     let app = axum::Router::new().route(
         "/v1/traces",
