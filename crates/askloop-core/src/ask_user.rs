@@ -5,7 +5,7 @@
 //! documented in its "askUserTool" reference page): same input schema, suspend payload, result
 //! texts and fallback text. askloop is stricter: answers are checked against the question before
 //! the run resumes (see [`AskUser`]'s `validate_resume`), and option labels must be non-empty,
-//! unique and free of control characters.
+//! unique and free of NUL characters.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -165,8 +165,9 @@ impl AskUserQuestion {
     ///
     /// # Errors
     /// A message for: `selectionMode` without options; a blank question; an empty or duplicate
-    /// option label; a label with a control character (a label is one line that a person picks
-    /// and sends back; the server refuses answers with NUL, so such a label could never be chosen).
+    /// option label; a label with a NUL character (stores and the server refuse answers with
+    /// NUL, so such a label could be offered but never chosen; other control characters are
+    /// allowed and escaped where they are shown).
     pub fn from_args(args: AskUserArgs) -> Result<Self, String> {
         let options = args.options.filter(|options| !options.is_empty());
         if args.selection_mode.is_some() && options.is_none() {
@@ -181,9 +182,9 @@ impl AskUserQuestion {
                 if is_blank(&option.label) {
                     return Err("option labels must be non-empty.".into());
                 }
-                if option.label.chars().any(char::is_control) {
+                if option.label.contains('\0') {
                     return Err(format!(
-                        "option labels must be one line without control characters; {:?} is not.",
+                        "option labels must not contain NUL characters; {:?} does.",
                         option.label
                     ));
                 }
@@ -512,11 +513,15 @@ mod tests {
     }
 
     #[test]
-    fn labels_with_control_characters_are_refused() {
-        for label in ["Post\u{0}greSQL", "two\nlines", "bell\u{7}"] {
-            let error = AskUserQuestion::from_args(args(&["SQLite", label])).unwrap_err();
-            assert!(error.contains("without control characters"), "{error}");
+    fn labels_with_nul_are_refused() {
+        let error = AskUserQuestion::from_args(args(&["SQLite", "Post\u{0}greSQL"])).unwrap_err();
+        assert!(error.contains("must not contain NUL"), "{error}");
+        // Other control characters can be chosen (they are escaped where shown).
+        for label in ["Postgre SQL ✓", "two\nlines", "bold\u{1b}[1m"] {
+            assert!(
+                AskUserQuestion::from_args(args(&["SQLite", label])).is_ok(),
+                "{label:?}"
+            );
         }
-        assert!(AskUserQuestion::from_args(args(&["SQLite", "Postgre SQL ✓"])).is_ok());
     }
 }
