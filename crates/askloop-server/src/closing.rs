@@ -56,6 +56,7 @@ impl Closing {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -74,6 +75,6 @@ mod tests {
         // Late subscribers see a shutdown already begun.
         tokio::time::timeout(Duration::from_millis(1), closing.begun())
             .await
-            .ok();
+            .expect("a late subscriber waited for a shutdown already begun");
     }
 }

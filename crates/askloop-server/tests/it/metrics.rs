@@ -39,20 +39,13 @@ fn sample(text: &str, name: &str) -> Option<f64> {
 }
 
 /// Scrapes until the sample `name` is `value` (the run task records a stream's end just after
-/// the stream's last chunk), at most 10 s; the last scrape.
+/// the stream's last chunk), at most 10 s ([`eventually`]); then a scrape to read.
 async fn scrape_until(router: &axum::Router, name: &str, value: f64) -> String {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let text = scrape(router, None).await;
-        if sample(&text, name) == Some(value) {
-            return text;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} never reached {value}: {text}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    eventually(&format!("{name} reaching {value}"), || async {
+        sample(&scrape(router, None).await, name) == Some(value)
+    })
+    .await;
+    scrape(router, None).await
 }
 
 async fn metrics_follow_an_ask_cycle(backend: Backend) {

@@ -785,26 +785,7 @@ async fn a_client_reattaches_to_a_live_run(backend: Backend) {
         frames(std::str::from_utf8(&bytes).unwrap())
     });
     // Find the run while it waits in its tool.
-    let run_id = Arc::new(std::sync::Mutex::new(String::new()));
-    eventually("the run is running", || {
-        let store = store.clone();
-        let run_id = run_id.clone();
-        async move {
-            let page = store
-                .list_runs(&askloop_core::store::RunFilter::new().status(RunStatus::Running))
-                .await
-                .unwrap();
-            match page.runs.first() {
-                Some(run) => {
-                    *run_id.lock().unwrap() = run.run_id().to_string();
-                    true
-                }
-                None => false,
-            }
-        }
-    })
-    .await;
-    let run_id = run_id.lock().unwrap().clone();
+    let run_id = the_running_run(&store).await;
     // The handler answers once it has subscribed to the live buffer: from then on, it sees
     // every chunk of the current stream.
     let reattached = router
