@@ -14,7 +14,7 @@ use crate::options::RunOptions;
 use crate::response::CallResponse;
 use crate::run_loop::{self, Resolution};
 use crate::schema::SchemaError;
-use crate::store::{MemoryStore, RunStore};
+use crate::store::{MemoryStore, RunStore, StoredRun};
 use crate::stream::{AgentStream, RunOutput};
 use crate::tool::{DynTool, RegisteredTool};
 
@@ -227,6 +227,7 @@ impl Agent {
             run_id: run_id.clone(),
             items: Vec::new(),
             by: None,
+            loaded: None,
         }
     }
 
@@ -294,7 +295,7 @@ impl Agent {
             .iter()
             .map(|id| (Some(id.clone()), Resolution::Expire))
             .collect();
-        let claim = run_loop::claim_resume(&self.inner, &expired.run_id, items, by).await?;
+        let claim = run_loop::claim_resume(&self.inner, &expired.run_id, items, by, None).await?;
         Ok(run_loop::resume(self.inner.clone(), claim))
     }
 
@@ -344,6 +345,7 @@ pub struct Respond<'a> {
     run_id: RunId,
     items: Vec<(Option<ToolCallId>, Resolution)>,
     by: Option<String>,
+    loaded: Option<StoredRun>,
 }
 
 impl std::fmt::Debug for Respond<'_> {
@@ -361,6 +363,16 @@ impl Respond<'_> {
     /// Who responds, for the audit (a resource id, an API key's name, `cli`).
     pub fn by(mut self, by: impl Into<String>) -> Self {
         self.by = Some(by.into());
+        self
+    }
+
+    /// The run as the caller has just loaded it (a server that checked who may see it):
+    /// the claim's first attempt starts from this copy instead of reading the store again.
+    /// Nothing else changes: the compare-and-swap still names this copy's version, so a copy
+    /// that is stale by then (or one the responses do not fit) only costs a re-read, never a
+    /// wrong claim; a copy of another run is ignored.
+    pub fn loaded(mut self, stored: StoredRun) -> Self {
+        self.loaded = Some(stored);
         self
     }
 
@@ -407,8 +419,14 @@ impl Respond<'_> {
     /// changed); [`ResumeError::DuplicateToolCall`], [`ResumeError::UnnamedInBatch`],
     /// [`ResumeError::EmptyBatch`].
     pub async fn stream(self) -> Result<AgentStream, ResumeError> {
-        let claim =
-            run_loop::claim_resume(&self.agent.inner, &self.run_id, self.items, self.by).await?;
+        let claim = run_loop::claim_resume(
+            &self.agent.inner,
+            &self.run_id,
+            self.items,
+            self.by,
+            self.loaded,
+        )
+        .await?;
         Ok(run_loop::resume(self.agent.inner.clone(), claim))
     }
 }

@@ -59,6 +59,15 @@ pub(super) async fn load_own_run(
     run_id: &RunId,
 ) -> Result<StoredRun, ResumeError> {
     let stored = agent.store.load_run(run_id).await.map_err(map_load_error)?;
+    own_run(agent, run_id, stored)
+}
+
+/// `stored` if it belongs to `agent`.
+fn own_run(
+    agent: &AgentDefinition,
+    run_id: &RunId,
+    stored: StoredRun,
+) -> Result<StoredRun, ResumeError> {
     if stored.state.agent_id != agent.id {
         return Err(ResumeError::WrongAgent {
             run_id: run_id.clone(),
@@ -106,26 +115,40 @@ pub(crate) enum Resolution {
 /// or expired one `completed` with its error result; the run becomes `running` under this
 /// agent's lease. Every response is checked before anything changes: one invalid response
 /// refuses them all. Nothing changes unless it returns `Ok`.
+///
+/// `loaded` is the run as the caller just read it: the first attempt starts from it instead of
+/// reading the store. Anything that copy alone would decide (a refusal, a lost
+/// compare-and-swap, a busy run) is decided again on a fresh read, so the outcome is the one a
+/// fresh read gives; a copy of another run is ignored.
 pub(crate) async fn claim_resume(
     agent: &AgentDefinition,
     run_id: &RunId,
     items: Vec<(Option<ToolCallId>, Resolution)>,
     by: Option<String>,
+    loaded: Option<StoredRun>,
 ) -> Result<Claim, ResumeError> {
     check_items(run_id, &items)?;
+    let mut loaded = loaded.filter(|stored| stored.state.run_id == *run_id);
     let mut lost_race = false;
     let mut attempts = 0;
     let busy_until = tokio::time::Instant::now() + BUSY_WAIT;
     let mut pause = Duration::from_millis(2);
     loop {
-        let stored = load_own_run(agent, run_id).await?;
+        let (stored, preloaded) = match loaded.take() {
+            Some(stored) => (own_run(agent, run_id, stored)?, true),
+            None => (load_own_run(agent, run_id).await?, false),
+        };
         if busy_with_another_call(&stored, &items) && tokio::time::Instant::now() < busy_until {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(100));
+            if !preloaded {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
             continue;
         }
         let (state, resolved) = match apply(agent, &stored, &items, by.as_ref()) {
             Ok(applied) => applied,
+            // The caller's copy may be stale: decide on a fresh read.
+            Err(_) if preloaded => continue,
             // A lost compare-and-swap means another resume won: say so, unless the second read
             // shows this very answer recorded (then the resume is idempotent).
             Err(
@@ -153,6 +176,8 @@ pub(crate) async fn claim_resume(
                     resolved,
                 });
             }
+            // The caller's copy was stale: not a race lost to another resume.
+            Err(StoreError::Conflict { .. }) if preloaded => {}
             Err(StoreError::Conflict { .. }) => {
                 lost_race = true;
                 attempts += 1;

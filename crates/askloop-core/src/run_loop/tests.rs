@@ -1120,3 +1120,74 @@ async fn a_new_run_takes_the_id_its_caller_chose() {
     let stored = store.load_run(&"chosen-1".into()).await.unwrap();
     assert_eq!(stored.state.status(), RunStatus::Completed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_from_the_callers_copy_decides_as_a_fresh_read_would() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("c1", json!({"question": "Which repo?"}))]}),
+        json!({"toolCalls": [ask("c2", json!({"question": "Which branch?"}))]}),
+        json!({"text": "Thanks."}),
+    ]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let stream = agent.stream("Summarize my project");
+    let run_id = stream.run_id().clone();
+    chunks_of(stream).await;
+    let at_c1 = store.load_run(&run_id).await.unwrap();
+    let other = agent.stream("Another request");
+    let other_id = other.run_id().clone();
+    chunks_of(other).await;
+    let other_copy = store.load_run(&other_id).await.unwrap();
+
+    // The current copy: claimed from it. A copy of another run is ignored.
+    let chunks = chunks_of(
+        agent
+            .respond(&run_id)
+            .loaded(other_copy)
+            .answer(&ToolCallId::new("c1"), json!("main"))
+            .stream()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(tool_results(&chunks)[0].0, "c1");
+    assert_eq!(suspended_payloads(&chunks).len(), 1, "c2 asks next");
+
+    // A stale copy (it knows no c2): decided again on a fresh read, and the claim lands.
+    let chunks = chunks_of(
+        agent
+            .respond(&run_id)
+            .loaded(at_c1.clone())
+            .answer(&ToolCallId::new("c2"), json!("dev"))
+            .stream()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(tool_results(&chunks)[0].0, "c2");
+    assert!(has_finish(&chunks));
+    let finished = store.load_run(&run_id).await.unwrap();
+
+    // A stale copy on which the answer fits (c1 still waits there): the compare-and-swap
+    // fails, and the refusal is the one a fresh read gives, not a lost race.
+    let from_copy = agent
+        .respond(&run_id)
+        .loaded(at_c1)
+        .answer(&ToolCallId::new("c1"), json!("other"))
+        .stream()
+        .await
+        .unwrap_err();
+    let fresh = agent
+        .respond(&run_id)
+        .answer(&ToolCallId::new("c1"), json!("other"))
+        .stream()
+        .await
+        .unwrap_err();
+    assert_eq!(format!("{from_copy:?}"), format!("{fresh:?}"));
+    assert!(!matches!(fresh, ResumeError::Conflict { .. }), "{fresh:?}");
+    assert_eq!(
+        store.load_run(&run_id).await.unwrap(),
+        finished,
+        "nothing changed"
+    );
+}

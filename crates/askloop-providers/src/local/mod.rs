@@ -60,6 +60,7 @@ mod qwen2;
 mod sampler;
 mod template;
 mod tokenizer;
+mod weights;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,7 +75,7 @@ pub use error::{CandleError, LocalModelError, PipProblem};
 pub use fetch::{FetchOptions, PULL_LOG, fetch_model, pull_default_model};
 pub use files::{
     DEFAULT_MODEL_FILE, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, PULL_COMMAND, PullProgress,
-    default_model_path, models_dir, verify_file, verify_model_file,
+    default_model_path, models_dir, verify_file, verify_file_once, verify_model_file,
 };
 pub use generate::{DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P};
 pub use grammar::{MAX_ARRAY_ITEMS, MAX_NESTED_STRING_LENGTH, MAX_STRING_LENGTH, decoding_schema};
@@ -131,7 +132,8 @@ pub fn resolve_model_path(path: Option<&Path>) -> Result<PathBuf, LocalModelErro
 
 /// Loads the local model for [`crate::build_model`]: the default model when `path` is `None`, a
 /// catalogue model when `path` is its name (either checked against its size and SHA-256 on
-/// first load), else the GGUF file at `path` (or the single `.gguf` in the folder `path`).
+/// first load, and only its size while the stamp of an earlier check matches, see
+/// [`verify_file_once`]), else the GGUF file at `path` (or the single `.gguf` in the folder `path`).
 /// Loaded once per process, on a blocking thread.
 ///
 /// # Errors
@@ -149,7 +151,7 @@ pub(crate) async fn build(
         if let Some(model) = catalogued
             && !LocalModel::is_loaded(&file)
         {
-            verify_file(&file, model.file)?;
+            verify_file_once(&file, model.file)?;
         }
         LocalModel::load(&file)
     })

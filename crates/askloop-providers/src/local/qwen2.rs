@@ -18,8 +18,6 @@
 //! the keys and values per query head (`repeat_kv`), which would copy the whole cache at every
 //! token.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -29,6 +27,7 @@ use candle_transformers::quantized_nn::{Linear, RmsNorm};
 
 use crate::local::error::LocalModelError;
 use crate::local::llama::{KvCache, LlamaConfig, causal_mask, rotary_tables};
+use crate::local::weights::{Tensors, read_tensors};
 
 /// Positions the rotary tables cover at most (the model knows 32,768; prompts here stay far
 /// shorter, and the tables cost 0.5 MB per 1,024 positions).
@@ -78,24 +77,21 @@ impl Qwen2Model {
     /// [`LocalModelError::MissingMetadata`].
     pub(crate) fn load(path: &Path, content: &gguf_file::Content) -> Result<Self, LocalModelError> {
         let config = read_config(path, content)?;
-        let file = File::open(path).map_err(|source| LocalModelError::Read {
-            path: path.to_path_buf(),
-            source,
+        // The blocks' matrices multiply whole prompt blocks; the output matrix one row.
+        let mut tensors = read_tensors(path, content, |name| {
+            name.starts_with("blk.") && name.ends_with(".weight")
         })?;
-        let mut reader = BufReader::new(file);
         let invalid = |source: candle_core::Error| LocalModelError::InvalidGguf {
             path: path.to_path_buf(),
             source: source.into(),
         };
-        let device = Device::Cpu;
-        let mut tensor = |name: &str| content.tensor(&mut reader, name, &device);
-        let embedding = Arc::new(tensor("token_embd.weight").map_err(invalid)?);
-        let output_norm = tensor("output_norm.weight")
-            .and_then(|weight| RmsNorm::from_qtensor(weight, config.rms_eps))
-            .map_err(invalid)?;
+        let embedding = tensors.take("token_embd.weight")?;
+        let output_norm =
+            RmsNorm::from_qtensor(tensors.take_owned("output_norm.weight")?, config.rms_eps)
+                .map_err(invalid)?;
         // Tied embeddings: the output matrix is the embedding's blocks, read and kept once.
-        let output = if content.tensor_infos.contains_key("output.weight") {
-            tensor("output.weight").and_then(QMatMul::from_qtensor)
+        let output = if tensors.contains("output.weight") {
+            QMatMul::from_arc(tensors.take("output.weight")?)
         } else {
             QMatMul::from_arc(embedding.clone())
         }
@@ -103,22 +99,18 @@ impl Qwen2Model {
         let mut blocks = Vec::with_capacity(config.layers);
         for index in 0..config.layers {
             let eps = config.rms_eps;
-            let block = (|| -> candle_core::Result<Block> {
-                let tensor = &mut tensor;
-                Ok(Block {
-                    attention_norm: norm(tensor, index, "attn_norm", eps)?,
-                    query: linear(tensor, index, "attn_q", true)?,
-                    key: linear(tensor, index, "attn_k", true)?,
-                    value: linear(tensor, index, "attn_v", true)?,
-                    attention_output: linear(tensor, index, "attn_output", false)?,
-                    ffn_norm: norm(tensor, index, "ffn_norm", eps)?,
-                    gate: linear(tensor, index, "ffn_gate", false)?,
-                    up: linear(tensor, index, "ffn_up", false)?,
-                    down: linear(tensor, index, "ffn_down", false)?,
-                })
-            })()
-            .map_err(invalid)?;
-            blocks.push(block);
+            let tensors = &mut tensors;
+            blocks.push(Block {
+                attention_norm: norm(tensors, index, "attn_norm", eps)?,
+                query: linear(tensors, index, "attn_q", true)?,
+                key: linear(tensors, index, "attn_k", true)?,
+                value: linear(tensors, index, "attn_v", true)?,
+                attention_output: linear(tensors, index, "attn_output", false)?,
+                ffn_norm: norm(tensors, index, "ffn_norm", eps)?,
+                gate: linear(tensors, index, "ffn_gate", false)?,
+                up: linear(tensors, index, "ffn_up", false)?,
+                down: linear(tensors, index, "ffn_down", false)?,
+            });
         }
         let (cos, sin) = rotary_tables(&config).map_err(invalid)?;
         Ok(Self {
@@ -234,31 +226,33 @@ impl Qwen2Model {
     }
 }
 
-/// A tensor of the file by name.
-type TensorReader<'a> = dyn FnMut(&str) -> candle_core::Result<QTensor> + 'a;
-
 /// The projection `blk.{index}.{name}`: quantized weights, and its bias if it has one.
 fn linear(
-    tensor: &mut TensorReader<'_>,
+    tensors: &mut Tensors,
     index: usize,
     name: &str,
     bias: bool,
-) -> candle_core::Result<Linear> {
-    let weight = Arc::new(tensor(&format!("blk.{index}.{name}.weight"))?);
+) -> Result<Linear, LocalModelError> {
+    let weight = tensors.take(&format!("blk.{index}.{name}.weight"))?;
     let bias = if bias {
-        Some(tensor(&format!("blk.{index}.{name}.bias"))?.dequantize(&Device::Cpu)?)
+        let bias = tensors.take(&format!("blk.{index}.{name}.bias"))?;
+        Some(
+            bias.dequantize(&Device::Cpu)
+                .map_err(|source| tensors.invalid(source))?,
+        )
     } else {
         None
     };
-    Linear::from_arc(weight, bias)
+    Linear::from_arc(weight, bias).map_err(|source| tensors.invalid(source))
 }
 
 /// The RMS norm `blk.{index}.{name}`.
 fn norm(
-    tensor: &mut TensorReader<'_>,
+    tensors: &mut Tensors,
     index: usize,
     name: &str,
     eps: f64,
-) -> candle_core::Result<RmsNorm> {
-    RmsNorm::from_qtensor(tensor(&format!("blk.{index}.{name}.weight"))?, eps)
+) -> Result<RmsNorm, LocalModelError> {
+    let weight = tensors.take_owned(&format!("blk.{index}.{name}.weight"))?;
+    RmsNorm::from_qtensor(weight, eps).map_err(|source| tensors.invalid(source))
 }

@@ -217,7 +217,8 @@ pub(crate) async fn resume_stream(
     }
     let agent = agent_of_run(&state, &stored).await?;
     let run_id = RunId::new(request.run_id.as_str());
-    let mut respond = agent.respond(&run_id);
+    // The claim starts from the copy just checked: one store read per resume, not two.
+    let mut respond = agent.respond(&run_id).loaded(stored.clone());
     if let Some(by) = caller.by() {
         respond = respond.by(by);
     }
@@ -252,7 +253,8 @@ async fn approval(
     let agent = agent_of_run(&state, &stored).await?;
     let run_id = RunId::new(request.run_id.as_str());
     let tool_call_id = ToolCallId::new(request.tool_call_id.as_str());
-    let mut respond = agent.respond(&run_id);
+    // The claim starts from the copy just checked: one store read per resume, not two.
+    let mut respond = agent.respond(&run_id).loaded(stored.clone());
     if let Some(by) = caller.by() {
         respond = respond.by(by);
     }

@@ -243,7 +243,8 @@ pub(crate) async fn respond(
         return Err(ApiError::bad_request("responses is empty"));
     }
     let agent = agent_of_run(&state, &stored).await?;
-    let mut respond = agent.respond(stored.state.run_id());
+    // The claim starts from the copy just checked: one store read, not two.
+    let mut respond = agent.respond(stored.state.run_id()).loaded(stored.clone());
     if let Some(by) = caller.by() {
         respond = respond.by(by);
     }

