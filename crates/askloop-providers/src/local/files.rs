@@ -101,15 +101,7 @@ pub fn verify_file(path: &Path, expected: ExpectedFile) -> Result<(), LocalModel
         path: path.to_path_buf(),
         source,
     };
-    let metadata = match std::fs::metadata(path) {
-        Ok(metadata) => metadata,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(LocalModelError::ModelMissing {
-                path: path.to_path_buf(),
-            });
-        }
-        Err(error) => return Err(read_error(error)),
-    };
+    let metadata = model_metadata(path)?;
     if metadata.len() != expected.size {
         return Err(LocalModelError::WrongSize {
             path: path.to_path_buf(),
@@ -129,6 +121,22 @@ pub fn verify_file(path: &Path, expected: ExpectedFile) -> Result<(), LocalModel
         });
     }
     Ok(())
+}
+
+/// The model file's metadata; a missing file is [`LocalModelError::ModelMissing`].
+fn model_metadata(path: &Path) -> Result<std::fs::Metadata, LocalModelError> {
+    std::fs::metadata(path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            LocalModelError::ModelMissing {
+                path: path.to_path_buf(),
+            }
+        } else {
+            LocalModelError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })
 }
 
 /// The stamp that records a verified model file: `<file>.verified` beside it.
@@ -186,20 +194,7 @@ pub(crate) fn write_stamp(path: &Path, expected: ExpectedFile) {
 /// # Errors
 /// As [`verify_model_file`].
 pub fn verify_file_once(path: &Path, expected: ExpectedFile) -> Result<(), LocalModelError> {
-    let metadata = match std::fs::metadata(path) {
-        Ok(metadata) => metadata,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(LocalModelError::ModelMissing {
-                path: path.to_path_buf(),
-            });
-        }
-        Err(source) => {
-            return Err(LocalModelError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
+    let metadata = model_metadata(path)?;
     if metadata.len() == expected.size
         && let Some(text) = stamp_text(expected, &metadata)
         && std::fs::read_to_string(stamp_path(path)).is_ok_and(|stamp| stamp == text)

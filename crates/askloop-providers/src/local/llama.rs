@@ -264,24 +264,20 @@ impl LlamaModel {
         let config = LlamaConfig::from_gguf(path, content)?;
         // Prompts go through the dense copies: nothing to warm.
         let mut tensors = read_tensors(path, content, |_| false)?;
-        let invalid = |source: candle_core::Error| LocalModelError::InvalidGguf {
-            path: path.to_path_buf(),
-            source: source.into(),
-        };
         let device = Device::Cpu;
         let dense_dtype = Some(DENSE_DTYPE);
         let embedding = tensors.take("token_embd.weight")?;
         let output_norm = tensors
             .take("output_norm.weight")?
             .dequantize(&device)
-            .map_err(invalid)?;
+            .map_err(|source| tensors.invalid(source))?;
         let output = if tensors.contains("output.weight") {
             QMatMul::from_arc(tensors.take("output.weight")?)
         } else {
             // Tied embeddings: the output projection is the embedding table.
             QMatMul::from_arc(embedding.clone())
         }
-        .map_err(invalid)?;
+        .map_err(|source| tensors.invalid(source))?;
         let mut blocks = Vec::with_capacity(config.layers);
         for index in 0..config.layers {
             let mut linear = |names: &[&str]| -> Result<Linear, LocalModelError> {
@@ -289,7 +285,7 @@ impl LlamaModel {
                     .iter()
                     .map(|name| tensors.take_owned(&format!("blk.{index}.{name}.weight")))
                     .collect::<Result<Vec<_>, _>>()?;
-                Linear::fused(parts, dense_dtype).map_err(invalid)
+                Linear::fused(parts, dense_dtype).map_err(|source| tensors.invalid(source))
             };
             let qkv = linear(&["attn_q", "attn_k", "attn_v"])?;
             let attention_output = linear(&["attn_output"])?;
@@ -299,7 +295,7 @@ impl LlamaModel {
                 tensors
                     .take(&format!("blk.{index}.{name}.weight"))?
                     .dequantize(&device)
-                    .map_err(invalid)
+                    .map_err(|source| tensors.invalid(source))
             };
             let block = Block {
                 qkv,
@@ -311,7 +307,7 @@ impl LlamaModel {
             };
             blocks.push(block);
         }
-        let (cos, sin) = rotary_tables(&config).map_err(invalid)?;
+        let (cos, sin) = rotary_tables(&config).map_err(|source| tensors.invalid(source))?;
         Ok(Self {
             config,
             embedding,

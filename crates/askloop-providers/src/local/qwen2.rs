@@ -81,21 +81,17 @@ impl Qwen2Model {
         let mut tensors = read_tensors(path, content, |name| {
             name.starts_with("blk.") && name.ends_with(".weight")
         })?;
-        let invalid = |source: candle_core::Error| LocalModelError::InvalidGguf {
-            path: path.to_path_buf(),
-            source: source.into(),
-        };
         let embedding = tensors.take("token_embd.weight")?;
         let output_norm =
             RmsNorm::from_qtensor(tensors.take_owned("output_norm.weight")?, config.rms_eps)
-                .map_err(invalid)?;
+                .map_err(|source| tensors.invalid(source))?;
         // Tied embeddings: the output matrix is the embedding's blocks, read and kept once.
         let output = if tensors.contains("output.weight") {
             QMatMul::from_arc(tensors.take("output.weight")?)
         } else {
             QMatMul::from_arc(embedding.clone())
         }
-        .map_err(invalid)?;
+        .map_err(|source| tensors.invalid(source))?;
         let mut blocks = Vec::with_capacity(config.layers);
         for index in 0..config.layers {
             let eps = config.rms_eps;
@@ -112,7 +108,7 @@ impl Qwen2Model {
                 down: linear(tensors, index, "ffn_down", false)?,
             });
         }
-        let (cos, sin) = rotary_tables(&config).map_err(invalid)?;
+        let (cos, sin) = rotary_tables(&config).map_err(|source| tensors.invalid(source))?;
         Ok(Self {
             config,
             embedding,
