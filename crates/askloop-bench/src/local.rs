@@ -6,7 +6,9 @@
 //! time to a complete `ask_user` question (the first step as `askloop run` makes it), decode
 //! tokens per second for free text, peak RSS, and, with `--askloop PATH`, the time from starting
 //! `askloop run "Help me plan a trip"` on a pseudo-terminal (through `script`) to the question
-//! on screen.
+//! on screen, twice: with the prompt cache the measured first step left (as from the second run
+//! on) and without one (as the first run after installing). The model's prompt cache is removed
+//! before measuring, so the first step and the prefill figures are always measured from nothing.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,7 @@ use askloop_core::testing::ScriptedModel;
 use askloop_core::{Agent, AskUser};
 use askloop_providers::local::{
     CatalogueModel, DEFAULT_MODEL, FetchOptions, LocalModel, catalogue_model, fetch_model,
+    prompt_cache_path,
 };
 use serde_json::{Value, json};
 
@@ -171,6 +174,15 @@ fn question_on_screen(askloop: &Path, model: Option<&str>) -> anyhow::Result<f64
     outcome
 }
 
+fn remove_if_present(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            Err(error).with_context(|| format!("cannot remove {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
@@ -188,11 +200,19 @@ pub(crate) async fn local(
     prompt_out: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let path = model_file(model.as_deref()).await?;
+    // Measured from nothing: the prompt cache an earlier run left is removed first.
+    let cache = prompt_cache_path(&path);
+    remove_if_present(&cache)?;
     let line = tokio::task::spawn_blocking(move || measure(&path, prompt_out.as_deref())).await??;
     let mut line = line;
     if let Some(askloop) = askloop {
+        // As from the second run on: the prompt cache the first step above stored.
         let seconds = question_on_screen(&askloop, model.as_deref())?;
         line["question_on_screen_s"] = json!(round(seconds, 2));
+        // As the first run after installing (or after the instructions change): no cache.
+        remove_if_present(&cache)?;
+        let seconds = question_on_screen(&askloop, model.as_deref())?;
+        line["question_on_screen_first_run_s"] = json!(round(seconds, 2));
     }
     println!("{line}");
     Ok(())

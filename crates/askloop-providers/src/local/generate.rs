@@ -20,6 +20,7 @@ use crate::local::error::{BoxedError, LocalModelError};
 use crate::local::grammar::{self, DecodingPlan};
 use crate::local::llama::KvCache;
 use crate::local::network::Network;
+use crate::local::prompt_cache::PromptCache;
 use crate::local::sampler::Sampler;
 use crate::local::template::{self, ChatFormat, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 use crate::local::tokenizer::{LocalTokenizer, TextAssembler};
@@ -44,6 +45,8 @@ pub(crate) struct Engine<'a> {
     pub(crate) tokenizer: &'a LocalTokenizer,
     pub(crate) factory: &'a ParserFactory,
     pub(crate) session: &'a Mutex<Session>,
+    /// The prompt cache on disk (`None` when the model file's metadata cannot be read).
+    pub(crate) prompt_cache: Option<&'a PromptCache>,
 }
 
 /// Where events go; `false` from `send` means the consumer is gone and generation stops.
@@ -155,7 +158,17 @@ pub(crate) fn generate(
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     let session = &mut *session;
-    let mut logits = prefill(engine.network, session, &prompt)?;
+    let started = std::time::Instant::now();
+    let Prefilled {
+        mut logits,
+        from_disk,
+    } = prefill(engine.network, session, &prompt, engine.prompt_cache)?;
+    tracing::debug!(
+        prompt = prompt.len(),
+        from_disk,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "local model: prompt processed"
+    );
 
     let end_of_turn = engine.tokenizer.end_of_turn();
     let end_of_text = engine.tokenizer.end_of_text();
@@ -304,12 +317,19 @@ const PREFILL_BLOCK: usize = 64;
 /// The prompt runs in blocks at fixed positions, and only complete blocks are kept for the next
 /// call. A block's keys and values depend only on the tokens up to its end, computed the same way
 /// every time, so reusing them gives exactly the numbers a fresh process would compute: a seed
-/// gives the same output whatever ran before.
-fn prefill(
+/// gives the same output whatever ran before. A call that starts with nothing in memory (the
+/// process's first) takes the blocks it shares with the prompt cache on disk, if any, and stores
+/// its own complete blocks there when it computed new ones.
+pub(crate) fn prefill(
     network: &Network,
     session: &mut Session,
     prompt: &[u32],
-) -> Result<Vec<f32>, LocalModelError> {
+    stored: Option<&PromptCache>,
+) -> Result<Prefilled, LocalModelError> {
+    let cold = session.cache.len() == 0;
+    if cold && let Some((tokens, cache)) = stored.and_then(|stored| stored.load(network.config())) {
+        *session = Session { tokens, cache };
+    }
     let shared = session
         .tokens
         .iter()
@@ -325,6 +345,7 @@ fn prefill(
     tracing::debug!(
         prompt = prompt.len(),
         reused,
+        cold,
         "local model: processing the prompt"
     );
     let mut logits = Vec::new();
@@ -340,7 +361,24 @@ fn prefill(
             session.tokens.extend_from_slice(block);
         }
     }
-    Ok(logits)
+    if cold
+        && session.tokens.len() > reused
+        && let Some(stored) = stored
+    {
+        stored.store(&session.tokens, &session.cache);
+    }
+    Ok(Prefilled {
+        logits,
+        from_disk: if cold { reused } else { 0 },
+    })
+}
+
+/// What [`prefill`] did.
+pub(crate) struct Prefilled {
+    /// The logits after the prompt's last token.
+    pub(crate) logits: Vec<f32>,
+    /// Positions taken from the prompt cache on disk.
+    pub(crate) from_disk: usize,
 }
 
 /// Without a grammar, the only control token the model may produce is the end of its turn.

@@ -148,6 +148,31 @@ impl KvCache {
         &mut self.blocks
     }
 
+    /// A cache of `len` positions made of one (key, value) pair per block, each
+    /// `[1, kv_heads, len, head_dim]`.
+    pub(crate) fn from_blocks(blocks: Vec<(Tensor, Tensor)>, len: usize) -> Self {
+        Self {
+            blocks: blocks.into_iter().map(Some).collect(),
+            len,
+        }
+    }
+
+    /// The first `len` positions of every block, or `None` when the cache holds fewer (or a
+    /// block holds none).
+    pub(crate) fn prefix(&self, len: usize) -> candle_core::Result<Option<Vec<(Tensor, Tensor)>>> {
+        if len > self.len || len == 0 {
+            return Ok(None);
+        }
+        let mut blocks = Vec::with_capacity(self.blocks.len());
+        for entry in &self.blocks {
+            let Some((key, value)) = entry else {
+                return Ok(None);
+            };
+            blocks.push((key.narrow(2, 0, len)?, value.narrow(2, 0, len)?));
+        }
+        Ok(Some(blocks))
+    }
+
     /// Records that `count` more positions were appended to every block.
     pub(crate) fn advance(&mut self, count: usize) {
         self.len += count;

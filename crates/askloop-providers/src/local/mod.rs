@@ -28,7 +28,9 @@
 //! - **Speed**: every matrix of the 1.5B model stays quantized (about 1.2 GB resident). The
 //!   135M model's prompts run through dense f32 copies of its weights and its tokens through
 //!   Q8_0 weights requantized from Q4_1. Complete 64-token blocks of the previous prompt's KV
-//!   cache are reused, which changes no number. Candle uses every core; on a machine busy with
+//!   cache are reused, which changes no number; a process's first call takes them from the
+//!   prompt cache on disk ([`prompt_cache_path`], beside the model file), so a new `askloop run`
+//!   does not process the agent's instructions and tools again. Candle uses every core; on a machine busy with
 //!   other work, set `RAYON_NUM_THREADS=1`, as its spinning thread pool slows down badly when
 //!   oversubscribed.
 //!
@@ -56,6 +58,7 @@ mod llama;
 mod model;
 mod network;
 mod pip;
+mod prompt_cache;
 mod qwen2;
 mod sampler;
 mod template;
@@ -80,6 +83,7 @@ pub use files::{
 pub use generate::{DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P};
 pub use grammar::{MAX_ARRAY_ITEMS, MAX_NESTED_STRING_LENGTH, MAX_STRING_LENGTH, decoding_schema};
 pub use model::LocalModel;
+pub use prompt_cache::prompt_cache_path;
 pub use tokenizer::{LocalTokenizer, PreTokenizer};
 
 use crate::{ProviderError, ProviderOptions};

@@ -15,6 +15,7 @@ use crate::local::error::LocalModelError;
 use crate::local::generate::{self, Engine, Session};
 use crate::local::grammar;
 use crate::local::network::Network;
+use crate::local::prompt_cache::PromptCache;
 use crate::local::tokenizer::LocalTokenizer;
 
 /// A loaded model: weights, tokenizer, grammar compiler and the KV cache of the last call.
@@ -25,6 +26,7 @@ pub(crate) struct LoadedModel {
     tokenizer: Arc<LocalTokenizer>,
     factory: ParserFactory,
     session: Mutex<Session>,
+    prompt_cache: Option<PromptCache>,
 }
 
 /// The embedded local model: a llama-architecture GGUF file run by candle on the CPU.
@@ -140,6 +142,7 @@ impl LocalModel {
             tokenizer: &inner.tokenizer,
             factory: &inner.factory,
             session: &inner.session,
+            prompt_cache: inner.prompt_cache.as_ref(),
         };
         generate::generate(&engine, request, &mut on_event)
     }
@@ -168,6 +171,7 @@ fn load_model(path: &Path) -> Result<LoadedModel, LocalModelError> {
         })?;
     let tokenizer = Arc::new(LocalTokenizer::from_gguf(path, &content)?);
     let network = Network::load(path, &content)?;
+    let prompt_cache = PromptCache::beside(path, network.config());
     let tok_env = tokenizer.tok_env();
     let mut factory = ParserFactory::new(
         &tok_env,
@@ -190,6 +194,7 @@ fn load_model(path: &Path) -> Result<LoadedModel, LocalModelError> {
         path = %path.display(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         max_string = grammar::MAX_STRING_LENGTH,
+        prompt_cache = prompt_cache.as_ref().map(|cache| cache.path().display().to_string()),
         "local model loaded"
     );
     Ok(LoadedModel {
@@ -199,6 +204,7 @@ fn load_model(path: &Path) -> Result<LoadedModel, LocalModelError> {
         tokenizer,
         factory,
         session: Mutex::new(Session::default()),
+        prompt_cache,
     })
 }
 
@@ -229,5 +235,78 @@ impl LanguageModel for LocalModel {
             receiver.recv().await.map(|item| (item, receiver))
         });
         Ok(Box::pin(stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::generate::prefill;
+    use crate::local::{FetchOptions, SMOLLM2_135M, fetch_model};
+
+    /// SmolLM2-135M, fetched (once per data folder) as the integration tests fetch it.
+    fn small_model() -> LocalModel {
+        let path = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                fetch_model(&SMOLLM2_135M, &FetchOptions::from_data_dir()?, |_| {}).await
+            })
+            .unwrap();
+        LocalModel::load(&path).unwrap()
+    }
+
+    #[test]
+    fn the_prompt_cache_on_disk_gives_the_numbers_a_cold_prompt_does() {
+        let model = small_model();
+        let inner = &model.inner;
+        let network = &inner.network;
+        let dir = tempfile::tempdir().unwrap();
+        let stored =
+            PromptCache::at(dir.path().join("cache"), &inner.path, network.config()).unwrap();
+        let text = "You are a helpful assistant who plans trips, picks databases and writes \
+                    birthday messages. Ask one short question when something is missing. "
+            .repeat(6);
+        let prompt = inner
+            .tokenizer
+            .encode(&format!("{text}Help me plan a trip"));
+        let other = inner
+            .tokenizer
+            .encode(&format!("{text}Which database should I use?"));
+        assert!(prompt.len() > 2 * 64, "{} tokens", prompt.len());
+        let cold = |prompt: &[u32]| {
+            prefill(network, &mut Session::default(), prompt, None)
+                .unwrap()
+                .logits
+        };
+        let blocks = |len: usize| len - len % 64;
+
+        // A first process computes everything and stores its complete blocks.
+        let first = prefill(network, &mut Session::default(), &prompt, Some(&stored)).unwrap();
+        assert_eq!(first.from_disk, 0);
+        let (tokens, _) = stored.load(network.config()).unwrap();
+        assert_eq!(tokens, prompt[..blocks(prompt.len())]);
+        // A second one takes them from disk: the same numbers.
+        let second = prefill(network, &mut Session::default(), &prompt, Some(&stored)).unwrap();
+        assert_eq!(second.from_disk, blocks(prompt.len() - 1));
+        assert_eq!(second.logits, first.logits);
+        assert_eq!(first.logits, cold(&prompt));
+        // Another request after the same instructions shares their blocks.
+        let shared = prompt
+            .iter()
+            .zip(&other)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let third = prefill(network, &mut Session::default(), &other, Some(&stored)).unwrap();
+        assert_eq!(third.from_disk, blocks(shared));
+        assert!(third.from_disk >= 64);
+        assert_eq!(third.logits, cold(&other));
+        // A damaged file is ignored and replaced.
+        std::fs::write(stored.path(), b"damaged").unwrap();
+        let fourth = prefill(network, &mut Session::default(), &prompt, Some(&stored)).unwrap();
+        assert_eq!(fourth.from_disk, 0);
+        assert_eq!(fourth.logits, first.logits);
+        assert!(stored.load(network.config()).is_some());
     }
 }

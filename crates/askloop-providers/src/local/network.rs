@@ -6,7 +6,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file;
 
 use crate::local::error::LocalModelError;
-use crate::local::llama::{KvCache, LlamaModel};
+use crate::local::llama::{KvCache, LlamaConfig, LlamaModel};
 use crate::local::qwen2::Qwen2Model;
 use crate::local::template::ChatFormat;
 
@@ -41,12 +41,17 @@ impl Network {
         }
     }
 
+    /// The model's hyper-parameters.
+    pub(crate) fn config(&self) -> &LlamaConfig {
+        match self {
+            Self::Llama(model) => model.config(),
+            Self::Qwen2(model) => model.config(),
+        }
+    }
+
     /// Positions the model runs.
     pub(crate) fn context_length(&self) -> usize {
-        match self {
-            Self::Llama(model) => model.config().context_length,
-            Self::Qwen2(model) => model.config().context_length,
-        }
+        self.config().context_length
     }
 
     /// The chat format the model was tuned on.
