@@ -146,16 +146,22 @@ fn stamp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// A file's modification time in nanoseconds since the Unix epoch, or `None` when the file
+/// system keeps none (or it is before the epoch).
+pub(crate) fn modified_ns(metadata: &std::fs::Metadata) -> Option<u128> {
+    metadata
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|elapsed| elapsed.as_nanos())
+}
+
 /// A stamp's text: the digest the file was checked against, and its size and modification
 /// time (nanoseconds since the Unix epoch) when it was. `None` when the file system keeps no
 /// modification time: then every check hashes.
 fn stamp_text(expected: ExpectedFile, metadata: &std::fs::Metadata) -> Option<String> {
-    let modified = metadata
-        .modified()
-        .ok()?
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_nanos();
+    let modified = modified_ns(metadata)?;
     Some(format!(
         "sha256 {}\nsize {}\nmodified_ns {modified}\n",
         expected.sha256,

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 
+use crate::local::files::modified_ns;
 use crate::local::llama::{KvCache, LlamaConfig};
 
 /// The version of the file's layout, part of its identity.
@@ -56,12 +57,7 @@ impl PromptCache {
     /// [`PromptCache::beside`].
     pub(crate) fn at(path: PathBuf, model: &Path, config: &LlamaConfig) -> Option<Self> {
         let metadata = std::fs::metadata(model).ok()?;
-        let modified = metadata
-            .modified()
-            .ok()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_nanos();
+        let modified = modified_ns(&metadata)?;
         Some(Self {
             path,
             identity: format!(
