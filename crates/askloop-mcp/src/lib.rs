@@ -50,6 +50,7 @@
 //! ```
 
 mod config;
+pub mod elicitation;
 mod error;
 mod server;
 #[cfg(feature = "test-support")]
