@@ -73,7 +73,9 @@ pub enum McpError {
     },
     /// The tool asked a person something (an MCP elicitation) where nobody can answer: a call
     /// outside an agent run. The server got a JSON-RPC error, not an answer.
-    #[error("MCP tool {tool} of server {server} asks a person, and nobody can answer here: {question}")]
+    #[error(
+        "MCP tool {tool} of server {server} asks a person, and nobody can answer here: {question}"
+    )]
     NobodyToAsk {
         /// The server's name.
         server: String,

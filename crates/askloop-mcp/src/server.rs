@@ -208,7 +208,10 @@ impl McpServer {
         tool: &str,
         arguments: Value,
     ) -> Result<CallToolResult, McpError> {
-        match self.call_tool_asking(tool, arguments, Vec::new(), false).await? {
+        match self
+            .call_tool_asking(tool, arguments, Vec::new(), false)
+            .await?
+        {
             CallOutcome::Complete(result) => Ok(result),
             // Only a call that can ask hears of questions; should one come anyway, it stays
             // unanswered and says so.

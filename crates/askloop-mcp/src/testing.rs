@@ -139,6 +139,16 @@ pub fn filesystem(root: &Path) -> McpServerConfig {
 /// # Panics
 /// As [`npm_servers_dir`], or when the script cannot be written beside the servers.
 pub fn eliciting(log: &Path) -> McpServerConfig {
+    McpServerConfig::command("node", [eliciting_script().display().to_string()])
+        .with_env("ELICIT_LOG", log.display().to_string())
+        .with_require_approval(RequireApproval::None)
+}
+
+/// The script of [`eliciting`], placed beside the npm servers (whose SDK it imports).
+///
+/// # Panics
+/// As [`eliciting`].
+pub fn eliciting_script() -> PathBuf {
     let script = npm_servers_dir().join("eliciting-server.mjs");
     let source = include_str!("../tests/npm/eliciting-server.mjs");
     if fs::read_to_string(&script).ok().as_deref() != Some(source) {
@@ -147,7 +157,5 @@ pub fn eliciting(log: &Path) -> McpServerConfig {
         fs::write(&partial, source).expect("write the eliciting test server");
         fs::rename(&partial, &script).expect("place the eliciting test server");
     }
-    McpServerConfig::command("node", [script.display().to_string()])
-        .with_env("ELICIT_LOG", log.display().to_string())
-        .with_require_approval(RequireApproval::None)
+    script
 }

@@ -109,26 +109,25 @@ impl McpTool {
             .server
             .call_tool_raw(&self.definition.name, arguments)
             .await?;
-        self.complete(result)
+        match self.failure(&result) {
+            Some(error) => Err(error),
+            None => Ok(output(result)),
+        }
     }
 
     /// The answers the person gave to this call's questions so far: on resume, the earlier
     /// ones stored in the suspension and the one it is resumed with; else none.
-    fn answered(&self, context: &ToolContext) -> Result<Vec<Answered>, McpError> {
-        let (Some(suspension), Some(answer)) = (context.suspension(), context.resume_data())
-        else {
+    ///
+    /// # Errors
+    /// The deserializer's error for a damaged payload or answer.
+    fn answered(context: &ToolContext) -> Result<Vec<Answered>, serde_json::Error> {
+        let (Some(suspension), Some(answer)) = (context.suspension(), context.resume_data()) else {
             return Ok(Vec::new());
         };
-        let unreadable = |source| McpError::ElicitationState {
-            server: self.server.name().to_owned(),
-            tool: self.definition.name.clone(),
-            source,
-        };
-        let Some(payload) = ElicitationPayload::from_value(&suspension.payload).map_err(unreadable)?
-        else {
+        let Some(payload) = ElicitationPayload::from_value(&suspension.payload)? else {
             return Ok(Vec::new());
         };
-        let answer = ElicitationAnswer::deserialize(answer).map_err(unreadable)?;
+        let answer = ElicitationAnswer::deserialize(answer)?;
         let mut answered = payload.answered;
         answered.push(Answered {
             elicitation: payload.elicitation,
@@ -137,16 +136,13 @@ impl McpTool {
         Ok(answered)
     }
 
-    /// The output of a call's result, or [`McpError::ToolFailed`] for `isError: true`.
-    fn complete(&self, result: CallToolResult) -> Result<Value, McpError> {
-        if result.is_error == Some(true) {
-            return Err(McpError::ToolFailed {
-                server: self.server.name().to_owned(),
-                tool: self.definition.name.clone(),
-                message: error_message(&result),
-            });
-        }
-        Ok(output(result))
+    /// [`McpError::ToolFailed`] for a result with `isError: true`.
+    fn failure(&self, result: &CallToolResult) -> Option<McpError> {
+        (result.is_error == Some(true)).then(|| McpError::ToolFailed {
+            server: self.server.name().to_owned(),
+            tool: self.definition.name.clone(),
+            message: error_message(result),
+        })
     }
 }
 
@@ -264,7 +260,13 @@ impl DynTool for McpTool {
             tool: self.definition.name.clone(),
             source: Box::new(error),
         };
-        let answered = self.answered(context).map_err(failed)?;
+        let answered = Self::answered(context).map_err(|source| {
+            failed(McpError::ElicitationState {
+                server: self.server.name().to_owned(),
+                tool: self.definition.name.clone(),
+                source,
+            })
+        })?;
         if !answered.is_empty() && !self.idempotent() {
             // Safe: the first call was cancelled at its question; only what the tool did before
             // asking runs again (see the type's docs).
@@ -276,18 +278,14 @@ impl DynTool for McpTool {
         }
         let outcome = self
             .server
-            .call_tool_asking(
-                &self.definition.name,
-                args,
-                answered,
-                context.can_suspend(),
-            )
+            .call_tool_asking(&self.definition.name, args, answered, context.can_suspend())
             .await
             .map_err(failed)?;
         match outcome {
-            CallOutcome::Complete(result) => {
-                self.complete(result).map(Execution::Complete).map_err(failed)
-            }
+            CallOutcome::Complete(result) => match self.failure(&result) {
+                Some(error) => Err(failed(error)),
+                None => Ok(Execution::Complete(output(result))),
+            },
             CallOutcome::Asked {
                 elicitation,
                 answered,

@@ -39,14 +39,32 @@ fn problems(schema: &Value, answer: Value) -> Vec<String> {
 #[test]
 fn the_form_schema_takes_the_three_actions_and_content_only_when_accepting() {
     let schema = resume_schema(&form("Which size?").request);
-    assert!(problems(&schema, json!({"action": "accept", "content": {"size": "M"}})).is_empty());
+    assert!(
+        problems(
+            &schema,
+            json!({"action": "accept", "content": {"size": "M"}})
+        )
+        .is_empty()
+    );
     assert!(problems(&schema, json!({"action": "decline"})).is_empty());
     assert!(problems(&schema, json!({"action": "cancel"})).is_empty());
     // Accepting needs content that fits the server's schema.
     assert!(!problems(&schema, json!({"action": "accept"})).is_empty());
-    assert!(!problems(&schema, json!({"action": "accept", "content": {"size": "XL"}})).is_empty());
+    assert!(
+        !problems(
+            &schema,
+            json!({"action": "accept", "content": {"size": "XL"}})
+        )
+        .is_empty()
+    );
     // Declining sends nothing, so it takes nothing.
-    assert!(!problems(&schema, json!({"action": "decline", "content": {"size": "M"}})).is_empty());
+    assert!(
+        !problems(
+            &schema,
+            json!({"action": "decline", "content": {"size": "M"}})
+        )
+        .is_empty()
+    );
     assert!(!problems(&schema, json!({"action": "maybe"})).is_empty());
     assert!(!problems(&schema, json!("decline")).is_empty());
     // The CLI and the page ask it as a form: the action to choose, then the fields.
@@ -174,7 +192,10 @@ fn the_answer_is_the_mcp_result() {
         serde_json::to_value(decline.to_result()).unwrap(),
         json!({"action": "decline"})
     );
-    assert!(serde_json::from_value::<ElicitationAnswer>(json!({"action": "accept", "extra": 1})).is_err());
+    assert!(
+        serde_json::from_value::<ElicitationAnswer>(json!({"action": "accept", "extra": 1}))
+            .is_err()
+    );
 }
 
 #[test]

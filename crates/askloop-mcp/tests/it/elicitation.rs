@@ -242,7 +242,10 @@ async fn issue31_earlier_answers_of_a_call_are_given_again_and_each_question_ask
     let agent = agent(&tools, &store, calls("two_questions", json!({})));
     let output = agent.generate("Ask me").await.unwrap();
     let first = pending(&output);
-    assert_eq!(first.suspend_payload["elicitation"]["message"], "What is your name?");
+    assert_eq!(
+        first.suspend_payload["elicitation"]["message"],
+        "What is your name?"
+    );
 
     // The answer to the first question: the tool is called again, the first question answered
     // from it, and the second one asked.
@@ -253,7 +256,10 @@ async fn issue31_earlier_answers_of_a_call_are_given_again_and_each_question_ask
     )
     .await;
     let second = pending(&output);
-    assert_eq!(second.suspend_payload["elicitation"]["message"], "Which colour?");
+    assert_eq!(
+        second.suspend_payload["elicitation"]["message"],
+        "Which colour?"
+    );
     assert_eq!(
         second.suspend_payload["answered"][0]["answer"]["content"],
         json!({"name": "Ada"})
@@ -277,7 +283,11 @@ async fn issue31_earlier_answers_of_a_call_are_given_again_and_each_question_ask
         .collect();
     assert_eq!(
         answers,
-        [json!({"name": "Ada"}), json!({"name": "Ada"}), json!({"colour": "blue"})]
+        [
+            json!({"name": "Ada"}),
+            json!({"name": "Ada"}),
+            json!({"colour": "blue"})
+        ]
     );
     assert_eq!(log.of("call").len(), 3);
     tools.close().await;
@@ -393,12 +403,20 @@ async fn issue31_server_everything_offers_its_elicitation_tools_and_gets_the_ans
         assert!(names.contains(&expected), "{expected} missing: {names:?}");
     }
     // No capability advertised that askloop does not serve.
-    for absent in ["trigger-sampling-request", "get-roots-list", "trigger-elicitation-request-async"] {
+    for absent in [
+        "trigger-sampling-request",
+        "get-roots-list",
+        "trigger-elicitation-request-async",
+    ] {
         assert!(!names.contains(&absent), "{absent} listed: {names:?}");
     }
     let store = Arc::new(MemoryStore::new());
 
-    let agent_form = agent(&tools, &store, calls("trigger-elicitation-request", json!({})));
+    let agent_form = agent(
+        &tools,
+        &store,
+        calls("trigger-elicitation-request", json!({})),
+    );
     let output = agent_form.generate("Ask me").await.unwrap();
     let call = pending(&output);
     let content = &call.resume_schema.as_ref().unwrap()["properties"]["content"];
@@ -409,8 +427,14 @@ async fn issue31_server_everything_offers_its_elicitation_tools_and_gets_the_ans
         json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true, "integer": 7}}),
     )
     .await;
-    let text = tool_result(&agent_form, &output.run_id).await.result.to_string();
-    assert!(text.contains("User provided the requested information"), "{text}");
+    let text = tool_result(&agent_form, &output.run_id)
+        .await
+        .result
+        .to_string();
+    assert!(
+        text.contains("User provided the requested information"),
+        "{text}"
+    );
     assert!(text.contains("Name: Ada Lovelace"), "{text}");
     assert!(text.contains("Favorite Integer: 7"), "{text}");
 
@@ -426,8 +450,10 @@ async fn issue31_server_everything_offers_its_elicitation_tools_and_gets_the_ans
     let call = pending(&output);
     assert_eq!(call.suspend_payload["url"], "https://example.com/consent");
     answer(&agent_url, &output.run_id, json!({"action": "decline"})).await;
-    let text = tool_result(&agent_url, &output.run_id).await.result.to_string();
+    let text = tool_result(&agent_url, &output.run_id)
+        .await
+        .result
+        .to_string();
     assert!(text.contains("User declined to open the URL"), "{text}");
     tools.close().await;
 }
-
