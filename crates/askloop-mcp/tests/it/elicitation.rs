@@ -457,3 +457,102 @@ async fn issue31_server_everything_offers_its_elicitation_tools_and_gets_the_ans
     assert!(text.contains("User declined to open the URL"), "{text}");
     tools.close().await;
 }
+
+#[tokio::test]
+async fn issue31_two_calls_of_one_server_in_one_step_each_get_their_own_question() {
+    let log = Log::new();
+    let tools = toolset("dining", eliciting(&log.path)).await;
+    let store = Arc::new(MemoryStore::new());
+    let model = ScriptedModel::from_steps(vec![
+        ScriptStep {
+            tool_calls: vec![
+                ScriptToolCall {
+                    id: "b1".into(),
+                    name: "book_table".into(),
+                    args: restaurant(),
+                },
+                ScriptToolCall {
+                    id: "q1".into(),
+                    name: "two_questions".into(),
+                    args: json!({}),
+                },
+            ],
+            ..ScriptStep::default()
+        },
+        ScriptStep {
+            text: Some("Done.".into()),
+            ..ScriptStep::default()
+        },
+    ]);
+    let agent = agent(&tools, &store, model);
+    let output = agent.generate("Both").await.unwrap();
+    let RunOutcome::Suspended { pending } = &output.status else {
+        panic!("{:?}", output.status);
+    };
+    let question = |id: &str| {
+        pending
+            .iter()
+            .find(|call| call.tool_call_id.as_str() == id)
+            .unwrap()
+            .suspend_payload["elicitation"]["message"]
+            .clone()
+    };
+    assert_eq!(question("b1"), "When, and for how many, at Lisbon Grill?");
+    assert_eq!(question("q1"), "What is your name?");
+    let output = agent
+        .resume_stream(
+            json!({"action": "decline"}),
+            &output.run_id,
+            Some(&ToolCallId::new("b1")),
+        )
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    let output = agent
+        .resume_stream(
+            json!({"action": "cancel"}),
+            &output.run_id,
+            Some(&ToolCallId::new("q1")),
+        )
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    let output = agent
+        .resume_stream(
+            json!({"action": "cancel"}),
+            &output.run_id,
+            Some(&ToolCallId::new("q1")),
+        )
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "Done.");
+    let answers: Vec<(String, Value)> = log
+        .of("answer")
+        .into_iter()
+        .map(|event| {
+            (
+                event["tool"].as_str().unwrap().to_owned(),
+                event["result"]["action"].clone(),
+            )
+        })
+        .collect();
+    // Each call's question got its own person's answer: book_table declined; two_questions
+    // cancelled twice (its first question answered again on the last call).
+    assert_eq!(
+        answers,
+        [
+            ("book_table".to_owned(), json!("decline")),
+            ("two_questions".to_owned(), json!("cancel")),
+            ("two_questions".to_owned(), json!("cancel")),
+            ("two_questions".to_owned(), json!("cancel")),
+        ]
+    );
+    tools.close().await;
+}
