@@ -389,6 +389,11 @@ impl ActiveCall {
         }
     }
 
+    /// Whether a question of this call went to the person (it is being withdrawn).
+    pub(crate) fn asked(&self) -> bool {
+        self.can_ask && self.asker.is_none()
+    }
+
     /// The stored answers the server asked for during this call, in the order it asked.
     pub(crate) fn used_answers(self) -> Vec<Answered> {
         let mut used: Vec<(usize, Answered)> = self

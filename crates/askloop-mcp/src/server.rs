@@ -283,6 +283,16 @@ impl McpServer {
                 });
             }
         };
+        // A server that asked and then answered the call without waiting for the answer: its
+        // question is withdrawn (the handler stops waiting), and said so.
+        if slot.take().is_some_and(|call| call.asked()) {
+            tracing::warn!(
+                server = %self.inner.name,
+                tool,
+                "the MCP server answered the call while its question to the person was open; the question was withdrawn"
+            );
+        }
+        abandoned.notify_one();
         drop(slot);
         let result = result.map_err(|source| {
             if let ServiceError::McpError(data) = &source
