@@ -46,8 +46,8 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr. With `RUST_LOG` set, as `tracing`'s usual lines filtered by it; without,
-/// only warnings and errors (of askloop and its libraries, genai's per-request errors aside),
-/// each as one line for people: `warning: MESSAGE`.
+/// only warnings and errors (of askloop and its libraries, genai's per-request errors and
+/// rmcp's "response error" warnings aside), each as one line for people: `warning: MESSAGE`.
 ///
 /// With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, the spans
 /// of askloop's crates at INFO and above (`run`, `step`, `model call`, `tool call`, the
@@ -68,11 +68,15 @@ fn init_tracing() -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
             .boxed()
     } else {
         // The final error line already says what failed, and genai logs every retried request
-        // at ERROR level.
+        // at ERROR level. rmcp warns of every error the client answers a server with, which
+        // includes askloop-mcp withdrawing an elicitation it turned into a question (logged by
+        // askloop-mcp itself).
         tracing_subscriber::fmt::layer()
             .event_format(HumanLine)
             .with_writer(std::io::stderr)
-            .with_filter(tracing_subscriber::EnvFilter::new("warn,genai=off"))
+            .with_filter(tracing_subscriber::EnvFilter::new(
+                "warn,genai=off,rmcp::service=error",
+            ))
             .boxed()
     };
     let (provider, otlp_error) = match otlp_provider() {

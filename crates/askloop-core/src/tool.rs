@@ -55,13 +55,15 @@ impl Suspension {
 /// The context one tool call runs in.
 ///
 /// Inside an agent run it carries the run id and tool call id, and on resume the answer
-/// ([`ToolContext::resume_data`]). Outside a run ([`ToolContext::standalone`]) suspension is not
-/// available and tools fall back to an answer of their own.
+/// ([`ToolContext::resume_data`]) and the suspension it answers ([`ToolContext::suspension`]).
+/// Outside a run ([`ToolContext::standalone`]) suspension is not available and tools fall back
+/// to an answer of their own.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
     run_id: Option<RunId>,
     tool_call_id: Option<ToolCallId>,
     resume_data: Option<Value>,
+    suspension: Option<Suspension>,
 }
 
 impl ToolContext {
@@ -71,7 +73,14 @@ impl ToolContext {
             run_id: Some(run_id),
             tool_call_id: Some(tool_call_id),
             resume_data,
+            suspension: None,
         }
+    }
+
+    /// This context with the suspension its answer resolves (set by the loop on resume).
+    pub fn with_suspension(mut self, suspension: Suspension) -> Self {
+        self.suspension = Some(suspension);
+        self
     }
 
     /// A context outside any agent run: no run, no suspension.
@@ -80,6 +89,7 @@ impl ToolContext {
             run_id: None,
             tool_call_id: None,
             resume_data: None,
+            suspension: None,
         }
     }
 
@@ -96,6 +106,15 @@ impl ToolContext {
     /// The answer this call was resumed with, if it is being resumed.
     pub fn resume_data(&self) -> Option<&Value> {
         self.resume_data.as_ref()
+    }
+
+    /// The suspension this call is resumed from (its payload, resume schema and deadline, as
+    /// committed when it suspended), when it is being resumed with an answer; `None` for a
+    /// first execution, an approved call, or outside a run. A tool whose suspension carries
+    /// state of its own (e.g. an MCP tool's earlier answers) reads it here, in whatever process
+    /// resumes the run.
+    pub fn suspension(&self) -> Option<&Suspension> {
+        self.suspension.as_ref()
     }
 
     /// Whether [`ToolContext::suspend`] can be used (only inside an agent run).

@@ -71,6 +71,31 @@ pub enum McpError {
         /// The JSON type given.
         got: &'static str,
     },
+    /// The tool asked a person something (an MCP elicitation) where nobody can answer: a call
+    /// outside an agent run. The server got a JSON-RPC error, not an answer.
+    #[error(
+        "MCP tool {tool} of server {server} asks a person, and nobody can answer here: {question}"
+    )]
+    NobodyToAsk {
+        /// The server's name.
+        server: String,
+        /// The tool's name.
+        tool: String,
+        /// The server's message.
+        question: String,
+    },
+    /// A suspended elicitation's stored payload or the answer to it could not be read back on
+    /// resume (a damaged or foreign payload).
+    #[error("MCP tool {tool} of server {server}: the stored question or its answer is unreadable")]
+    ElicitationState {
+        /// The server's name.
+        server: String,
+        /// The tool's name.
+        tool: String,
+        /// The deserializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// `require_approval` lists tools the server does not have: a typo there would let the
     /// real tool run without approval, so connecting refuses it.
     #[error(
@@ -110,6 +135,8 @@ impl McpError {
             Self::Call { .. } => "mcp_call_failed",
             Self::ToolFailed { .. } => "mcp_tool_failed",
             Self::ArgumentsNotObject { .. } => "mcp_invalid_arguments",
+            Self::NobodyToAsk { .. } => "mcp_nobody_to_ask",
+            Self::ElicitationState { .. } => "mcp_elicitation_state",
             Self::UnknownApprovalTools { .. } => "mcp_unknown_approval_tools",
             Self::DuplicateTool { .. } => "mcp_duplicate_tool",
         }

@@ -14,6 +14,9 @@
 //!   unknown name in `require_approval`).
 //! - [`McpError`] — typed failures: start, handshake, transport closed, tool not found, call
 //!   failed, tool reported an error.
+//! - [`elicitation`] — a server's question to the person during a tool call (MCP elicitation,
+//!   form and URL mode) as a suspension of that call, answered with the person's
+//!   accept/decline/cancel on resume, in any process; the only client capability advertised.
 //!
 //! `require_approval` is parsed and kept ([`McpTool::requires_approval`]); the agent loop does
 //! not enforce approvals yet.
@@ -50,6 +53,7 @@
 //! ```
 
 mod config;
+pub mod elicitation;
 mod error;
 mod server;
 #[cfg(feature = "test-support")]

@@ -7,16 +7,17 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ClientCapabilities, Implementation};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceError, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::config::{McpServerConfig, McpTransport};
+use crate::elicitation::{ActiveCall, Answered, CallSlot, Elicitation, ElicitationHandler};
 use crate::error::McpError;
 
 /// How long a server may take from start to the end of its handshake, by default.
@@ -35,6 +36,11 @@ const STDERR_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// new one first. A request cut off by a closing connection fails with
 /// [`McpError::TransportClosed`] and is never repeated, since a tool may have run.
 ///
+/// `tools/call`s on one handle run one at a time: a server's `elicitation/create` then always
+/// belongs to the one call in flight (the protocol does not say which call a request comes
+/// from), so a question is never shown to the person of another run. A call that asks a person
+/// is cancelled at its question and releases the connection at once (see [`crate::McpTool`]).
+///
 /// [`McpServer::close`] ends the connection and waits for a stdio server to exit: its stdin is
 /// closed, then after 3 s its process group gets SIGTERM, then SIGKILL, and it is reaped (no
 /// zombie). Dropping the last handle does the same in the background on the Tokio runtime;
@@ -49,11 +55,28 @@ struct Inner {
     config: McpServerConfig,
     startup_timeout: Duration,
     connection: Mutex<Option<Connection>>,
+    /// Held for the whole of each `tools/call`: one call in flight at a time.
+    call_gate: Mutex<()>,
+    /// The call in flight, for the elicitation handler of every connection.
+    active_call: Arc<CallSlot>,
+}
+
+/// What came of a `tools/call` that may ask a person.
+pub(crate) enum CallOutcome {
+    /// The server answered the call.
+    Complete(CallToolResult),
+    /// The server asked a question nobody answered yet: the call was cancelled.
+    Asked {
+        /// The question.
+        elicitation: Elicitation,
+        /// The stored answers the server asked for before it, in the order it asked.
+        answered: Vec<Answered>,
+    },
 }
 
 /// One open connection.
 struct Connection {
-    service: RunningService<RoleClient, rmcp::model::ClientConfig>,
+    service: RunningService<RoleClient, ElicitationHandler>,
     pid: Option<u32>,
     stderr: Option<JoinHandle<()>>,
 }
@@ -119,6 +142,8 @@ impl McpServer {
                 config,
                 startup_timeout,
                 connection: Mutex::new(None),
+                call_gate: Mutex::new(()),
+                active_call: Arc::new(CallSlot::default()),
             }),
         };
         server.peer().await?;
@@ -170,7 +195,8 @@ impl McpServer {
     }
 
     /// Calls the tool `tool` with `arguments` (a JSON object) and returns the server's result as
-    /// it came, `isError` included.
+    /// it came, `isError` included. No person can be asked here: an elicitation of the server
+    /// is refused with a JSON-RPC error (never declined in anyone's name).
     ///
     /// # Errors
     /// [`McpError::ArgumentsNotObject`]; reconnect errors; [`McpError::TransportClosed`];
@@ -182,6 +208,35 @@ impl McpServer {
         tool: &str,
         arguments: Value,
     ) -> Result<CallToolResult, McpError> {
+        match self
+            .call_tool_asking(tool, arguments, Vec::new(), false)
+            .await?
+        {
+            CallOutcome::Complete(result) => Ok(result),
+            // Only a call that can ask hears of questions; should one come anyway, it stays
+            // unanswered and says so.
+            CallOutcome::Asked { elicitation, .. } => Err(McpError::NobodyToAsk {
+                server: self.inner.name.clone(),
+                tool: tool.to_owned(),
+                question: elicitation.message,
+            }),
+        }
+    }
+
+    /// Calls the tool `tool` with `arguments`, answering the server's elicitations from
+    /// `answered` (the person's answers to the same questions, each used once). A question not
+    /// among them, when `can_ask`, cancels the call (`notifications/cancelled`) and comes back
+    /// as [`CallOutcome::Asked`]; otherwise it is refused with a JSON-RPC error.
+    ///
+    /// # Errors
+    /// As [`McpServer::call_tool_raw`].
+    pub(crate) async fn call_tool_asking(
+        &self,
+        tool: &str,
+        arguments: Value,
+        answered: Vec<Answered>,
+        can_ask: bool,
+    ) -> Result<CallOutcome, McpError> {
         let arguments: Map<String, Value> = match arguments {
             Value::Object(map) => map,
             Value::Null => Map::new(),
@@ -193,11 +248,53 @@ impl McpServer {
                 });
             }
         };
+        let _gate = self.inner.call_gate.lock().await;
         let peer = self.peer().await?;
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(arguments);
+        let (asker, asked) = oneshot::channel();
+        let abandoned = Arc::new(Notify::new());
+        let active = ActiveCall::new(
+            tool,
+            answered,
+            can_ask.then_some(asker),
+            Arc::clone(&abandoned),
+        );
+        let slot = ActiveSlot::install(&self.inner.active_call, active);
         tracing::debug!(server = %self.inner.name, tool, "MCP tools/call");
-        let result = peer.call_tool(params).await.map_err(|source| {
+        let mut call = Box::pin(peer.call_tool(params));
+        let question = async move {
+            match asked.await {
+                Ok(elicitation) => elicitation,
+                // Nobody can be asked: the handler refuses questions itself.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        let result = tokio::select! {
+            result = &mut call => result,
+            elicitation = question => {
+                // Dropping the request sends `notifications/cancelled`; then the handler may
+                // answer the elicitation with its error.
+                drop(call);
+                abandoned.notify_one();
+                return Ok(CallOutcome::Asked {
+                    elicitation,
+                    answered: slot.take().map(ActiveCall::used_answers).unwrap_or_default(),
+                });
+            }
+        };
+        // A server that asked and then answered the call without waiting for the answer: its
+        // question is withdrawn (the handler stops waiting), and said so.
+        if slot.take().is_some_and(|call| call.asked()) {
+            tracing::warn!(
+                server = %self.inner.name,
+                tool,
+                "the MCP server answered the call while its question to the person was open; the question was withdrawn"
+            );
+        }
+        abandoned.notify_one();
+        drop(slot);
+        let result = result.map_err(|source| {
             if let ServiceError::McpError(data) = &source
                 && data.code == rmcp::model::ErrorCode::INVALID_PARAMS
                 && data.message.contains("not found")
@@ -224,7 +321,7 @@ impl McpServer {
                 tool: tool.to_owned(),
             });
         }
-        Ok(result)
+        Ok(CallOutcome::Complete(result))
     }
 
     /// Ends the connection, if one is open, and waits for a stdio server's processes to exit
@@ -337,15 +434,12 @@ impl Inner {
     async fn handshake<T, E, A>(
         &self,
         transport: T,
-    ) -> Result<RunningService<RoleClient, rmcp::model::ClientConfig>, HandshakeFailure>
+    ) -> Result<RunningService<RoleClient, ElicitationHandler>, HandshakeFailure>
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let client = rmcp::model::ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("askloop", env!("CARGO_PKG_VERSION")),
-        );
+        let client = ElicitationHandler::new(&self.name, Arc::clone(&self.active_call));
         match tokio::time::timeout(self.startup_timeout, client.serve(transport)).await {
             Ok(Ok(service)) => Ok(service),
             Ok(Err(error)) => Err(HandshakeFailure::Init(Box::new(error))),
@@ -392,6 +486,32 @@ impl Inner {
                 },
             },
         }
+    }
+}
+
+/// The call in flight, installed in its connection's slot for as long as this value lives
+/// (also when the call's future is dropped, e.g. a cancelled run).
+struct ActiveSlot<'a> {
+    slot: &'a CallSlot,
+}
+
+impl<'a> ActiveSlot<'a> {
+    fn install(slot: &'a CallSlot, call: ActiveCall) -> Self {
+        if let Ok(mut current) = slot.lock() {
+            *current = Some(call);
+        }
+        Self { slot }
+    }
+
+    /// The call, taken out of the slot.
+    fn take(&self) -> Option<ActiveCall> {
+        self.slot.lock().ok().and_then(|mut current| current.take())
+    }
+}
+
+impl Drop for ActiveSlot<'_> {
+    fn drop(&mut self) {
+        self.take();
     }
 }
 

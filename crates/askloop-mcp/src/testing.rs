@@ -129,3 +129,33 @@ pub fn filesystem(root: &Path) -> McpServerConfig {
     )
     .with_require_approval(RequireApproval::Only(vec!["write_file".to_owned()]))
 }
+
+/// askloop's own eliciting test server (`tests/npm/eliciting-server.mjs`, on the SDK installed
+/// beside server-everything) over stdio, appending what it sees to the JSON-lines file `log`.
+/// Its tools ask the person: `book_table` (a form: time and party size), `two_questions` (two
+/// forms in turn), `changing_question` (a form whose wording changes with every call) and
+/// `sign_in` (a link); all side-effecting, none needs approval.
+///
+/// # Panics
+/// As [`npm_servers_dir`], or when the script cannot be written beside the servers.
+pub fn eliciting(log: &Path) -> McpServerConfig {
+    McpServerConfig::command("node", [eliciting_script().display().to_string()])
+        .with_env("ELICIT_LOG", log.display().to_string())
+        .with_require_approval(RequireApproval::None)
+}
+
+/// The script of [`eliciting`], placed beside the npm servers (whose SDK it imports).
+///
+/// # Panics
+/// As [`eliciting`].
+pub fn eliciting_script() -> PathBuf {
+    let script = npm_servers_dir().join("eliciting-server.mjs");
+    let source = include_str!("../tests/npm/eliciting-server.mjs");
+    if fs::read_to_string(&script).ok().as_deref() != Some(source) {
+        // Written whole under another name, then renamed: concurrent tests never run half a file.
+        let partial = script.with_extension(format!("{}.partial", std::process::id()));
+        fs::write(&partial, source).expect("write the eliciting test server");
+        fs::rename(&partial, &script).expect("place the eliciting test server");
+    }
+    script
+}

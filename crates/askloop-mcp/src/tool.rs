@@ -5,14 +5,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use askloop_core::model::ToolDefinition;
+use askloop_core::schema::SchemaValidator;
 use askloop_core::{DynTool, Execution, ResumeRejection, Suspension, ToolContext, ToolError};
 use async_trait::async_trait;
 use rmcp::model::CallToolResult;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::McpServerConfig;
+use crate::elicitation::{Answered, ElicitationAnswer, ElicitationPayload, resume_schema};
 use crate::error::McpError;
-use crate::server::McpServer;
+use crate::server::{CallOutcome, McpServer};
 
 /// One tool of an MCP server, offered to the model under the server's own name.
 ///
@@ -28,6 +31,16 @@ use crate::server::McpServer;
 /// - MCP tools are side-effecting unless the server annotates them `readOnlyHint` or
 ///   `idempotentHint` ([`McpTool::read_only`], [`McpTool::idempotent`]); annotations are hints
 ///   from the server, not guarantees.
+/// - Elicitation: when the server asks the person something during the call
+///   (`elicitation/create`, form or URL mode), the call suspends with the question
+///   ([`crate::elicitation::ElicitationPayload`], its resume schema from
+///   [`crate::elicitation::resume_schema`]); the `tools/call` is cancelled. The answer is the
+///   MCP result itself: `{"action": "accept", "content": {…}}`, `{"action": "accept"}` (a
+///   link), `{"action": "decline"}` or `{"action": "cancel"}`. On resume the tool is called
+///   again with the same arguments and the server's questions are answered from the person's
+///   answers to exactly those questions; a new question suspends again. The first call was
+///   cancelled at its question, so only what the tool did *before* asking runs twice — for a
+///   tool that asks before it acts, nothing.
 #[derive(Clone, Debug)]
 pub struct McpTool {
     server: McpServer,
@@ -96,14 +109,40 @@ impl McpTool {
             .server
             .call_tool_raw(&self.definition.name, arguments)
             .await?;
-        if result.is_error == Some(true) {
-            return Err(McpError::ToolFailed {
-                server: self.server.name().to_owned(),
-                tool: self.definition.name.clone(),
-                message: error_message(&result),
-            });
+        match self.failure(&result) {
+            Some(error) => Err(error),
+            None => Ok(output(result)),
         }
-        Ok(output(result))
+    }
+
+    /// The answers the person gave to this call's questions so far: on resume, the earlier
+    /// ones stored in the suspension and the one it is resumed with; else none.
+    ///
+    /// # Errors
+    /// The deserializer's error for a damaged payload or answer.
+    fn answered(context: &ToolContext) -> Result<Vec<Answered>, serde_json::Error> {
+        let (Some(suspension), Some(answer)) = (context.suspension(), context.resume_data()) else {
+            return Ok(Vec::new());
+        };
+        let Some(payload) = ElicitationPayload::from_value(&suspension.payload)? else {
+            return Ok(Vec::new());
+        };
+        let answer = ElicitationAnswer::deserialize(answer)?;
+        let mut answered = payload.answered;
+        answered.push(Answered {
+            elicitation: payload.elicitation,
+            answer,
+        });
+        Ok(answered)
+    }
+
+    /// [`McpError::ToolFailed`] for a result with `isError: true`.
+    fn failure(&self, result: &CallToolResult) -> Option<McpError> {
+        (result.is_error == Some(true)).then(|| McpError::ToolFailed {
+            server: self.server.name().to_owned(),
+            tool: self.definition.name.clone(),
+            message: error_message(result),
+        })
     }
 }
 
@@ -170,32 +209,99 @@ impl DynTool for McpTool {
         self.requires_approval
     }
 
+    // An answer to a question of the server: checked against the question's resume schema.
     fn validate_resume(
         &self,
-        _suspension: &Suspension,
-        _resume_data: &Value,
+        suspension: &Suspension,
+        resume_data: &Value,
     ) -> Result<(), ResumeRejection> {
+        let payload = match ElicitationPayload::from_value(&suspension.payload) {
+            Ok(Some(payload)) => payload,
+            Ok(None) | Err(_) => {
+                return Err(ResumeRejection {
+                    expected: format!(
+                        "no answer: this call of MCP tool {} does not wait for one",
+                        self.definition.name
+                    ),
+                    problems: Vec::new(),
+                });
+            }
+        };
+        let schema = suspension
+            .resume_schema
+            .clone()
+            .unwrap_or_else(|| resume_schema(&payload.elicitation.request));
+        let problems = match SchemaValidator::new(&schema) {
+            Ok(validator) => validator.problems(resume_data),
+            Err(error) => vec![format!("the question's schema is invalid: {error}")],
+        };
+        if problems.is_empty() {
+            return Ok(());
+        }
         Err(ResumeRejection {
             expected: format!(
-                "no answer: MCP tool {} never waits for one",
-                self.definition.name
+                "an answer to MCP server {}: {{\"action\": \"accept\"{}}}, {{\"action\": \"decline\"}} or {{\"action\": \"cancel\"}}",
+                payload.elicitation.server,
+                match payload.url {
+                    Some(_) => "",
+                    None => ", \"content\": {…}",
+                }
             ),
-            problems: Vec::new(),
+            problems,
         })
     }
 
     async fn execute_json(
         &self,
         args: Value,
-        _context: &ToolContext,
+        context: &ToolContext,
     ) -> Result<Execution<Value>, ToolError> {
-        self.call(args)
-            .await
-            .map(Execution::Complete)
-            .map_err(|error| ToolError::Failed {
+        let failed = |error: McpError| ToolError::Failed {
+            tool: self.definition.name.clone(),
+            source: Box::new(error),
+        };
+        let answered = Self::answered(context).map_err(|source| {
+            failed(McpError::ElicitationState {
+                server: self.server.name().to_owned(),
                 tool: self.definition.name.clone(),
-                source: Box::new(error),
+                source,
             })
+        })?;
+        if !answered.is_empty() && !self.idempotent() {
+            // Safe: the first call was cancelled at its question; only what the tool did before
+            // asking runs again (see the type's docs).
+            tracing::info!(
+                server = %self.server.name(),
+                tool = %self.definition.name,
+                "calling the side-effecting MCP tool again with the person's answers"
+            );
+        }
+        let outcome = self
+            .server
+            .call_tool_asking(&self.definition.name, args, answered, context.can_suspend())
+            .await
+            .map_err(failed)?;
+        match outcome {
+            CallOutcome::Complete(result) => match self.failure(&result) {
+                Some(error) => Err(failed(error)),
+                None => Ok(Execution::Complete(output(result))),
+            },
+            CallOutcome::Asked {
+                elicitation,
+                answered,
+            } => {
+                let schema = resume_schema(&elicitation.request);
+                let payload = ElicitationPayload::new(elicitation, answered);
+                let payload = serde_json::to_value(&payload).map_err(|source| {
+                    failed(McpError::ElicitationState {
+                        server: self.server.name().to_owned(),
+                        tool: self.definition.name.clone(),
+                        source,
+                    })
+                })?;
+                Ok(context.suspend_with_schema(payload, schema))
+            }
+        }
     }
 }
 

@@ -198,3 +198,80 @@ fn mcp_config_mistakes_are_invalid_input_naming_the_key() {
         out.stderr
     );
 }
+
+/// askloop.toml with agent `dining` whose MCP server `dining` asks the person questions
+/// (askloop-mcp's eliciting test server), logging what it receives to `events.jsonl`.
+fn dining_agent(dir: &TestDir) -> std::path::PathBuf {
+    let log = dir.path().join("events.jsonl");
+    let script = askloop_mcp::testing::eliciting_script();
+    dir.write(
+        "askloop.toml",
+        &format!(
+            "[agents.dining.mcp.dining]\n\
+             command = [\"node\", {script:?}]\n\
+             require_approval = false\n\
+             env = {{ ELICIT_LOG = {log:?} }}\n",
+            script = script.display().to_string(),
+            log = log.display().to_string()
+        ),
+    );
+    log
+}
+
+fn logged(log: &std::path::Path, event: &str) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|logged| logged["event"] == event)
+        .collect()
+}
+
+#[test]
+fn issue31_an_mcp_question_is_shown_and_answered_from_another_process() {
+    let dir = TestDir::new();
+    let log = dining_agent(&dir);
+    let script = serde_json::json!({"steps": [
+        {"toolCalls": [{"id": "b1", "name": "book_table", "args": {"restaurant": "Lisbon Grill"}}]},
+        {"text": "Booked."}
+    ]});
+    let spec = dir.script("book.json", &script.to_string());
+    // Nobody at the terminal: the question is shown with the command that answers it.
+    let out = dir
+        .run(&["run", "--agent", "dining", "--model", &spec, "Book a table"])
+        .success();
+    let shown = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        shown.contains("MCP server dining asks: When, and for how many, at Lisbon Grill?"),
+        "{shown}"
+    );
+    assert!(shown.contains("action: one of 3 choices"), "{shown}");
+    assert!(shown.contains("--answer-json"), "{shown}");
+    assert!(
+        logged(&log, "answer").is_empty(),
+        "nothing answered for the person"
+    );
+    let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    let run_id = runs[0]["runId"].as_str().unwrap().to_owned();
+
+    // Another process answers: the server gets exactly the person's answer.
+    let out = dir
+        .run(&[
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "b1",
+            "--answer-json",
+            r#"{"action": "accept", "content": {"time": "20:30", "people": 3}}"#,
+        ])
+        .success();
+    assert!(out.stdout.contains("Booked."), "{}", out.stdout);
+    let answers = logged(&log, "answer");
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(
+        answers[0]["result"],
+        serde_json::json!({"action": "accept", "content": {"time": "20:30", "people": 3}})
+    );
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed");
+}

@@ -23,7 +23,11 @@ use crate::message::{ToolCall, ToolResult};
 use crate::run::{AuditAction, CallSlot, CallState, PendingStep, RunStatus, now_ms};
 use crate::run_loop::ActiveRun;
 use crate::run_loop::emit::Emitter;
-use crate::tool::{Execution, ToolContext, ToolError};
+use crate::tool::{Execution, Suspension, ToolContext, ToolError};
+
+/// One call to run: its index in the step, its checked arguments, and on resume its answer and
+/// the suspension that answer resolves.
+type Work = (usize, Value, Option<Value>, Option<Suspension>);
 
 /// Runs every call of a new step (concurrently) and emits `tool-call`s, then the `tool-result`s
 /// of those that completed. Returns the step, with the suspended calls still pending.
@@ -60,7 +64,7 @@ pub(super) async fn run_calls(
                     CallState::AwaitingApproval
                 }
                 Ok(args) => {
-                    work.push((index, args, None));
+                    work.push((index, args, None, None));
                     CallState::Running {
                         started_at_ms: now_ms(),
                     }
@@ -77,7 +81,7 @@ pub(super) async fn run_calls(
     let mut step = PendingStep { calls: slots };
     let journaled = work
         .iter()
-        .any(|(index, _, _)| !is_idempotent(&agent, &step.calls[*index].call));
+        .any(|(index, _, _, _)| !is_idempotent(&agent, &step.calls[*index].call));
     if journaled {
         record(run, &step).await?;
     }
@@ -111,20 +115,21 @@ async fn record(run: &mut ActiveRun, step: &PendingStep) -> Result<(), AgentErro
     Ok(())
 }
 
-/// Executes `work` (call index, checked arguments, answer) concurrently, putting each outcome
+/// Executes `work` (call index, checked arguments, answer, the suspension it answers)
+/// concurrently, putting each outcome
 /// in its slot; with `journaled`, each outcome of a non-idempotent tool is committed as soon
 /// as it exists.
 async fn run_work(
     run: &mut ActiveRun,
     agent: &Arc<AgentDefinition>,
     step: &mut PendingStep,
-    work: Vec<(usize, Value, Option<Value>)>,
+    work: Vec<Work>,
     journaled: bool,
 ) -> Result<(), AgentError> {
     let run_id = run.state.run_id.clone();
     let mut running: FuturesUnordered<_> = work
         .into_iter()
-        .map(|(index, args, answer)| {
+        .map(|(index, args, answer, suspension)| {
             let call = step.calls[index].call.clone();
             let run_id = &run_id;
             async move {
@@ -138,7 +143,7 @@ async fn run_work(
                     resumed = answer.is_some(),
                     outcome = tracing::field::Empty,
                 );
-                let outcome = execute(agent, run_id, &call, args, answer)
+                let outcome = execute(agent, run_id, &call, args, answer, suspension)
                     .instrument(span.clone())
                     .await;
                 span.record("outcome", outcome_name(&outcome));
@@ -246,17 +251,20 @@ pub(super) async fn settle_claimed(
     }
     let mut work = Vec::new();
     for (index, slot) in step.calls.iter_mut().enumerate() {
-        let answer = match &slot.state {
-            CallState::Resuming { resume_data, .. } => Some(resume_data.clone()),
-            CallState::Running { .. } => None,
+        let (answer, suspension) = match &slot.state {
+            CallState::Resuming {
+                resume_data,
+                suspension,
+            } => (Some(resume_data.clone()), Some(suspension.clone())),
+            CallState::Running { .. } => (None, None),
             _ => continue,
         };
         match prepare(&agent, &slot.call) {
-            Ok(args) => work.push((index, args, answer)),
+            Ok(args) => work.push((index, args, answer, suspension)),
             Err(result) => slot.state = CallState::Completed { result: *result },
         }
     }
-    let claimed: Vec<usize> = work.iter().map(|(index, _, _)| *index).collect();
+    let claimed: Vec<usize> = work.iter().map(|(index, _, _, _)| *index).collect();
     for index in &claimed {
         if let Some(slot) = step.calls.get(*index) {
             out.emit(Chunk::ToolCall {
@@ -296,14 +304,15 @@ fn prepare(agent: &AgentDefinition, call: &ToolCall) -> Result<Value, Box<ToolRe
     tool.check_args(&call.args).map_err(failed)
 }
 
-/// Runs one checked call (or its resume path, with `answer`) and says where it stands. A
-/// result of a resumed call keeps its answer.
+/// Runs one checked call (or its resume path, with `answer` to `suspension`) and says where it
+/// stands. A result of a resumed call keeps its answer.
 async fn execute(
     agent: &AgentDefinition,
     run_id: &RunId,
     call: &ToolCall,
     args: Value,
     answer: Option<Value>,
+    suspension: Option<Suspension>,
 ) -> CallState {
     let failed = |error: ToolError, answer: Option<Value>| {
         let mut result = ToolResult::error(call, error_chain_text(&error));
@@ -319,7 +328,10 @@ async fn execute(
             answer,
         );
     };
-    let context = ToolContext::in_run(run_id.clone(), call.id.clone(), answer.clone());
+    let mut context = ToolContext::in_run(run_id.clone(), call.id.clone(), answer.clone());
+    if let Some(suspension) = suspension {
+        context = context.with_suspension(suspension);
+    }
     match tool.tool().execute_json(args, &context).await {
         Ok(Execution::Complete(output)) => {
             let is_error = output

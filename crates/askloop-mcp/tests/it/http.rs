@@ -100,3 +100,63 @@ async fn nothing_at_the_url_is_a_start_error() {
     .unwrap_err();
     assert!(matches!(error, McpError::Start { .. }), "{error:?}");
 }
+
+#[tokio::test]
+async fn issue31_an_elicitation_over_streamable_http_is_asked_and_answered() {
+    use std::sync::Arc;
+
+    use askloop_core::testing::{ScriptStep, ScriptToolCall, ScriptedModel};
+    use askloop_core::{Agent, RunOutcome, ToolCallId};
+
+    let http = HttpServer::start().await;
+    let tools = askloop_mcp::McpToolset::connect(&std::collections::BTreeMap::from([(
+        "remote".to_owned(),
+        McpServerConfig::url(&http.url).with_require_approval(askloop_mcp::RequireApproval::None),
+    )]))
+    .await
+    .unwrap();
+    let model = ScriptedModel::from_steps(vec![
+        ScriptStep {
+            tool_calls: vec![ScriptToolCall {
+                id: "e1".into(),
+                name: "trigger-elicitation-request".into(),
+                args: json!({}),
+            }],
+            ..ScriptStep::default()
+        },
+        ScriptStep {
+            text: Some("Done.".into()),
+            ..ScriptStep::default()
+        },
+    ]);
+    let mut builder = Agent::builder("remote")
+        .model(model)
+        .shared_store(Arc::new(askloop_core::store::MemoryStore::new()));
+    for tool in tools.dyn_tools() {
+        builder = builder.shared_tool(tool);
+    }
+    let agent = builder.build().unwrap();
+    let output = agent.generate("Ask me").await.unwrap();
+    assert!(
+        matches!(&output.status, RunOutcome::Suspended { pending } if pending[0].suspend_payload["kind"] == "mcp-elicitation"),
+        "{:?}",
+        output.status
+    );
+    let done = agent
+        .resume_stream(
+            json!({"action": "accept", "content": {"name": "Grace Hopper"}}),
+            &output.run_id,
+            Some(&ToolCallId::new("e1")),
+        )
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(done.text, "Done.");
+    let stored = agent.store().load_run(&output.run_id).await.unwrap().state;
+    let text = serde_json::to_string(stored.messages()).unwrap();
+    assert!(text.contains("Name: Grace Hopper"), "{text}");
+    tools.close().await;
+    http.stop().await;
+}

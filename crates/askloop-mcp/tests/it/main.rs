@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod agent;
+mod elicitation;
 mod http;
 mod servers;
 mod stdio;

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-pub(crate) use askloop_mcp::testing::{everything, filesystem};
+pub(crate) use askloop_mcp::testing::{eliciting, everything, filesystem};
 
 /// The entry point of an installed server package, as a string.
 pub(crate) fn entry(package: &str) -> String {
