@@ -27,9 +27,9 @@ export function asks(args, text = "Thanks, done.", id = "q1") {
 
 /**
  * Starts `askloop serve` with `agents` ({id: {script, toml?}}), API keys `keys`
- * ({secret: resource}) and returns {url, stop}.
+ * ({secret: resource}) and more `serve` flags `args`, and returns {url, stop}.
  */
-export async function startServer({ agents, keys = {} }) {
+export async function startServer({ agents, keys = {}, args = [] }) {
   const dir = mkdtempSync(join(tmpdir(), "askloop-web-"));
   let toml = `store = "sqlite://${join(dir, "runs.db")}"\nmodel = "scripted:${join(dir, "default.json")}"\n`;
   writeFileSync(join(dir, "default.json"), JSON.stringify({ steps: [{ text: "Hello." }] }));
@@ -43,7 +43,7 @@ export async function startServer({ agents, keys = {} }) {
   const keyList = Object.entries(keys).map(([secret, resource]) => `${secret}=${resource}`).join(",");
   if (keyList) env.ASKLOOP_API_KEYS = keyList;
   else delete env.ASKLOOP_API_KEYS;
-  const child = spawn(askloopBin, ["--config", join(dir, "askloop.toml"), "serve", "--addr", "127.0.0.1:0"], { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(askloopBin, ["--config", join(dir, "askloop.toml"), "serve", "--addr", "127.0.0.1:0", ...args], { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (data) => {
     stderr += data;

@@ -16,7 +16,7 @@
 //! "rss_suspended_mb":…,"peak_rss_mb":…}`.
 
 use std::io::BufRead;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,9 +65,16 @@ const SCRIPT: &str = r#"{"steps":[
   {"text":"done"}]}"#;
 
 /// A server process this benchmark started; killed when dropped.
-struct Started {
+pub(crate) struct Started {
     child: Child,
     _dir: tempfile::TempDir,
+}
+
+impl Started {
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Started {
@@ -89,7 +96,7 @@ pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
             None,
         ),
         None => {
-            let (started, base, store) = start_askloop(&args)?;
+            let (started, base, store) = start_server(&args.askloop, args.store.as_deref())?;
             let pid = started.child.id();
             let (kind, sync) = describe_store(&store);
             (
@@ -188,22 +195,27 @@ pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts `askloop serve` on a free loopback port; returns it, its base URL and its store URL.
-fn start_askloop(args: &HttpArgs) -> anyhow::Result<(Started, String, String)> {
+/// Starts `askloop serve` (the binary `askloop`) on a free loopback port with the scripted
+/// model and `store` (default: a fresh SQLite file with `synchronous=normal`); returns it, its
+/// base URL and its store URL.
+pub(crate) fn start_server(
+    askloop: &Path,
+    store: Option<&str>,
+) -> anyhow::Result<(Started, String, String)> {
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("script.json");
     std::fs::write(&script, SCRIPT)?;
-    let store = match &args.store {
-        Some(store) => store.clone(),
+    let store = match store {
+        Some(store) => store.to_owned(),
         None => format!(
             "sqlite://{}?synchronous=normal",
             dir.path().join("runs.db").display()
         ),
     };
     // The server runs in the scratch folder: a relative binary path is the caller's.
-    let askloop = std::fs::canonicalize(&args.askloop)
-        .with_context(|| format!("no askloop binary at {}", args.askloop.display()))?;
-    let mut child = Command::new(&askloop)
+    let binary = std::fs::canonicalize(askloop)
+        .with_context(|| format!("no askloop binary at {}", askloop.display()))?;
+    let mut child = Command::new(&binary)
         .args([
             "serve",
             "--addr",
@@ -218,7 +230,7 @@ fn start_askloop(args: &HttpArgs) -> anyhow::Result<(Started, String, String)> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .with_context(|| format!("cannot start {}", args.askloop.display()))?;
+        .with_context(|| format!("cannot start {}", askloop.display()))?;
     let stdout = child.stdout.take().context("no stdout")?;
     let started = Started { child, _dir: dir };
     let base = listening_url(stdout)?;

@@ -29,12 +29,16 @@
 //!   [--suspended 10000]`: full cycles over HTTP against `askloop serve` (started by the
 //!   benchmark) or another server speaking the same agent routes; resume latency; the server's
 //!   memory with many suspended runs (see the `http` module).
+//! - `idle-connections [--askloop PATH | --url URL --pid PID] [--connections 10000]`: the
+//!   server's memory before, while and after many idle connections are held open (see the
+//!   `connections` module).
 //!
 //! No CPU pinning unless `--pin` asks for it (then the process and its threads run on one core,
 //! which on a 2-core VM avoids cross-core wake-ups between the runtime and the store's thread).
 //! The runtime is tokio's multi-threaded one, as `#[tokio::main]` gives, unless
 //! `--current-thread`.
 
+mod connections;
 mod http;
 mod local;
 
@@ -146,6 +150,8 @@ enum Command {
     /// Full ask cycles over HTTP against `askloop serve` (or another server), at many clients
     /// at once; resume latency; the server's memory with many suspended runs.
     Http(http::HttpArgs),
+    /// The server's memory before, while and after many idle connections are held open.
+    IdleConnections(connections::IdleArgs),
 }
 
 const CYCLE_SCRIPT: &str = r#"{"steps":[
@@ -675,6 +681,11 @@ fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|runtime| runtime.block_on(http::run(args))),
+        Command::IdleConnections(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(connections::run(args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

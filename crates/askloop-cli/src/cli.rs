@@ -91,7 +91,15 @@ API keys:
   [[server.keys]] tables of askloop.toml (`askloop keys new` prints one) and ASKLOOP_API_KEYS
   (comma-separated SECRET=RESOURCE pairs). A request sends its key as `Authorization: Bearer
   SECRET` or `X-Api-Key: SECRET` and sees only the runs of its resource. Without keys the
-  server is open to everyone who can reach it, so it listens on loopback addresses only.
+  server is open to everyone who can reach it, so it listens on loopback addresses only. One
+  secret configured twice is an error.
+
+Hosts and origins:
+  The server answers to localhost, 127.0.0.1, [::1] and the address a client reached it at;
+  other names (DNS, a proxy) need --allowed-host or [server] allowed_hosts, else 421. A
+  request that changes state from a page of another origin is refused (403) unless that
+  origin is given with --cors-origin or [server] cors_origins, which also sends it CORS
+  headers.
 
 On start it prints one line on stdout:
   askloop serve: listening on http://ADDR (N agents: ID, ID; store URL)
@@ -110,6 +118,15 @@ pub(crate) struct ServeArgs {
     /// The address to listen on; port 0 picks a free port (printed on start)
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:4111")]
     pub(crate) addr: std::net::SocketAddr,
+    /// Another host name the server answers to (HOST or HOST:PORT; `*` for any), besides
+    /// localhost, 127.0.0.1, [::1] and the address reached; repeatable, added to askloop.toml's
+    /// [server] allowed_hosts
+    #[arg(long = "allowed-host", value_name = "HOST", value_parser = parse_value::<askloop_server::AllowedHost>)]
+    pub(crate) allowed_hosts: Vec<askloop_server::AllowedHost>,
+    /// An origin whose pages may call the server from a browser (CORS), e.g.
+    /// https://app.example.com; repeatable, added to askloop.toml's [server] cors_origins
+    #[arg(long = "cors-origin", value_name = "ORIGIN", value_parser = parse_value::<askloop_server::CorsOrigin>)]
+    pub(crate) cors_origins: Vec<askloop_server::CorsOrigin>,
     /// The model of new runs of the built-in agent and of agents without their own `model`.
     #[command(flatten)]
     pub(crate) model: ModelArgs,
@@ -400,6 +417,11 @@ pub(crate) struct ChatArgs {
 
 /// Parses an id flag or argument (run, tool call, thread, resource, agent): any text that is
 /// not blank (`askloop_core::is_blank`: whitespace, controls and invisible characters only).
+/// A flag's value through its type's `FromStr`, the error's text as clap's message.
+fn parse_value<T: std::str::FromStr<Err: std::fmt::Display>>(text: &str) -> Result<T, String> {
+    text.parse().map_err(|error: T::Err| error.to_string())
+}
+
 fn id(text: &str) -> Result<String, String> {
     if askloop_core::is_blank(text) {
         return Err(

@@ -25,6 +25,10 @@
 //! command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/notes"]
 //! require_approval = ["write_file"]       # or true (the default) / false
 //!
+//! [server]                                # `askloop serve`
+//! allowed_hosts = ["askloop.example.com"] # names it answers to besides loopback (--allowed-host)
+//! cors_origins = ["https://app.example.com"]  # pages that may call it (--cors-origin)
+//!
 //! [[server.keys]]                         # an API key of `askloop serve` (`askloop keys new`)
 //! hash = "<SHA-256 of the secret, hex>"
 //! resource = "tenant-a"                   # the tenant whose runs the key sees
@@ -80,6 +84,13 @@ pub(crate) struct ServerConfig {
     /// The accepted API keys (`[[server.keys]]`).
     #[serde(default)]
     pub(crate) keys: Vec<KeyConfig>,
+    /// Host names the server answers to besides loopback and the address reached (`HOST`,
+    /// `HOST:PORT` or `*`).
+    #[serde(default)]
+    pub(crate) allowed_hosts: Vec<String>,
+    /// Origins whose pages may call the server (CORS): `https://app.example.com`.
+    #[serde(default)]
+    pub(crate) cors_origins: Vec<String>,
 }
 
 /// One `[[server.keys]]` table: an API key by the SHA-256 of its secret (`askloop keys new`

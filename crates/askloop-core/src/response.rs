@@ -3,6 +3,9 @@
 
 use serde_json::Value;
 
+use crate::run::approval_schema;
+use crate::tool::ResumeRejection;
+
 /// A person's response to one waiting tool call.
 ///
 /// Sent with [`crate::Agent::respond`] (several at once), [`crate::Agent::resume_stream`]
@@ -22,4 +25,50 @@ pub enum CallResponse {
         /// Why, for the model.
         reason: Option<String>,
     },
+}
+
+impl CallResponse {
+    /// Reads a decision given as JSON, the reference framework's approval resume data:
+    /// `{"approved": true}` approves, `{"approved": false, "reason"?: "…"}` declines. Anything
+    /// else — `approved` missing, `null`, `"true"` as a text, a number, other fields — is no
+    /// decision: an approval is one only when it says so. Every front end reads approvals
+    /// given as JSON through this (an answer to a call awaiting approval included).
+    ///
+    /// # Errors
+    /// A [`ResumeRejection`] saying what an approval looks like, with every problem found.
+    ///
+    /// ```
+    /// use askloop_core::CallResponse;
+    /// use serde_json::json;
+    ///
+    /// assert_eq!(CallResponse::from_approval(&json!({"approved": true})), Ok(CallResponse::Approve));
+    /// assert_eq!(
+    ///     CallResponse::from_approval(&json!({"approved": false, "reason": "not now"})),
+    ///     Ok(CallResponse::Decline { reason: Some("not now".into()) })
+    /// );
+    /// for not_a_decision in [json!({}), json!({"approved": "true"}), json!({"approved": null})] {
+    ///     assert!(CallResponse::from_approval(&not_a_decision).is_err());
+    /// }
+    /// ```
+    pub fn from_approval(value: &Value) -> Result<Self, ResumeRejection> {
+        let schema = approval_schema();
+        let problems = crate::schema::SchemaValidator::new(&schema)
+            .map(|validator| validator.problems(value))
+            .unwrap_or_default();
+        match value.get("approved").and_then(Value::as_bool) {
+            Some(true) if problems.is_empty() => Ok(Self::Approve),
+            Some(false) if problems.is_empty() => Ok(Self::Decline {
+                reason: value
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            }),
+            _ => Err(ResumeRejection {
+                expected:
+                    "an approval: {\"approved\": true} or {\"approved\": false, \"reason\": \"…\"}"
+                        .into(),
+                problems,
+            }),
+        }
+    }
 }

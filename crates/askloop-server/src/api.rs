@@ -274,7 +274,9 @@ pub(crate) struct ToolInfo {
     pub(crate) require_approval: bool,
 }
 
-/// An agent, in the reference framework's shape.
+/// An agent, in the reference framework's shape: what a client needs to call it — id, name,
+/// instructions, tools (description, argument schema, whether a call needs approval). Never its
+/// model setting, which may name a local file path or a private endpoint.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct AgentDetails {
@@ -285,9 +287,6 @@ pub(crate) struct AgentDetails {
     /// Its instructions (system prompt), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) instructions: Option<String>,
-    /// The model spec it was built with, if known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) model_id: Option<String>,
     /// Its tools, by name.
     pub(crate) tools: BTreeMap<String, ToolInfo>,
     /// Sub-agents (none in askloop).
@@ -336,7 +335,6 @@ impl AgentDetails {
             id: agent.id().to_string(),
             name: agent.name().to_owned(),
             instructions: agent.instructions().map(str::to_owned),
-            model_id: agent.model_spec().map(str::to_owned),
             tools,
             agents: Value::Object(Default::default()),
             workflows: Value::Object(Default::default()),

@@ -41,7 +41,8 @@ use askloop_core::form::{Field, FieldKind};
 use askloop_core::model::{AssistantPart, Message};
 use askloop_core::store::{RunFilter, RunState};
 use askloop_core::{
-    AgentId, ResumeError, RunOptions, RunStatus, ThreadId, ToolCallId, error_chain_text,
+    AgentId, CallResponse, ResumeError, RunOptions, RunStatus, ThreadId, ToolCallId,
+    error_chain_text,
 };
 use axum::Json;
 use axum::Router;
@@ -63,7 +64,7 @@ use crate::routes::{
 use crate::server::AppState;
 
 /// The header that marks a UI message stream response, and its value.
-const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
+pub(crate) const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
 
 /// The chat routes.
 pub(crate) fn routes() -> Router<Arc<AppState>> {
@@ -153,7 +154,7 @@ async fn thread_runs(
     request_body = ChatRequest,
     responses(
         (status = 200, description = "SSE: the AI SDK's UI message stream v1 (`data: <UI message chunk JSON>` per chunk, then `data: [DONE]`; header `x-vercel-ai-ui-message-stream: v1`); a refused answer is an `error` chunk", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
-        (status = 400, description = "bad_request", body = crate::error::ErrorBody),
+        (status = 400, description = "bad_request (also a tool call id over 4096 bytes), invalid_answer (an approval-responded part whose approval has no boolean `approved`: nothing is recorded)", body = crate::error::ErrorBody),
         (status = 401, description = "No or bad API key", body = crate::error::ErrorBody),
         (status = 403, description = "The key may not use this agent", body = crate::error::ErrorBody),
         (status = 404, description = "agent_not_found, thread_not_found", body = crate::error::ErrorBody),
@@ -250,6 +251,7 @@ pub(crate) async fn post_chat(
         let Some(id) = part.get("toolCallId").and_then(Value::as_str) else {
             continue;
         };
+        crate::routes::check_tool_call_id(id)?;
         if !pending.iter().any(|call| call.tool_call_id.as_str() == id) {
             continue;
         }
@@ -263,19 +265,14 @@ pub(crate) async fn post_chat(
                 answered += 1;
             }
             Some("approval-responded") => {
-                let approval = part.get("approval").cloned().unwrap_or(Value::Null);
-                let approved = approval.get("approved").and_then(Value::as_bool);
-                let reason = approval
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                if let Some(reason) = &reason {
+                let decision = approval_decision(id, part.get("approval"))?;
+                if let CallResponse::Decline {
+                    reason: Some(reason),
+                } = &decision
+                {
                     check_text("reason", reason, state.limits.answer_bytes)?;
                 }
-                respond = match approved {
-                    Some(true) => respond.approve(&tool_call_id),
-                    _ => respond.decline(&tool_call_id, reason),
-                };
+                respond = respond.response(&tool_call_id, decision);
                 answered += 1;
             }
             _ => {}
@@ -313,6 +310,33 @@ pub(crate) async fn post_chat(
             ))
         }
     }
+}
+
+/// The decision of an `approval-responded` part's `approval` (`{id, approved, reason?}`, the
+/// AI SDK's shape), read by core's one reading of approvals: only a boolean `approved` decides;
+/// anything else is 400 `invalid_answer` and nothing is recorded (never a decline the person
+/// did not make).
+fn approval_decision(
+    tool_call_id: &str,
+    approval: Option<&Value>,
+) -> Result<CallResponse, ApiError> {
+    let mut decision = Map::new();
+    for field in ["approved", "reason"] {
+        if let Some(value) = approval.and_then(|approval| approval.get(field)) {
+            decision.insert(field.to_owned(), value.clone());
+        }
+    }
+    CallResponse::from_approval(&Value::Object(decision)).map_err(|rejection| {
+        ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "invalid_answer",
+            format!(
+                "the approval of tool call {tool_call_id} decides nothing: expected {}",
+                rejection.expected
+            ),
+        )
+        .with_details(json!({"expected": rejection.expected, "problems": rejection.problems}))
+    })
 }
 
 /// What a refused answer says to the person.

@@ -18,6 +18,10 @@ pub enum ServerError {
     /// Accepting or serving connections failed.
     #[error("serving HTTP failed")]
     Io(#[from] std::io::Error),
+    /// The configured keys cannot be served: one secret is configured twice
+    /// ([`crate::KeyError::DuplicateSecret`]). Nothing was served.
+    #[error("the API keys are misconfigured")]
+    Keys(#[source] crate::keys::KeyError),
 }
 
 /// The JSON body of every error response.
@@ -143,6 +147,16 @@ impl IntoResponse for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
+        if let Some(after) = crate::connections::body_read_timeout(&rejection) {
+            return Self::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    after.as_secs_f64()
+                ),
+            );
+        }
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             return Self::too_large("the request body is too large");
         }

@@ -27,7 +27,7 @@ pub struct ApiKey {
     agents: Option<BTreeSet<AgentId>>,
 }
 
-/// Why a key hash was refused.
+/// Why a key, or a set of keys, was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeyError {
@@ -38,6 +38,22 @@ pub enum KeyError {
     InvalidHash {
         /// The text given.
         given: String,
+    },
+    /// Two keys have the same secret (the same hash), for two tenants or even for one: a
+    /// secret must name exactly one key, so neither is served.
+    #[error(
+        "keys number {} and {} have the same secret (resources {:?} and {:?}); a secret must belong to one key",
+        .first + 1, .second + 1, .first_resource.as_str(), .second_resource.as_str()
+    )]
+    DuplicateSecret {
+        /// The position of the first of them in the list (from 0).
+        first: usize,
+        /// The position of the second (from 0).
+        second: usize,
+        /// The resource of the first.
+        first_resource: ResourceId,
+        /// The resource of the second.
+        second_resource: ResourceId,
     },
 }
 
@@ -110,6 +126,42 @@ impl ApiKey {
     pub fn allowed_agents(&self) -> Option<&BTreeSet<AgentId>> {
         self.agents.as_ref()
     }
+
+    /// Checks that no two keys have the same secret (same hash): "the last one wins" would
+    /// let one tenant act as another.
+    ///
+    /// # Errors
+    /// [`KeyError::DuplicateSecret`] naming the first two keys (by position) that share one.
+    ///
+    /// ```
+    /// use askloop_server::{ApiKey, KeyError};
+    ///
+    /// let keys = [
+    ///     ApiKey::from_secret("s3cret", "tenant-a".into()),
+    ///     ApiKey::from_secret("other", "tenant-c".into()),
+    ///     ApiKey::from_secret("s3cret", "tenant-b".into()),
+    /// ];
+    /// assert!(matches!(
+    ///     ApiKey::check_distinct(&keys),
+    ///     Err(KeyError::DuplicateSecret { first: 0, second: 2, .. })
+    /// ));
+    /// assert!(ApiKey::check_distinct(&keys[..2]).is_ok());
+    /// ```
+    pub fn check_distinct(keys: &[ApiKey]) -> Result<(), KeyError> {
+        let mut seen: HashMap<&[u8; 32], usize> = HashMap::with_capacity(keys.len());
+        for (second, key) in keys.iter().enumerate() {
+            if let Some(&first) = seen.get(&key.hash) {
+                return Err(KeyError::DuplicateSecret {
+                    first,
+                    second,
+                    first_resource: keys[first].resource.clone(),
+                    second_resource: key.resource.clone(),
+                });
+            }
+            seen.insert(&key.hash, second);
+        }
+        Ok(())
+    }
 }
 
 fn digest(secret: &str) -> [u8; 32] {
@@ -163,26 +215,49 @@ impl Caller {
     }
 }
 
-/// The configured keys, by hash: a lookup compares hashes, never secrets.
+/// The configured keys, by hash: a lookup compares hashes, never secrets. A secret configured
+/// more than once is nobody's: it is refused (401), never resolved to one of its keys.
 #[derive(Debug, Default)]
 pub(crate) struct KeyRing {
-    by_hash: HashMap<[u8; 32], ApiKey>,
+    /// `None`: the hash of several keys.
+    by_hash: HashMap<[u8; 32], Option<ApiKey>>,
+    /// The first two keys found with one secret, which [`crate::Server::serve`] refuses to
+    /// serve.
+    duplicate: Option<KeyError>,
 }
 
 impl KeyRing {
     pub(crate) fn new(keys: Vec<ApiKey>) -> Self {
-        Self {
-            by_hash: keys.into_iter().map(|key| (key.hash, key)).collect(),
+        let duplicate = ApiKey::check_distinct(&keys).err();
+        if let Some(error) = &duplicate {
+            tracing::error!(%error, "API keys: a secret configured twice is refused");
         }
+        let mut by_hash = HashMap::with_capacity(keys.len());
+        for key in keys {
+            by_hash
+                .entry(key.hash)
+                .and_modify(|slot: &mut Option<ApiKey>| *slot = None)
+                .or_insert(Some(key));
+        }
+        Self { by_hash, duplicate }
     }
 
     pub(crate) fn is_open(&self) -> bool {
         self.by_hash.is_empty()
     }
 
-    /// The caller presenting `secret` (`None`: no such key).
+    /// Two keys with one secret, if any were configured.
+    pub(crate) fn duplicate(&self) -> Option<&KeyError> {
+        self.duplicate.as_ref()
+    }
+
+    /// The caller presenting `secret` (`None`: no such key, or a secret of several keys).
     pub(crate) fn lookup(&self, secret: &str) -> Option<Caller> {
-        self.by_hash.get(&digest(secret)).cloned().map(Caller::Key)
+        self.by_hash
+            .get(&digest(secret))
+            .cloned()
+            .flatten()
+            .map(Caller::Key)
     }
 }
 

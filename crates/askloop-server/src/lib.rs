@@ -8,7 +8,8 @@
 //! and recorded in a per-run buffer that responses subscribe to, so a client that disconnects
 //! does not stop its run, and another can re-attach.
 //!
-//! Main types: [`Server`] (built by [`ServerBuilder`]), [`ApiKey`], [`Limits`], [`ServerError`].
+//! Main types: [`Server`] (built by [`ServerBuilder`]), [`ApiKey`], [`Limits`], [`AllowedHost`],
+//! [`CorsOrigin`], [`ServerError`].
 //!
 //! # Routes
 //! Streams are SSE: `data: <chunk JSON>\n\n` per chunk (askloop's wire format,
@@ -18,7 +19,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/api/agents` | the agents, keyed by id (the reference framework's shape) |
+//! | GET | `/api/agents` | the agents, keyed by id (the reference framework's shape: id, name, instructions, tools with their argument schemas and whether they need approval; never the model setting) |
 //! | GET | `/api/agents/{agentId}` | one agent; 404 `agent_not_found` |
 //! | POST | `/api/agents/{agentId}/stream` | `{messages, runId?, threadId?, resourceId?, memory?}` → SSE |
 //! | POST | `/api/agents/{agentId}/resume-stream` | `{runId, resumeData, toolCallId?}` → SSE |
@@ -36,18 +37,32 @@
 //! | GET | `/openapi.json`, `/docs`, `/healthz` | the OpenAPI document (utoipa), a page of the routes, `ok` (no key needed) |
 //!
 //! Error codes and statuses: 400 `bad_request`, `invalid_answer` (details: `expected`,
-//! `problems`, `allowed` labels), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`;
-//! 404 `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`,
-//! `conflict`, `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`; 413
-//! `too_large`; 408 `timeout` (non-streaming routes only).
+//! `problems`, `allowed` labels; also an approval without a boolean `approved`, on every
+//! route), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`, `cross_origin`; 404
+//! `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`, `conflict`,
+//! `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`; 413 `too_large`;
+//! 408 `timeout` (a non-streaming route's answer, or any request body, late); 421
+//! `host_not_allowed`. Ids (run, thread, resource) are 1 to 256 bytes; tool call ids 1 to
+//! 4,096 (providers make long ones), on every route.
+//!
+//! # Hosts, origins, connections
+//! Every request must name a host the server answers to — `localhost`, `127.0.0.1`, `[::1]`,
+//! the address the connection came in on, or one of [`ServerBuilder::allowed_hosts`] — else
+//! 421 `host_not_allowed` (DNS rebinding). A request that changes state (not GET, HEAD,
+//! OPTIONS) from a page of another origin than the server's own or one of
+//! [`ServerBuilder::cors_origins`] is 403 `cross_origin`; those origins get CORS headers.
+//! [`Server::serve`] bounds connections ([`Limits`]: how many, how slow a request head or body
+//! may be, how long one may idle), never cutting a response being sent. See the `edge` and
+//! `connections` modules' docs in the source for the exact rules.
 //!
 //! # Keys
 //! With [`ServerBuilder::keys`], every `/api` route needs `Authorization: Bearer <secret>` or
 //! `X-Api-Key: <secret>`. Keys are kept as SHA-256 and looked up by hash. A key is bound to a
 //! resource id: the runs it starts get it, it sees and answers only that resource's runs
 //! (another tenant's run is 404, so existence does not leak), and lists are filtered to it;
-//! [`ApiKey::agents`] restricts it to some agents (others 403, not listed). Without keys the
-//! server is open: bind it to loopback.
+//! [`ApiKey::agents`] restricts it to some agents (others 403, not listed). One secret for two
+//! keys is refused ([`ApiKey::check_distinct`]; [`Server::serve`] fails with
+//! [`ServerError::Keys`]). Without keys the server is open: bind it to loopback.
 //!
 //! # Observability
 //! `GET /metrics` serves, per server (an explicit `prometheus-client` registry, no global
@@ -56,8 +71,10 @@
 //! run's stream, from its request reaching the handler to the stream's end: suspension,
 //! finish, error), `askloop_resume_duration_seconds{outcome}` (the same for resumes: resume,
 //! approve, decline, `/responses`, a chat answer), `askloop_http_requests_total{method,route,status}`
-//! and `askloop_http_request_duration_seconds{method,route}` (route templates, to the response
-//! head). With keys configured any valid key may scrape. Each run task runs in a `run` span
+//! and `askloop_http_request_duration_seconds{method,route}` (route templates and standard
+//! methods, else `unmatched` and `other`: labels come from closed sets, never from request
+//! text; to the response head), `askloop_http_connections` (open now). With keys configured
+//! any valid key may scrape. Each run task runs in a `run` span
 //! (run id, agent id); the agent loop's spans (`askloop_core`) nest inside it.
 //!
 //! # Example
@@ -87,6 +104,8 @@
 mod api;
 mod chat;
 mod closing;
+mod connections;
+mod edge;
 mod error;
 mod hub;
 mod inbox;
@@ -99,6 +118,7 @@ mod server;
 mod sse;
 mod sweep;
 
+pub use edge::{AllowListError, AllowedHost, CorsOrigin};
 pub use error::ServerError;
 pub use keys::{ApiKey, KeyError};
 pub use limits::Limits;

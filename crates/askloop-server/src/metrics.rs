@@ -9,11 +9,15 @@
 //! | `askloop_resume_duration_seconds` | histogram | `outcome` | a resume's stream (`/resume-stream`, approve, decline, `/responses`, a chat answer): same span |
 //! | `askloop_http_requests_total` | counter | `method`, `route`, `status` | requests answered, by route template |
 //! | `askloop_http_request_duration_seconds` | histogram | `method`, `route` | until the response head (for SSE: the stream's start, not its end) |
+//! | `askloop_http_connections` | gauge | | connections open now ([`crate::Server::serve`]'s; at most [`crate::Limits::max_connections`]) |
 //!
 //! `outcome` is `suspended` (the stream ended on a suspended call or an approval request),
 //! `finished` (a `finish` chunk), `failed` (an `error` chunk) or `interrupted` (it ended
-//! otherwise: a cancel, a lost lease). `route` is axum's matched route template
-//! (`/api/runs/{run_id}`), never the raw path, or `unmatched`: label cardinality stays bounded.
+//! otherwise: a cancel, a lost lease). Every label comes from a closed set, never from request
+//! text, so that no client can grow the registry: `method` is one of the standard methods
+//! (`GET`, `HEAD`, `POST`, `PUT`, `DELETE`, `CONNECT`, `OPTIONS`, `TRACE`, `PATCH`) or
+//! `other`; `route` is axum's matched route template (`/api/runs/{run_id}`), never the raw
+//! path, or `unmatched`; `status` is the status the server answered.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,7 +25,7 @@ use std::time::Instant;
 use askloop_core::store::{ListedRun, RunFilter};
 use askloop_core::{RunStatus, RunStore, StoreError};
 use axum::extract::{MatchedPath, Request};
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::text::encode;
@@ -82,15 +86,27 @@ struct StatusLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
-    method: String,
+    method: &'static str,
     route: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    method: String,
+    method: &'static str,
     route: String,
     status: u16,
+}
+
+/// The `method` label: a standard method's name, else `other` (methods are any token a client
+/// writes; a label must come from a closed set).
+fn method_label(method: &Method) -> &'static str {
+    const STANDARD: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    STANDARD
+        .into_iter()
+        .find(|standard| *standard == method.as_str())
+        .unwrap_or("other")
 }
 
 fn duration_histogram() -> Histogram {
@@ -107,6 +123,7 @@ pub(crate) struct Metrics {
     resume: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
     http_requests: Family<RequestLabels, Counter>,
     http_duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    http_connections: Gauge,
 }
 
 impl Default for Metrics {
@@ -151,6 +168,12 @@ impl Default for Metrics {
             Unit::Seconds,
             http_duration.clone(),
         );
+        let http_connections = Gauge::default();
+        registry.register(
+            "http_connections",
+            "HTTP connections open now",
+            http_connections.clone(),
+        );
         for status in RunStatus::ALL {
             drop(runs.get_or_create(&StatusLabels {
                 status: status.as_str(),
@@ -164,11 +187,17 @@ impl Default for Metrics {
             resume,
             http_requests,
             http_duration,
+            http_connections,
         }
     }
 }
 
 impl Metrics {
+    /// The gauge of open connections, which the accept loop keeps.
+    pub(crate) fn connections(&self) -> Gauge {
+        self.http_connections.clone()
+    }
+
     /// Records the end of a run task's stream.
     pub(crate) fn stream_ended(&self, kind: StreamKind, outcome: Outcome) {
         let (family, started) = match kind {
@@ -246,7 +275,7 @@ pub(crate) async fn metrics(
 /// Counts and times every request by its route template.
 pub(crate) async fn track_http(metrics: Arc<Metrics>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -256,7 +285,7 @@ pub(crate) async fn track_http(metrics: Arc<Metrics>, request: Request, next: Ne
     metrics
         .http_duration
         .get_or_create(&RouteLabels {
-            method: method.clone(),
+            method,
             route: route.clone(),
         })
         .observe(started.elapsed().as_secs_f64());

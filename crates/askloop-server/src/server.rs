@@ -10,6 +10,7 @@ use askloop_core::registry::AgentRegistry;
 use tokio::net::TcpListener;
 
 use crate::closing::{Closing, SHUTDOWN_GRACE};
+use crate::edge::{AllowedHost, CorsOrigin, Edge};
 use crate::error::ServerError;
 use crate::hub::RunHub;
 use crate::inbox::Inbox;
@@ -47,6 +48,8 @@ pub(crate) struct AppState {
     pub(crate) store: Arc<dyn RunStore>,
     pub(crate) keys: KeyRing,
     pub(crate) limits: Limits,
+    /// The Host and Origin rules, and the CORS origins.
+    pub(crate) edge: Arc<Edge>,
     pub(crate) sweep_interval: Duration,
     pub(crate) hub: RunHub,
     pub(crate) inbox: Inbox,
@@ -56,13 +59,16 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<Metrics>,
 }
 
-/// Builds a [`Server`]: keys (none: open), limits, the sweep interval.
+/// Builds a [`Server`]: keys (none: open), limits, the hosts it answers to, the origins whose
+/// pages may call it, the sweep interval.
 #[must_use]
 pub struct ServerBuilder {
     agents: Arc<dyn AgentRegistry>,
     store: Arc<dyn RunStore>,
     keys: Vec<ApiKey>,
     limits: Limits,
+    allowed_hosts: Vec<AllowedHost>,
+    cors_origins: Vec<CorsOrigin>,
     sweep_interval: Duration,
 }
 
@@ -72,6 +78,8 @@ impl std::fmt::Debug for ServerBuilder {
             .debug_struct("ServerBuilder")
             .field("keys", &self.keys.len())
             .field("limits", &self.limits)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("cors_origins", &self.cors_origins)
             .field("sweep_interval", &self.sweep_interval)
             .finish_non_exhaustive()
     }
@@ -87,47 +95,58 @@ impl Server {
             store,
             keys: Vec::new(),
             limits: Limits::default(),
+            allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
             sweep_interval: Duration::from_secs(5),
         }
     }
 
-    /// Every route, with its layers (auth, limits, timeouts, tracing). Serving it yourself
-    /// (e.g. with `axum::serve`) runs no background sweep; [`Server::serve`] does.
+    /// Every route, with its layers (auth, the Host and Origin rules, CORS, limits, timeouts,
+    /// metrics, tracing). Serving it yourself (e.g. with `axum::serve`) runs no background
+    /// sweep and applies none of the connection limits ([`Limits::max_connections`],
+    /// [`Limits::header_read_timeout`], [`Limits::idle_timeout`]), and the Host rule then knows
+    /// no connection's address; [`Server::serve`] does all of that.
     pub fn router(&self) -> axum::Router {
         crate::routes::router(self.state.clone())
     }
 
     /// Serves on `listener` until `shutdown` completes, with the background sweep (expired
-    /// questions, lease recovery) every [`ServerBuilder::sweep_interval`]. At shutdown it stops
-    /// accepting and lets open requests end: the inbox's event streams end at once, a run's
-    /// stream when its run ends or at most 10 s later; then it waits up to 10 s for run tasks
-    /// to end; a run still going is left `running` under a lease that expires, so any instance
-    /// recovers it.
+    /// questions, lease recovery) every [`ServerBuilder::sweep_interval`], under the
+    /// connection limits of [`Limits`] (at most [`Limits::max_connections`] at once; a
+    /// connection that idles past [`Limits::idle_timeout`] or sends its request head slower
+    /// than [`Limits::header_read_timeout`] is closed; responses being sent, SSE included, are
+    /// never cut), HTTP/1.1 (and HTTP/2 with prior knowledge) with TCP_NODELAY. At shutdown it
+    /// stops accepting and lets open requests end: idle connections close, the inbox's event
+    /// streams end at once, a run's stream when its run ends or at most 10 s later; then it
+    /// waits up to 10 s for run tasks to end; a run still going is left `running` under a
+    /// lease that expires, so any instance recovers it.
     ///
     /// # Errors
-    /// [`ServerError::Io`] when serving fails.
+    /// [`ServerError::Keys`] before serving anything when two keys have the same secret
+    /// ([`ApiKey::check_distinct`]); [`ServerError::Io`] when serving fails.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
+        if let Some(error) = self.state.keys.duplicate() {
+            return Err(ServerError::Keys(error.clone()));
+        }
         let (stop_sweep, sweep_stopped) = tokio::sync::watch::channel(false);
         let sweeper = tokio::spawn(crate::sweep::run(self.state.clone(), sweep_stopped));
         let router = self.router();
-        // TCP_NODELAY: SSE frames and small JSON answers go out at once instead of waiting
-        // for the peer's delayed ACK (~40 ms per response on Linux otherwise).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-            if let Err(error) = stream.set_nodelay(true) {
-                tracing::debug!(%error, "cannot set TCP_NODELAY");
-            }
-        });
         let closing = self.state.closing.clone();
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
+        crate::connections::serve(
+            listener,
+            router,
+            &self.state.limits,
+            self.state.metrics.connections(),
+            async move {
                 shutdown.await;
                 closing.begin();
-            })
-            .await;
+            },
+        )
+        .await;
         let _ = stop_sweep.send(true);
         let _ = sweeper.await;
         if !self.state.hub.wait_idle(SHUTDOWN_GRACE).await {
@@ -136,7 +155,7 @@ impl Server {
                 "shutdown: runs still going are left to their leases (another instance recovers them)"
             );
         }
-        served.map_err(ServerError::Io)
+        Ok(())
     }
 
     /// Runs one background sweep now: expires due questions and continues runs whose lease
@@ -153,6 +172,8 @@ impl Server {
 
 impl ServerBuilder {
     /// The accepted keys. With none (the default) every request is allowed: bind loopback then.
+    /// No two may have the same secret ([`ApiKey::check_distinct`]): such a secret is refused
+    /// (401) and [`Server::serve`] fails with [`ServerError::Keys`].
     pub fn keys(mut self, keys: Vec<ApiKey>) -> Self {
         self.keys = keys;
         self
@@ -161,6 +182,25 @@ impl ServerBuilder {
     /// Size and time limits ([`Limits::default`] otherwise).
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Hosts the server answers to besides `localhost`, `127.0.0.1`, `[::1]` and the address a
+    /// connection came in on (default: none): the names it is reached by through DNS or a
+    /// proxy. A request naming another host is refused with 421 `host_not_allowed` (DNS
+    /// rebinding: a page of `evil.example` whose name now resolves to this server still says
+    /// `Host: evil.example`). `*` allows every host. Repeated calls add.
+    pub fn allowed_hosts(mut self, hosts: impl IntoIterator<Item = AllowedHost>) -> Self {
+        self.allowed_hosts.extend(hosts);
+        self
+    }
+
+    /// Origins whose pages may call the server from a browser (default: none): their requests
+    /// get CORS headers (preflights answered) and may change state. A state-changing request
+    /// from any other origin but the server's own is refused with 403 `cross_origin`. Repeated
+    /// calls add.
+    pub fn cors_origins(mut self, origins: impl IntoIterator<Item = CorsOrigin>) -> Self {
+        self.cors_origins.extend(origins);
         self
     }
 
@@ -180,6 +220,7 @@ impl ServerBuilder {
                 store: store.clone(),
                 keys: KeyRing::new(self.keys),
                 limits: self.limits,
+                edge: Arc::new(Edge::new(self.allowed_hosts, self.cors_origins)),
                 sweep_interval: self.sweep_interval,
                 hub: RunHub::new(metrics.clone()),
                 inbox: Inbox::new(store),

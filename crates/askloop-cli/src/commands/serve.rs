@@ -2,13 +2,12 @@
 //! (askloop-server), with the same store, model and config handling as `askloop run`.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use askloop_core::{AgentId, CancelHandle, ResourceId, is_blank};
-use askloop_server::{ApiKey, Server};
+use askloop_server::{AllowedHost, ApiKey, CorsOrigin, KeyError, Server};
 
 use crate::cli::{GlobalArgs, ServeArgs};
 use crate::config::LoadedConfig;
@@ -39,17 +38,19 @@ pub(crate) async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Resul
         FlagScope::NewRuns,
     )
     .await?;
-    let result = serve_with(&context, args.addr).await;
+    let result = serve_with(&context, args).await;
     context.close().await;
     result
 }
 
-/// Serves the agents of `context` on `addr` until a signal.
-async fn serve_with(context: &Context, addr: SocketAddr) -> anyhow::Result<ExitCode> {
+/// Serves the agents of `context` on `args.addr` until a signal.
+async fn serve_with(context: &Context, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let addr = args.addr;
     let registry = context.registry();
     registry.check()?;
     let ids = registry.ids();
     let keys = api_keys(context.config(), &ids)?;
+    let (allowed_hosts, cors_origins) = edge_lists(context.config(), args)?;
     if keys.is_empty() && !addr.ip().is_loopback() {
         return Err(invalid(format!(
             "refusing to serve on {addr} without API keys: anyone who can reach it could read \
@@ -85,6 +86,8 @@ async fn serve_with(context: &Context, addr: SocketAddr) -> anyhow::Result<ExitC
         .map_or(SWEEP_INTERVAL, |lease| lease.min(SWEEP_INTERVAL));
     let server = Server::builder(registry.clone(), context.store.clone())
         .keys(keys)
+        .allowed_hosts(allowed_hosts)
+        .cors_origins(cors_origins)
         .sweep_interval(sweep)
         .build();
     // The first SIGTERM or Ctrl-C stops the server gracefully; a second one ends the process
@@ -96,17 +99,58 @@ async fn serve_with(context: &Context, addr: SocketAddr) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
+/// The file askloop.toml's settings came from, as messages name it.
+fn config_file(config: &LoadedConfig) -> String {
+    config.path.as_ref().map_or_else(
+        || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
+        |path| path.display().to_string(),
+    )
+}
+
+/// The hosts the server answers to and the origins that may call it: askloop.toml's
+/// `[server] allowed_hosts` and `cors_origins`, then the flags'.
+///
+/// # Errors
+/// Invalid input naming the key and the value that is not a host or an origin.
+fn edge_lists(
+    config: &LoadedConfig,
+    args: ServeArgs,
+) -> anyhow::Result<(Vec<AllowedHost>, Vec<CorsOrigin>)> {
+    let file = config_file(config);
+    let server = &config.config.server;
+    let mut hosts = server
+        .allowed_hosts
+        .iter()
+        .map(|host| {
+            host.parse::<AllowedHost>().map_err(|error| {
+                invalid_because(format!("[server] allowed_hosts in {file}"), error)
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    hosts.extend(args.allowed_hosts);
+    let mut origins = server
+        .cors_origins
+        .iter()
+        .map(|origin| {
+            origin
+                .parse::<CorsOrigin>()
+                .map_err(|error| invalid_because(format!("[server] cors_origins in {file}"), error))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    origins.extend(args.cors_origins);
+    Ok((hosts, origins))
+}
+
 /// The keys of askloop.toml's `[[server.keys]]`, then of [`API_KEYS_ENV`].
 ///
 /// # Errors
-/// Invalid input for a bad hash, a blank resource, an unknown agent, or a malformed
-/// [`API_KEYS_ENV`] (its secrets are never echoed).
+/// Invalid input for a bad hash, a blank resource, an unknown agent, a malformed
+/// [`API_KEYS_ENV`] (its secrets are never echoed), or one secret in two entries (naming both).
 fn api_keys(config: &LoadedConfig, agent_ids: &[String]) -> anyhow::Result<Vec<ApiKey>> {
-    let file = config.path.as_ref().map_or_else(
-        || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
-        |path| path.display().to_string(),
-    );
+    let file = config_file(config);
     let mut keys = Vec::new();
+    // What each key is called in messages, in the order of `keys`.
+    let mut names = Vec::new();
     for (index, entry) in config.config.server.keys.iter().enumerate() {
         let which = format!("[[server.keys]] number {} in {file}", index + 1);
         if is_blank(&entry.resource) {
@@ -133,9 +177,29 @@ fn api_keys(config: &LoadedConfig, agent_ids: &[String]) -> anyhow::Result<Vec<A
             None => key,
         };
         keys.push(key);
+        names.push(which);
     }
     if let Some(text) = env_value(API_KEYS_ENV) {
-        keys.extend(env_keys(&text)?);
+        let from_env = env_keys(&text)?;
+        names.extend((1..=from_env.len()).map(|number| format!("{API_KEYS_ENV} entry {number}")));
+        keys.extend(from_env);
+    }
+    if let Err(KeyError::DuplicateSecret {
+        first,
+        second,
+        first_resource,
+        second_resource,
+    }) = ApiKey::check_distinct(&keys)
+    {
+        return Err(invalid(format!(
+            "{} (resource {}) and {} (resource {}) are the same secret; one secret must \
+             belong to one key, or a request with it would act for a tenant it does not \
+             choose: give each key its own secret (`askloop keys new`)",
+            names[first],
+            first_resource.as_str(),
+            names[second],
+            second_resource.as_str()
+        )));
     }
     Ok(keys)
 }
@@ -211,6 +275,75 @@ mod tests {
             "[[server.keys]]\nhash = \"{hash}\"\nresource = \" \"\n"
         ));
         assert!(api_keys(&blank, &ids()).is_err());
+    }
+
+    #[test]
+    fn issue31_one_secret_in_two_entries_is_an_error_naming_both() {
+        let hash = ApiKey::hash_hex("s3cret");
+        let other = ApiKey::hash_hex("other");
+        for (second_resource, label) in [("tenant-b", "two tenants"), ("tenant-a", "one tenant")] {
+            let config = loaded(&format!(
+                "[[server.keys]]\nhash = \"{hash}\"\nresource = \"tenant-a\"\n\
+                 [[server.keys]]\nhash = \"{other}\"\nresource = \"tenant-c\"\n\
+                 [[server.keys]]\nhash = \"{}\"\nresource = \"{second_resource}\"\n",
+                hash.to_uppercase()
+            ));
+            let error = api_keys(&config, &ids()).unwrap_err().to_string();
+            assert!(
+                error.contains("[[server.keys]] number 1 in askloop.toml (resource tenant-a)"),
+                "{label}: {error}"
+            );
+            assert!(
+                error.contains(&format!(
+                    "[[server.keys]] number 3 in askloop.toml (resource {second_resource})"
+                )),
+                "{label}: {error}"
+            );
+            assert!(error.contains("same secret"), "{label}: {error}");
+            assert!(!error.contains("s3cret"), "{label}: {error}");
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_and_cors_origins_come_from_the_file_and_the_flags() {
+        use clap::Parser;
+        let config = loaded(
+            "[server]\nallowed_hosts = [\"askloop.example\"]\ncors_origins = [\"https://app.example\"]\n",
+        );
+        let cli = crate::cli::Cli::try_parse_from([
+            "askloop",
+            "serve",
+            "--allowed-host",
+            "10.0.0.5:4111",
+            "--cors-origin",
+            "http://localhost:3000",
+        ])
+        .unwrap();
+        let crate::cli::Command::Serve(args) = cli.command else {
+            unreachable!("parsed as serve")
+        };
+        let (hosts, origins) = edge_lists(&config, args).unwrap();
+        let hosts: Vec<String> = hosts.iter().map(ToString::to_string).collect();
+        let origins: Vec<String> = origins.iter().map(ToString::to_string).collect();
+        assert_eq!(hosts, ["askloop.example", "10.0.0.5:4111"]);
+        assert_eq!(origins, ["https://app.example", "http://localhost:3000"]);
+        let bad = loaded("[server]\ncors_origins = [\"app.example\"]\n");
+        let cli = crate::cli::Cli::try_parse_from(["askloop", "serve"]).unwrap();
+        let crate::cli::Command::Serve(args) = cli.command else {
+            unreachable!("parsed as serve")
+        };
+        let error = edge_lists(&bad, args).unwrap_err().to_string();
+        assert!(
+            error.contains("[server] cors_origins in askloop.toml"),
+            "{error}"
+        );
+        for flag in [["--allowed-host", "http://x"], ["--cors-origin", "*"]] {
+            let error = crate::cli::Cli::try_parse_from(["askloop", "serve", flag[0], flag[1]])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(error.contains("invalid"), "{error}");
+        }
     }
 
     #[test]

@@ -361,6 +361,104 @@ fn a_non_loopback_address_without_keys_is_refused() {
 }
 
 #[test]
+fn issue31_one_secret_in_the_file_and_the_environment_is_refused() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    let hash = askloop_server::ApiKey::hash_hex("s3cret-shared");
+    dir.write(
+        "askloop.toml",
+        &format!("[[server.keys]]\nhash = \"{hash}\"\nresource = \"tenant-a\"\n"),
+    );
+    let mut command = dir.command(&["serve", "--addr", "127.0.0.1:0", "--model", &spec]);
+    command.env("ASKLOOP_API_KEYS", "other=tenant-c,s3cret-shared=tenant-b");
+    let out = crate::support::outcome(command).code(2);
+    assert!(out.stdout.is_empty(), "{out:#?}");
+    assert!(
+        out.stderr.contains("[[server.keys]] number 1 in"),
+        "{out:#?}"
+    );
+    assert!(out.stderr.contains("(resource tenant-a)"), "{out:#?}");
+    assert!(
+        out.stderr
+            .contains("ASKLOOP_API_KEYS entry 2 (resource tenant-b) are the same secret"),
+        "{out:#?}"
+    );
+    assert!(!out.stderr.contains("s3cret-shared"), "{out:#?}");
+}
+
+/// Sends a raw HTTP/1.1 request (with `Connection: close`) and reads the whole answer.
+fn raw_http(base: &str, head: &str) -> String {
+    use std::io::{Read, Write};
+    let address = base.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(format!("{head}Connection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn issue31_allowed_hosts_and_cors_origins_of_the_command_line() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    dir.write(
+        "askloop.toml",
+        "[server]\nallowed_hosts = [\"from-file.test\"]\n",
+    );
+    let store = dir.store_url();
+    let served = Served::start(
+        &dir,
+        &store,
+        &spec,
+        &[
+            "--allowed-host",
+            "askloop.test",
+            "--cors-origin",
+            "http://localhost:3000",
+        ],
+        &[],
+    );
+    for (host, status) in [
+        ("askloop.test:4111", "200"),
+        ("from-file.test", "200"),
+        ("localhost", "200"),
+        ("evil.test", "421"),
+    ] {
+        let answer = raw_http(
+            &served.base,
+            &format!("GET /api/agents HTTP/1.1\r\nHost: {host}\r\n"),
+        );
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{host}: {answer}"
+        );
+    }
+    let preflight = raw_http(
+        &served.base,
+        "OPTIONS /api/agents/assistant/chat HTTP/1.1\r\nHost: localhost\r\n\
+         Origin: http://localhost:3000\r\nAccess-Control-Request-Method: POST\r\n\
+         Access-Control-Request-Headers: authorization, content-type\r\n",
+    )
+    .to_ascii_lowercase();
+    assert!(
+        preflight.contains("access-control-allow-origin: http://localhost:3000"),
+        "{preflight}"
+    );
+    let cross = raw_http(
+        &served.base,
+        "POST /api/runs/r-1/cancel HTTP/1.1\r\nHost: localhost\r\nOrigin: https://evil.test\r\n\
+         Content-Length: 0\r\n",
+    );
+    assert!(cross.starts_with("HTTP/1.1 403"), "{cross}");
+    assert!(cross.contains("cross_origin"), "{cross}");
+}
+
+#[test]
 fn sigterm_leaves_a_suspended_run_resumable_by_the_cli() {
     let dir = TestDir::new();
     let spec = dir.script("ask.json", ASK_THEN_ANSWER);

@@ -15,9 +15,7 @@ use crate::error::ResumeError;
 use crate::ids::{RunId, ToolCallId};
 use crate::message::ToolResult;
 use crate::response::CallResponse;
-use crate::run::{
-    AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, approval_schema, now_ms,
-};
+use crate::run::{AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, now_ms};
 use crate::run_loop::clock::lease_now_ms;
 use crate::store::{Lease, StoreError, StoredRun};
 use crate::tool::ResumeRejection;
@@ -399,31 +397,15 @@ fn declined_text(reason: Option<&str>) -> String {
 }
 
 /// Reads an approval response: `approve`, `decline`, or an answer `{"approved": bool,
-/// "reason"?: string}` (the reference framework's approval resume data).
+/// "reason"?: string}` read by [`CallResponse::from_approval`].
 fn approval_of(response: &CallResponse) -> Result<(bool, Option<String>), ResumeRejection> {
     match response {
         CallResponse::Approve => Ok((true, None)),
         CallResponse::Decline { reason } => Ok((false, reason.clone())),
-        CallResponse::Answer(answer) => {
-            let schema = approval_schema();
-            let problems = crate::schema::SchemaValidator::new(&schema)
-                .map(|validator| validator.problems(answer))
-                .unwrap_or_default();
-            let approved = answer.get("approved").and_then(Value::as_bool);
-            match approved {
-                Some(approved) if problems.is_empty() => Ok((
-                    approved,
-                    answer
-                        .get("reason")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                )),
-                _ => Err(ResumeRejection {
-                    expected: "an approval: {\"approved\": true} or {\"approved\": false, \"reason\": \"…\"}".into(),
-                    problems,
-                }),
-            }
-        }
+        CallResponse::Answer(answer) => match CallResponse::from_approval(answer)? {
+            CallResponse::Decline { reason } => Ok((false, reason)),
+            _ => Ok((true, None)),
+        },
     }
 }
 

@@ -19,7 +19,7 @@ use crate::keys::Caller;
 use crate::metrics::StreamKind;
 use crate::routes::{
     Body, Params, PathParam, State, agent_for_caller, agent_of_run, check_answer, check_id,
-    check_text, check_thread_visible, visible_run,
+    check_text, check_thread_visible, check_tool_call_id, visible_run,
 };
 use crate::sse;
 
@@ -213,7 +213,7 @@ pub(crate) async fn resume_stream(
     let stored = run_of_agent(&state, &caller, &agent_id, &request.run_id).await?;
     check_answer(&state, &request.resume_data)?;
     if let Some(id) = &request.tool_call_id {
-        check_id("toolCallId", id)?;
+        check_tool_call_id(id)?;
     }
     let agent = agent_of_run(&state, &stored).await?;
     let run_id = RunId::new(request.run_id.as_str());
@@ -246,7 +246,7 @@ async fn approval(
     let started = std::time::Instant::now();
     let agent_id = AgentId::new(agent_id);
     let stored = run_of_agent(&state, &caller, &agent_id, &request.run_id).await?;
-    check_id("toolCallId", &request.tool_call_id)?;
+    check_tool_call_id(&request.tool_call_id)?;
     if let Some(reason) = &request.reason {
         check_text("reason", reason, state.limits.answer_bytes)?;
     }

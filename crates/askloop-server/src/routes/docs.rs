@@ -39,9 +39,66 @@ use crate::error::ErrorBody;
         crate::chat::ChatRequest, crate::chat::UiMessage, crate::chat::ChatMessages)),
     tags((name = "agents", description = "The reference framework's agent API"),
          (name = "runs", description = "askloop's runs and inbox"),
-         (name = "chat", description = "The AI SDK's chat transport (`useChat`, `DefaultChatTransport`)"))
+         (name = "chat", description = "The AI SDK's chat transport (`useChat`, `DefaultChatTransport`)")),
+    modifiers(&EdgeResponses)
 )]
 pub(crate) struct ApiDoc;
+
+/// The answers any route may give before its handler runs (`crate::edge`, the body deadline):
+/// 421 `host_not_allowed` on every operation; on POST operations 403 `cross_origin` and, for
+/// those with a body, 408 `timeout`.
+struct EdgeResponses;
+
+impl utoipa::Modify for EdgeResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        let error = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("ErrorBody")))
+                            .build(),
+                    )
+                    .build(),
+            )
+        };
+        let host = "host_not_allowed: the request names a host this server does not answer to";
+        let cross = "cross_origin: a page of another origin may not change anything";
+        for item in openapi.paths.paths.values_mut() {
+            if let Some(operation) = item.get.as_mut() {
+                operation
+                    .responses
+                    .responses
+                    .entry("421".to_owned())
+                    .or_insert_with(|| error(host));
+            }
+            if let Some(operation) = item.post.as_mut() {
+                let responses = &mut operation.responses.responses;
+                responses
+                    .entry("421".to_owned())
+                    .or_insert_with(|| error(host));
+                match responses.get_mut("403") {
+                    Some(RefOr::T(forbidden)) => {
+                        forbidden.description = format!("{}; {cross}", forbidden.description);
+                    }
+                    _ => {
+                        responses.insert("403".to_owned(), error(cross));
+                    }
+                }
+                if operation.request_body.is_some() {
+                    responses.entry("408".to_owned()).or_insert_with(|| {
+                        error(
+                            "timeout: the request body did not arrive within the body read timeout",
+                        )
+                    });
+                }
+            }
+        }
+    }
+}
 
 /// `GET /healthz`: `ok` while the server serves.
 #[utoipa::path(get, path = "/healthz", tag = "runs",

@@ -13,7 +13,7 @@ use askloop_core::{Agent, AgentId, RunId, StoreError};
 use axum::Router;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -21,6 +21,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::connections::DeadlineBody;
 use crate::error::ApiError;
 use crate::keys::Caller;
 use crate::server::AppState;
@@ -120,13 +121,23 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             limits.request_timeout,
         ));
+    let body_read_timeout = limits.body_read_timeout;
+    let edge = state.edge.clone();
+    let cors = edge.cors_layer();
+    // Outermost last: tracing, metrics (refusals counted too), the Host and Origin rules, CORS
+    // (its headers on every answer, ours included), then JSON errors and the body's bounds.
     Router::new()
         .merge(streaming)
         .merge(timed)
         .fallback(|| async { ApiError::for_status(StatusCode::NOT_FOUND) })
         .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
         .layer(RequestBodyLimitLayer::new(limits.body_bytes))
+        .layer(middleware::map_request(
+            move |request: Request| async move { DeadlineBody::limit(request, body_read_timeout) },
+        ))
         .layer(middleware::from_fn(json_errors))
+        .layer(tower::util::option_layer(cors))
+        .layer(middleware::from_fn_with_state(edge, crate::edge::guard))
         .layer(middleware::from_fn(move |request, next| {
             crate::metrics::track_http(metrics.clone(), request, next)
         }))
@@ -135,32 +146,54 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Gives every error response without a JSON body of ours (the body-limit layer's 413, the
-/// timeout layer's 408, axum's 405) the `{code, message}` body of its status.
+/// timeout layer's 408, axum's 405) the `{code, message}` body of its status; a 408 also closes
+/// its connection (the rest of a late body is not waited for).
 async fn json_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
     let status = response.status();
+    if status == StatusCode::REQUEST_TIMEOUT {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
     if (status.is_client_error() || status.is_server_error()) && !is_json {
         let mut replaced = ApiError::for_status(status).into_response();
-        if let Some(allow) = response.headers().get(header::ALLOW) {
-            replaced.headers_mut().insert(header::ALLOW, allow.clone());
+        for name in [header::ALLOW, header::CONNECTION] {
+            if let Some(value) = response.headers().get(&name) {
+                replaced.headers_mut().insert(name, value.clone());
+            }
         }
         return replaced;
     }
     response
 }
 
-/// The longest id accepted (run, thread, resource, tool call), bytes.
+/// The longest id accepted (run, thread, resource), bytes.
 const MAX_ID_BYTES: usize = 256;
+
+/// The longest tool call id accepted, bytes: providers make their own ids, some of several
+/// hundred bytes, and every route takes what any provider may send.
+pub(crate) const MAX_TOOL_CALL_ID_BYTES: usize = 4096;
 
 /// Checks an id from a request: not empty, at most 256 bytes, no NUL or control characters.
 pub(crate) fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
-    if id.is_empty() || id.len() > MAX_ID_BYTES || id.chars().any(char::is_control) {
+    check_id_within(field, id, MAX_ID_BYTES)
+}
+
+/// Checks a tool call id from a request, the same way on every route: not empty, at most
+/// [`MAX_TOOL_CALL_ID_BYTES`], no control characters; one error (400 `bad_request`) otherwise.
+pub(crate) fn check_tool_call_id(id: &str) -> Result<(), ApiError> {
+    check_id_within("toolCallId", id, MAX_TOOL_CALL_ID_BYTES)
+}
+
+fn check_id_within(field: &str, id: &str, max: usize) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > max || id.chars().any(char::is_control) {
         return Err(ApiError::bad_request(format!(
-            "{field} must be 1 to {MAX_ID_BYTES} bytes without control characters"
+            "{field} must be 1 to {max} bytes without control characters"
         )));
     }
     Ok(())

@@ -23,7 +23,8 @@ use crate::keys::Caller;
 use crate::metrics::StreamKind;
 use crate::routes::agents::resume_refused;
 use crate::routes::{
-    Body, Params, PathParam, State, agent_of_run, check_answer, check_id, check_text, visible_run,
+    Body, Params, PathParam, State, agent_of_run, check_answer, check_id, check_text,
+    check_tool_call_id, visible_run,
 };
 use crate::server::AppState;
 use crate::sse;
@@ -249,7 +250,7 @@ pub(crate) async fn respond(
         respond = respond.by(by);
     }
     for response in request.responses {
-        check_id("toolCallId", &response.tool_call_id)?;
+        check_tool_call_id(&response.tool_call_id)?;
         let id = ToolCallId::new(response.tool_call_id.as_str());
         respond = match (response.answer, response.approved) {
             (Some(answer), None) => {

@@ -8,6 +8,8 @@
     unreachable_pub
 )]
 
+mod connections;
+mod edge;
 mod metrics;
 mod scenarios;
 mod socket;
