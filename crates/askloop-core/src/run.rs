@@ -31,8 +31,9 @@
 //! - `legacyHistory` (only in states upgraded from format 1): the thread history format 1 had
 //!   copied into the state, used instead of `thread_history`.
 //! - `pendingStep.calls[].state.status` is `completed` (`result`), `suspended` (`suspension`),
-//!   `resuming` (`suspension`, `resumeData`: an answer claimed, its result not yet recorded) or
-//!   `running` (`startedAtMs`: a non-idempotent tool was started and has no recorded result).
+//!   `awaitingApproval` (`expiresAtMs`, absent without a deadline), `resuming` (`suspension`,
+//!   `resumeData`: an answer claimed, its result not yet recorded) or `running` (`startedAtMs`:
+//!   a non-idempotent tool was started and has no recorded result).
 //!
 //! Format 1 (read, upgraded by `codec::upgrade_v1`) copied the thread's history into
 //! `messages`, counted it in `historyLen`, and named one field `resume_data`.
@@ -198,8 +199,12 @@ pub(crate) enum CallState {
     Suspended { suspension: Suspension },
     /// Waiting for a person to approve or decline the call before its tool runs (the agent
     /// requires approval for it). Approved, it becomes `running`; declined, `completed` with
-    /// an error result giving the reason.
-    AwaitingApproval,
+    /// an error result giving the reason; once `expires_at_ms` (ms since the Unix epoch) has
+    /// passed, a sweep completes it with an error result saying the tool did not run.
+    AwaitingApproval {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at_ms: Option<u64>,
+    },
     /// An answer was accepted and claimed; the tool's resume path is running (or was, when a
     /// process died: `continue_stream` runs it again with the recorded answer if the tool is
     /// idempotent, else gives the model an outcome-unknown error result).
@@ -244,7 +249,7 @@ impl PendingStep {
 impl CallState {
     /// Whether the call waits for a person: an answer (`suspended`) or an approval.
     pub(crate) fn is_waiting(&self) -> bool {
-        matches!(self, Self::Suspended { .. } | Self::AwaitingApproval)
+        matches!(self, Self::Suspended { .. } | Self::AwaitingApproval { .. })
     }
 }
 
@@ -259,7 +264,7 @@ pub enum AuditAction {
     Approve,
     /// Declined a call that required approval (its tool never ran).
     Decline,
-    /// The question's deadline passed without an answer (applied by a sweep).
+    /// The call's deadline passed without an answer or a decision (applied by a sweep).
     Expire,
     /// The run was cancelled while the call waited.
     Cancel,
@@ -327,7 +332,10 @@ pub struct PendingToolCall {
     /// What the call waits for: an answer, or an approval.
     #[serde(default)]
     pub kind: PendingKind,
-    /// When the question expires unheard (ms since the Unix epoch), if it has a deadline.
+    /// When the call expires unheard (ms since the Unix epoch), if it has a deadline: a
+    /// question's ([`Suspension::expires_at_ms`]) or an approval's
+    /// ([`crate::AgentBuilder::approval_timeout`]). From then on answers and decisions are
+    /// refused ([`crate::ResumeError::Expired`]) and a sweep resolves the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
 }
@@ -372,18 +380,23 @@ impl PendingToolCall {
         }
     }
 
-    /// The pending approval of `call`: its payload is `{toolName, args}`, its schema
-    /// [`approval_schema`].
-    pub fn approval(call: &ToolCall) -> Self {
+    /// The pending approval of `call`, due by `expires_at_ms` (ms since the Unix epoch; `None`:
+    /// no deadline): its payload is `{toolName, args, expiresAt?}` (`expiresAt` in RFC 3339,
+    /// as a question's), its schema [`approval_schema`].
+    pub fn approval(call: &ToolCall, expires_at_ms: Option<u64>) -> Self {
         let args = call.args.to_value();
+        let mut payload = serde_json::json!({"toolName": call.name, "args": args});
+        if let (Some(at), Value::Object(fields)) = (expires_at_ms, &mut payload) {
+            fields.insert("expiresAt".into(), Value::String(crate::time::rfc3339(at)));
+        }
         Self {
             tool_call_id: call.id.clone(),
             tool_name: call.name.clone(),
-            suspend_payload: serde_json::json!({"toolName": call.name, "args": args}),
+            suspend_payload: payload,
             args,
             resume_schema: Some(approval_schema()),
             kind: PendingKind::Approval,
-            expires_at_ms: None,
+            expires_at_ms,
         }
     }
 }
@@ -582,7 +595,9 @@ impl RunState {
                 CallState::Suspended { suspension } => {
                     Some(PendingToolCall::new(&slot.call, suspension))
                 }
-                CallState::AwaitingApproval => Some(PendingToolCall::approval(&slot.call)),
+                CallState::AwaitingApproval { expires_at_ms } => {
+                    Some(PendingToolCall::approval(&slot.call, *expires_at_ms))
+                }
                 _ => None,
             })
             .collect()

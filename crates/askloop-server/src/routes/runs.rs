@@ -426,6 +426,7 @@ fn settled_chunks(stored: &StoredRun) -> Vec<serde_json::Value> {
                             .resume_schema
                             .clone()
                             .unwrap_or_else(approval_schema),
+                        expires_at_ms: pending.expires_at_ms,
                     },
                     _ => {
                         let mut suspension = Suspension::new(pending.suspend_payload.clone());
