@@ -38,8 +38,9 @@
 //! Error codes and statuses: 400 `bad_request`, `invalid_answer` (details: `expected`,
 //! `problems`, `allowed` labels), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`;
 //! 404 `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`,
-//! `conflict`, `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`; 413
-//! `too_large`; 408 `timeout` (non-streaming routes only).
+//! `conflict`, `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`; 410
+//! `expired` (an answer, approval or decline after the call's deadline; details: `toolCallId`,
+//! `expiredAt`); 413 `too_large`; 408 `timeout` (non-streaming routes only).
 //!
 //! # Keys
 //! With [`ServerBuilder::keys`], every `/api` route needs `Authorization: Bearer <secret>` or

@@ -139,8 +139,8 @@ impl Server {
         served.map_err(ServerError::Io)
     }
 
-    /// Runs one background sweep now: expires due questions and continues runs whose lease
-    /// expired. [`Server::serve`] does this every [`ServerBuilder::sweep_interval`].
+    /// Runs one background sweep now: expires due questions and approvals and continues runs
+    /// whose lease expired. [`Server::serve`] does this every [`ServerBuilder::sweep_interval`].
     pub async fn sweep_once(&self) {
         crate::sweep::sweep_once(&self.state).await;
     }

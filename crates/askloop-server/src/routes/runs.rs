@@ -229,6 +229,7 @@ pub(crate) async fn continue_run(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
 pub(crate) async fn respond(
