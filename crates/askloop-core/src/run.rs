@@ -632,6 +632,26 @@ impl RunState {
         })
     }
 
+    /// When the call `tool_call_id` expired, if its deadline passed and a sweep gave it its
+    /// "no answer came in time" result: the deadline that result records (ms since the Unix
+    /// epoch). `None` for a call that was answered or decided, one that still waits (even past
+    /// its deadline, until a sweep), and a call this run did not make.
+    pub fn expired_at_ms(&self, tool_call_id: &ToolCallId) -> Option<u64> {
+        let slot = self
+            .pending_step
+            .as_ref()
+            .and_then(|step| step.calls.iter().find(|slot| &slot.call.id == tool_call_id));
+        match slot {
+            Some(slot) => match &slot.state {
+                CallState::Completed { result } => expired_at(result, &slot.audit),
+                _ => None,
+            },
+            None => self
+                .result_for(tool_call_id)
+                .and_then(|result| expired_at(result, &[])),
+        }
+    }
+
     /// The result this run (not its thread's history) recorded for this call, if any.
     pub(crate) fn result_for(&self, tool_call_id: &ToolCallId) -> Option<&ToolResult> {
         self.messages
@@ -649,6 +669,26 @@ impl RunState {
     pub(crate) fn touch(&mut self) {
         self.updated_at_ms = now_ms().max(self.updated_at_ms);
     }
+}
+
+/// When a completed call expired, if a sweep completed it as expired (its last audit record is
+/// an expiry): the deadline its result records (`expiredAt`), else the time of that record.
+/// `slot_audit` is the audit of its pending slot, for a result that does not carry its own yet.
+pub(crate) fn expired_at(result: &ToolResult, slot_audit: &[AuditRecord]) -> Option<u64> {
+    let audit = if result.audit.is_empty() {
+        slot_audit
+    } else {
+        &result.audit
+    };
+    let record = audit
+        .last()
+        .filter(|record| record.action == AuditAction::Expire)?;
+    let deadline = result
+        .result
+        .get("expiredAt")
+        .and_then(Value::as_str)
+        .and_then(crate::time::parse_rfc3339);
+    Some(deadline.unwrap_or(record.at_ms))
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).

@@ -249,3 +249,43 @@ fn issue31_a_late_approval_says_it_expired_and_exits_2() {
     let out = with_test_tools(&dir, &["decline", &run_id, "--tool-call-id", "p1"]).code(2);
     assert!(out.stderr.contains("expired at"), "{}", out.stderr);
 }
+
+#[test]
+fn issue31_a_late_answer_to_a_run_that_failed_after_the_expiry_still_says_it_expired() {
+    let dir = TestDir::new();
+    dir.write(
+        "askloop.toml",
+        "[agents.assistant]\nquestion_timeout_seconds = 0\n",
+    );
+    // The question expires at once; the model call after the sweep fails.
+    let spec = dir.script(
+        "ask.json",
+        &json!({"steps": [
+            {"toolCalls": [{"id": "c1", "name": "ask_user", "args": {"question": "Which repo?"}}]},
+            {"error": "HTTP 500"}
+        ]})
+        .to_string(),
+    );
+    let run_id = dir.start_suspended(&spec);
+    dir.run(&["runs", "sweep"]);
+    assert_eq!(dir.show(&run_id)["status"], "failed");
+    for command in [
+        vec![
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "c1",
+            "--answer",
+            "main",
+        ],
+        vec!["approve", &run_id, "--tool-call-id", "c1"],
+    ] {
+        let out = dir.run(&command).code(2);
+        assert!(
+            out.stderr
+                .contains(&format!("tool call c1 of run {run_id} expired at")),
+            "{command:?}: {}",
+            out.stderr
+        );
+    }
+}

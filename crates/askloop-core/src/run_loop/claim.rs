@@ -16,7 +16,8 @@ use crate::ids::{RunId, ToolCallId};
 use crate::message::{ToolCall, ToolResult};
 use crate::response::CallResponse;
 use crate::run::{
-    AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, approval_schema, now_ms,
+    AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, approval_schema,
+    expired_at, now_ms,
 };
 use crate::run_loop::clock::lease_now_ms;
 use crate::store::{Lease, StoreError, StoredRun};
@@ -411,26 +412,6 @@ fn expired_result(call: &ToolCall, approval: bool, at: u64) -> ToolResult {
         fields.insert("expiredAt".into(), Value::String(when));
     }
     result
-}
-
-/// When a completed call expired, if a sweep completed it as expired (its last audit record is
-/// an expiry): the deadline its result records (`expiredAt`), else the time of that record.
-/// `slot_audit` is the audit of its pending slot, for a result that does not carry its own yet.
-fn expired_at(result: &ToolResult, slot_audit: &[AuditRecord]) -> Option<u64> {
-    let audit = if result.audit.is_empty() {
-        slot_audit
-    } else {
-        &result.audit
-    };
-    let record = audit
-        .last()
-        .filter(|record| record.action == AuditAction::Expire)?;
-    let deadline = result
-        .result
-        .get("expiredAt")
-        .and_then(Value::as_str)
-        .and_then(crate::time::parse_rfc3339);
-    Some(deadline.unwrap_or(record.at_ms))
 }
 
 /// The error text a declined call gets: the person's reason, or a default.

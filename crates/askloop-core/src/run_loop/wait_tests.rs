@@ -408,6 +408,9 @@ async fn issue31_a_late_answer_to_an_expired_call_says_it_expired_and_changes_no
 
     // While the step waits: an answer or a decision for an expired call says it expired, not
     // that it was answered.
+    assert_eq!(stored.state.expired_at_ms(&k1_id), Some(k1));
+    assert_eq!(stored.state.expired_at_ms(&q1_id), Some(q1));
+    assert_eq!(stored.state.expired_at_ms(&ToolCallId::new("g1")), None);
     let before = stored;
     let refusal = agent.approve_tool_call(&run_id, &k1_id).await.unwrap_err();
     assert_expired_and_unchanged(&store, &run_id, &before, refusal, "k1", k1).await;
@@ -442,6 +445,9 @@ async fn issue31_a_late_answer_to_an_expired_call_says_it_expired_and_changes_no
     // After the step closed: still "expired", never "already answered".
     let before = store.load_run(&run_id).await.unwrap();
     assert_eq!(before.state.status, RunStatus::Completed);
+    assert_eq!(before.state.expired_at_ms(&k1_id), Some(k1));
+    assert_eq!(before.state.expired_at_ms(&q1_id), Some(q1));
+    assert_eq!(before.state.expired_at_ms(&ToolCallId::new("g1")), None);
     let refusal = agent.approve_tool_call(&run_id, &k1_id).await.unwrap_err();
     assert_expired_and_unchanged(&store, &run_id, &before, refusal, "k1", k1).await;
     let refusal = agent
