@@ -16,8 +16,7 @@ use crate::ids::{RunId, ToolCallId};
 use crate::message::{ToolCall, ToolResult};
 use crate::response::CallResponse;
 use crate::run::{
-    AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, approval_schema,
-    expired_at, now_ms,
+    AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, approval_schema, now_ms,
 };
 use crate::run_loop::clock::lease_now_ms;
 use crate::store::{Lease, StoreError, StoredRun};
@@ -475,17 +474,14 @@ fn pick_call(
             same_answer: recorded == Some(answer),
         };
     // A call that has its result says how it got it: expired, or answered.
-    let completed =
-        |id: &ToolCallId, result: &ToolResult, slot_audit: &[AuditRecord]| match expired_at(
-            result, slot_audit,
-        ) {
-            Some(at) => ResumeError::Expired {
-                run_id: run_id.clone(),
-                tool_call_id: id.clone(),
-                expired_at_ms: at,
-            },
-            None => already_answered(id, result.answer.as_ref()),
-        };
+    let completed = |id: &ToolCallId, recorded: Option<&Value>| match state.expired_at_ms(id) {
+        Some(at) => ResumeError::Expired {
+            run_id: run_id.clone(),
+            tool_call_id: id.clone(),
+            expired_at_ms: at,
+        },
+        None => already_answered(id, recorded),
+    };
     // A cancelled run says so, whatever became of the call.
     if state.status == RunStatus::Cancelled {
         return Err(not_suspended());
@@ -502,7 +498,7 @@ fn pick_call(
     if let (Some(id), Some((_, slot))) = (tool_call_id, slot) {
         match &slot.state {
             CallState::Completed { result } => {
-                return Err(completed(id, result, &slot.audit));
+                return Err(completed(id, result.answer.as_ref()));
             }
             CallState::Resuming { resume_data, .. } if resume_data == answer => {
                 return Err(already_answered(id, Some(resume_data)));
@@ -525,7 +521,7 @@ fn pick_call(
     if let (Some(id), None) = (tool_call_id, slot)
         && let Some(result) = state.result_for(id)
     {
-        return Err(completed(id, result, &[]));
+        return Err(completed(id, result.answer.as_ref()));
     }
     if state.status == RunStatus::Running {
         if let Some(lease) = live_lease(stored) {
