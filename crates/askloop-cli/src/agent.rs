@@ -60,6 +60,8 @@ pub(crate) struct AgentDefinition {
     pub(crate) allow_other: bool,
     /// Each question's deadline, if any.
     pub(crate) question_timeout: Option<std::time::Duration>,
+    /// How long a call waits for its approval, if it has a deadline.
+    pub(crate) approval_timeout: Option<std::time::Duration>,
 }
 
 impl AgentDefinition {
@@ -121,6 +123,7 @@ impl AgentDefinition {
             require_approval: askloop_mcp::RequireApproval::None,
             allow_other: false,
             question_timeout: None,
+            approval_timeout: None,
         }
     }
 
@@ -171,6 +174,7 @@ impl AgentDefinition {
             question_timeout: agent
                 .question_timeout_seconds
                 .map(std::time::Duration::from_secs),
+            approval_timeout: agent.approval_timeout.map(|timeout| timeout.0),
         })
     }
 
@@ -252,6 +256,9 @@ impl AgentDefinition {
         }
         if let Some(max_questions) = self.max_questions_for(spec) {
             builder = builder.max_questions(max_questions);
+        }
+        if let Some(timeout) = self.approval_timeout {
+            builder = builder.approval_timeout(timeout);
         }
         for name in &self.tools {
             builder = builder.shared_tool(self.builtin_tool(name)?);
@@ -417,6 +424,29 @@ mod tests {
             )
             .unwrap();
         assert_eq!(agent.max_questions(), Some(1));
+    }
+
+    #[test]
+    fn issue31_an_agent_table_sets_the_approval_timeout_also_for_the_builtin_agent() {
+        let config = loaded(
+            "[agents.assistant]\napproval_timeout = \"1h\"\n[agents.ops]\napproval_timeout = \"10m\"\n[agents.plain]\n",
+        );
+        let hour = Some(std::time::Duration::from_secs(3600));
+        let assistant = AgentDefinition::find(&config, DEFAULT_AGENT).unwrap();
+        assert_eq!(assistant.approval_timeout, hour);
+        assert_eq!(
+            assistant.instructions.as_deref(),
+            Some(DEFAULT_INSTRUCTIONS)
+        );
+        let ops = AgentDefinition::find(&config, "ops").unwrap();
+        assert_eq!(
+            ops.approval_timeout,
+            Some(std::time::Duration::from_secs(600))
+        );
+        let plain = AgentDefinition::find(&config, "plain").unwrap();
+        assert_eq!(plain.approval_timeout, None);
+        let builtin = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
+        assert_eq!(builtin.approval_timeout, None);
     }
 
     #[test]

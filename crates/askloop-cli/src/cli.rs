@@ -13,7 +13,8 @@ Exit status:
   1    failure: the model or the store failed, or another process resumed the run first
   2    invalid input: bad flags or askloop.toml, an answer the question does not accept, an
        unknown run or tool call id, a question that was already answered (a repeated
-       `resume … --tool-call-id ID`: nothing changed), or a run not in a state to do this
+       `resume … --tool-call-id ID`: nothing changed), a question or approval whose deadline
+       passed (it expired), or a run not in a state to do this
   130  interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP); the run stays
        consistent: `askloop runs continue` retries a cancelled step, `askloop resume`
        answers a question that was left open";
@@ -303,7 +304,7 @@ pub(crate) enum RunsCommand {
     /// Cancel a run: its waiting calls are resolved as cancelled, and it refuses answers
     #[command(after_help = EXIT_STATUS_HELP)]
     Cancel(CancelArgs),
-    /// Expire the questions whose deadline passed, and let their runs go on
+    /// Expire the questions and approvals whose deadline passed, and let their runs go on
     #[command(after_help = EXIT_STATUS_HELP)]
     Sweep(SweepArgs),
 }

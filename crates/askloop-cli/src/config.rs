@@ -20,6 +20,7 @@
 //! require_approval = false                # true (every tool but ask_user) | ["tool", …]
 //! allow_other = true                      # select questions also take the person's own words
 //! question_timeout_seconds = 86400        # questions expire after this (`askloop runs sweep`)
+//! approval_timeout = "1h"                 # approvals expire after this ("90s", "30m", "2h 30m", "1d")
 //!
 //! [agents.planner.mcp.fs]                 # an MCP server whose tools the agent gets
 //! command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/notes"]
@@ -145,6 +146,28 @@ pub(crate) struct AgentConfig {
     pub(crate) allow_other: Option<bool>,
     /// Seconds a question may wait for its answer; `askloop runs sweep` then expires it.
     pub(crate) question_timeout_seconds: Option<u64>,
+    /// How long a call that needs approval waits for a person's decision; then it expires
+    /// (the tool does not run) and `askloop runs sweep` tells the model so.
+    pub(crate) approval_timeout: Option<DurationConfig>,
+}
+
+/// A duration as people write it (humantime): `"90s"`, `"30m"`, `"1h"`, `"2h 30m"`, `"1d"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "toml::Value")]
+pub(crate) struct DurationConfig(pub(crate) std::time::Duration);
+
+impl TryFrom<toml::Value> for DurationConfig {
+    type Error = String;
+
+    fn try_from(value: toml::Value) -> Result<Self, Self::Error> {
+        let expected = r#"expected a duration such as "90s", "30m", "1h", "2h 30m" or "1d""#;
+        match &value {
+            toml::Value::String(text) => humantime::parse_duration(text)
+                .map(Self)
+                .map_err(|error| format!("invalid duration {text:?} ({error}); {expected}")),
+            other => Err(format!("invalid duration {other}; {expected}")),
+        }
+    }
 }
 
 /// A `tool_choice` value: `"auto"`, `"required"`, `"none"` or `{ tool = "NAME" }`.
@@ -426,6 +449,30 @@ mod tests {
             .unwrap_err();
         assert!(error.contains("`command` and `url`"), "{error}");
         assert!(error.contains("line 1"), "{error}");
+    }
+
+    #[test]
+    fn issue31_approval_timeouts_are_durations_as_people_write_them() {
+        let config = parse(
+            "[agents.ops]\napproval_timeout = \"1h 30m\"\n[agents.assistant]\napproval_timeout = \"90s\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.agents["ops"].approval_timeout,
+            Some(DurationConfig(std::time::Duration::from_secs(5400)))
+        );
+        assert_eq!(
+            config.agents["assistant"].approval_timeout,
+            Some(DurationConfig(std::time::Duration::from_secs(90)))
+        );
+        for bad in ["\"soon\"", "3600"] {
+            let error = parse(&format!("[agents.ops]\napproval_timeout = {bad}\n")).unwrap_err();
+            assert!(error.contains("line 2"), "{bad}: {error}");
+            assert!(
+                error.contains("approval_timeout") || error.contains("\"1h\""),
+                "{bad}: {error}"
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | 0 | done (finished, or suspended without a terminal) |
 //! | 1 | the model or the store failed, or another process resumed the run first |
-//! | 2 | invalid input: flags, askloop.toml, the answer, an unknown id, a question already answered, a run in the wrong state, a store path that is a folder |
+//! | 2 | invalid input: flags, askloop.toml, the answer, an unknown id, a question already answered, a call whose deadline passed (expired), a run in the wrong state, a store path that is a folder |
 //! | 129 | hung up (SIGHUP) |
 //! | 130 | interrupted (Ctrl-C, SIGINT) |
 //! | 143 | terminated (SIGTERM) |

@@ -413,10 +413,14 @@ fn print_approval(
     }
 }
 
-/// `tool NAME wants to run with {args}` for a call waiting for approval.
+/// `tool NAME wants to run with {args}` for a call waiting for approval, with its deadline if
+/// it has one.
 pub(crate) fn approval_line(call: &PendingToolCall) -> String {
+    let by = call.expires_at_ms.map_or_else(String::new, |at| {
+        format!(" by {} UTC", crate::format::format_time(at))
+    });
     format!(
-        "tool {} wants to run with {} (approve or decline)",
+        "tool {} wants to run with {} (approve or decline{by})",
         crate::format::escape_controls(&call.tool_name),
         cut(&call.args.to_string(), SHOW_LIMIT)
     )

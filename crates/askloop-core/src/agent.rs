@@ -199,7 +199,8 @@ impl Agent {
     /// # Errors
     /// Before anything changes: [`ResumeError::RunNotFound`], [`ResumeError::NotSuspended`],
     /// [`ResumeError::UnknownToolCall`], [`ResumeError::AlreadyAnswered`],
-    /// [`ResumeError::Ambiguous`], [`ResumeError::InvalidAnswer`], [`ResumeError::Conflict`]
+    /// [`ResumeError::Expired`] (the call's deadline passed, whether or not a sweep has resolved
+    /// it yet), [`ResumeError::Ambiguous`], [`ResumeError::InvalidAnswer`], [`ResumeError::Conflict`]
     /// (another resume won), [`ResumeError::ToolUnavailable`], [`ResumeError::WrongAgent`],
     /// [`ResumeError::Store`].
     pub async fn resume_stream(
@@ -277,14 +278,16 @@ impl Agent {
         run_loop::cancel_run(&self.inner, run_id, by).await
     }
 
-    /// Expires the calls of `expired` (found by [`expired_runs`]) whose deadline passed: each
-    /// gets an error result telling the model no answer came in time (recorded as by `by`),
-    /// and the run streams on (or stays suspended on its other questions). Of two sweepers
-    /// racing, one expires each call; the other gets [`ResumeError::Conflict`] or
-    /// [`ResumeError::AlreadyAnswered`].
+    /// Expires the calls of `expired` (found by [`expired_runs`]) whose deadline passed: a
+    /// question gets an error result telling the model no answer came in time, a call awaiting
+    /// approval one telling it no decision came in time and the tool did not run (each with an
+    /// `expire` audit record by `by`), and the run streams on (or stays suspended on its other
+    /// calls). Of several sweepers racing, one expires each call; the others get
+    /// [`ResumeError::Conflict`] or [`ResumeError::Expired`] and change nothing.
     ///
     /// # Errors
-    /// As [`Agent::resume_stream`].
+    /// As [`Agent::resume_stream`]; [`ResumeError::InvalidAnswer`] for a call whose deadline
+    /// has not passed (or that has none).
     pub async fn expire_due(
         &self,
         expired: &crate::ExpiredRun,
@@ -312,8 +315,8 @@ impl Agent {
     }
 }
 
-/// The suspended runs in `store` with questions whose deadline is at or before `now_ms` (ms
-/// since the Unix epoch), oldest first: what a sweep expires with [`Agent::expire_due`] (the
+/// The suspended runs in `store` with waiting calls (questions or approvals) whose deadline is
+/// at or before `now_ms` (ms since the Unix epoch), oldest first: what a sweep expires with [`Agent::expire_due`] (the
 /// agent whose id [`crate::ExpiredRun::agent_id`] names).
 ///
 /// # Errors
@@ -500,6 +503,48 @@ impl AgentBuilder {
         self.approval
             .tools
             .push((name.into(), Some(Arc::new(predicate))));
+        self
+    }
+
+    /// How long a call that needs approval waits for a person's decision: once `timeout` has
+    /// passed since the model made the call, the approval has expired. Its deadline is stored
+    /// with the call and announced (`tool-call-approval`'s `expiresAt`, RFC 3339;
+    /// [`crate::PendingToolCall::expires_at_ms`]); from then on an approval or a decline is
+    /// refused ([`ResumeError::Expired`], nothing changes), and a sweep
+    /// ([`Agent::expire_due`], `askloop runs sweep`, the server's background sweep) gives the
+    /// call an error result telling the model that no decision came in time and the tool did
+    /// not run, and the run goes on. Default: no deadline (an approval waits until it is
+    /// given, the run is cancelled or a new message supersedes it).
+    ///
+    /// This is the agent's default for every tool; a tool's own
+    /// [`crate::Tool::approval_timeout`] wins over it, and [`AgentBuilder::approval_timeout_for`]
+    /// over both. Questions have their own deadlines ([`crate::AskUser::timeout`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use askloop_core::{Agent, testing::ScriptedModel};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let agent = Agent::builder("ops")
+    ///     .model(ScriptedModel::from_json(r#"{"steps":[{"text":"Hi."}]}"#)?)
+    ///     .require_approval(true)
+    ///     .approval_timeout(Duration::from_secs(3600)) // every approval: one hour
+    ///     .approval_timeout_for("transfer", Duration::from_secs(600)) // this tool: ten minutes
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval.timeout = Some(timeout);
+        self
+    }
+
+    /// How long a call of the tool `name` waits for a person's approval (see
+    /// [`AgentBuilder::approval_timeout`]); for this tool it wins over the agent's default and
+    /// the tool's own [`crate::Tool::approval_timeout`]. Given twice for one tool, the last
+    /// one counts. It sets a deadline only: whether a call needs approval is decided by
+    /// [`AgentBuilder::require_approval_for`] and the other rules.
+    pub fn approval_timeout_for(mut self, name: impl Into<String>, timeout: Duration) -> Self {
+        self.approval.timeouts.push((name.into(), timeout));
         self
     }
 

@@ -64,6 +64,9 @@ pub enum Chunk {
         call: ToolCall,
         /// JSON Schema of the answer an approval accepts ([`crate::run::approval_schema`]).
         resume_schema: serde_json::Value,
+        /// When the approval expires unheard (ms since the Unix epoch), if it has a deadline
+        /// ([`crate::AgentBuilder::approval_timeout`]).
+        expires_at_ms: Option<u64>,
     },
     /// A model step finished.
     StepFinish {

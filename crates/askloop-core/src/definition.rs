@@ -38,13 +38,17 @@ pub(crate) struct AgentDefinition {
 pub(crate) type ApprovalPredicate = Arc<dyn Fn(&serde_json::Value) -> bool + Send + Sync>;
 
 /// The agent's approval rules: every tool (except those that ask the user), or per tool name a
-/// flag or a predicate over the arguments.
+/// flag or a predicate over the arguments; and how long an approval may wait.
 #[derive(Clone, Default)]
 pub(crate) struct ApprovalPolicy {
     /// Every tool that does not itself ask the user needs approval.
     pub(crate) all: bool,
     /// Per tool name: `None` always, `Some(predicate)` when it says so.
     pub(crate) tools: Vec<(String, Option<ApprovalPredicate>)>,
+    /// How long any call waits for its approval, unless a rule below says otherwise.
+    pub(crate) timeout: Option<Duration>,
+    /// Per tool name, how long its calls wait for their approval (the last one given wins).
+    pub(crate) timeouts: Vec<(String, Duration)>,
 }
 
 impl AgentDefinition {
@@ -86,6 +90,26 @@ impl AgentDefinition {
             .iter()
             .filter(|(tool, _)| tool == name)
             .any(|(_, predicate)| predicate.as_ref().is_none_or(|predicate| predicate(args)))
+    }
+
+    /// When a call of `name` made now stops waiting for its approval (ms since the Unix epoch,
+    /// on the lease clock, so paused-clock tests move it), if it has a deadline: the agent's
+    /// rule for this tool, else the tool's own ([`crate::Tool::approval_timeout`]), else the
+    /// agent's default.
+    pub(crate) fn approval_deadline(&self, name: &str) -> Option<u64> {
+        let timeout = self
+            .approval
+            .timeouts
+            .iter()
+            .rev()
+            .find(|(tool, _)| tool == name)
+            .map(|(_, timeout)| *timeout)
+            .or_else(|| {
+                self.tool(name)
+                    .and_then(|tool| tool.tool().approval_timeout())
+            })
+            .or(self.approval.timeout)?;
+        Some(lease_now_ms().saturating_add(millis(timeout)))
     }
 
     /// Whether the agent's rules require approval for every call of `name` (the agent requires

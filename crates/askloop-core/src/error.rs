@@ -88,6 +88,22 @@ pub enum ResumeError {
         /// Whether the recorded answer equals this one: the resume is a harmless repeat.
         same_answer: bool,
     },
+    /// That call's deadline passed before this answer, approval or decline came: a question
+    /// ([`crate::AskUser::timeout`]) or an approval ([`crate::AgentBuilder::approval_timeout`])
+    /// expires at its deadline, whether or not a sweep has given it its "no answer came in
+    /// time" result yet. Nothing was applied.
+    #[error(
+        "tool call {tool_call_id} of run {run_id} expired at {}: its deadline passed before this response came; nothing changed",
+        crate::time::rfc3339(*expired_at_ms)
+    )]
+    Expired {
+        /// The run.
+        run_id: RunId,
+        /// The call.
+        tool_call_id: ToolCallId,
+        /// When it expired (its deadline), ms since the Unix epoch.
+        expired_at_ms: u64,
+    },
     /// No tool call id was given and several calls are pending.
     #[error("run {run_id} has {} pending tool calls; say which one to answer: {}", pending.len(), join_ids(pending))]
     Ambiguous {
@@ -193,7 +209,8 @@ pub enum ResumeError {
 }
 
 impl ResumeError {
-    /// A stable code for clients (`"run_not_found"`, `"invalid_answer"`, `"conflict"`, …).
+    /// A stable code for clients (`"run_not_found"`, `"invalid_answer"`, `"conflict"`,
+    /// `"expired"`, …).
     pub fn code(&self) -> &'static str {
         match self {
             Self::RunNotFound { .. } => "run_not_found",
@@ -201,6 +218,7 @@ impl ResumeError {
             Self::NotContinuable { .. } => "not_continuable",
             Self::UnknownToolCall { .. } => "unknown_tool_call",
             Self::AlreadyAnswered { .. } => "already_answered",
+            Self::Expired { .. } => "expired",
             Self::Ambiguous { .. } => "ambiguous_tool_call",
             Self::InvalidAnswer { .. } => "invalid_answer",
             Self::Conflict { .. } => "conflict",

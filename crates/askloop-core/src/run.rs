@@ -31,8 +31,9 @@
 //! - `legacyHistory` (only in states upgraded from format 1): the thread history format 1 had
 //!   copied into the state, used instead of `thread_history`.
 //! - `pendingStep.calls[].state.status` is `completed` (`result`), `suspended` (`suspension`),
-//!   `resuming` (`suspension`, `resumeData`: an answer claimed, its result not yet recorded) or
-//!   `running` (`startedAtMs`: a non-idempotent tool was started and has no recorded result).
+//!   `awaitingApproval` (`expiresAtMs`, absent without a deadline), `resuming` (`suspension`,
+//!   `resumeData`: an answer claimed, its result not yet recorded) or `running` (`startedAtMs`:
+//!   a non-idempotent tool was started and has no recorded result).
 //!
 //! Format 1 (read, upgraded by `codec::upgrade_v1`) copied the thread's history into
 //! `messages`, counted it in `historyLen`, and named one field `resume_data`.
@@ -198,8 +199,12 @@ pub(crate) enum CallState {
     Suspended { suspension: Suspension },
     /// Waiting for a person to approve or decline the call before its tool runs (the agent
     /// requires approval for it). Approved, it becomes `running`; declined, `completed` with
-    /// an error result giving the reason.
-    AwaitingApproval,
+    /// an error result giving the reason; once `expires_at_ms` (ms since the Unix epoch) has
+    /// passed, a sweep completes it with an error result saying the tool did not run.
+    AwaitingApproval {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at_ms: Option<u64>,
+    },
     /// An answer was accepted and claimed; the tool's resume path is running (or was, when a
     /// process died: `continue_stream` runs it again with the recorded answer if the tool is
     /// idempotent, else gives the model an outcome-unknown error result).
@@ -244,7 +249,7 @@ impl PendingStep {
 impl CallState {
     /// Whether the call waits for a person: an answer (`suspended`) or an approval.
     pub(crate) fn is_waiting(&self) -> bool {
-        matches!(self, Self::Suspended { .. } | Self::AwaitingApproval)
+        matches!(self, Self::Suspended { .. } | Self::AwaitingApproval { .. })
     }
 }
 
@@ -259,7 +264,7 @@ pub enum AuditAction {
     Approve,
     /// Declined a call that required approval (its tool never ran).
     Decline,
-    /// The question's deadline passed without an answer (applied by a sweep).
+    /// The call's deadline passed without an answer or a decision (applied by a sweep).
     Expire,
     /// The run was cancelled while the call waited.
     Cancel,
@@ -327,7 +332,10 @@ pub struct PendingToolCall {
     /// What the call waits for: an answer, or an approval.
     #[serde(default)]
     pub kind: PendingKind,
-    /// When the question expires unheard (ms since the Unix epoch), if it has a deadline.
+    /// When the call expires unheard (ms since the Unix epoch), if it has a deadline: a
+    /// question's ([`Suspension::expires_at_ms`]) or an approval's
+    /// ([`crate::AgentBuilder::approval_timeout`]). From then on answers and decisions are
+    /// refused ([`crate::ResumeError::Expired`]) and a sweep resolves the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
 }
@@ -372,18 +380,23 @@ impl PendingToolCall {
         }
     }
 
-    /// The pending approval of `call`: its payload is `{toolName, args}`, its schema
-    /// [`approval_schema`].
-    pub fn approval(call: &ToolCall) -> Self {
+    /// The pending approval of `call`, due by `expires_at_ms` (ms since the Unix epoch; `None`:
+    /// no deadline): its payload is `{toolName, args, expiresAt?}` (`expiresAt` in RFC 3339,
+    /// as a question's), its schema [`approval_schema`].
+    pub fn approval(call: &ToolCall, expires_at_ms: Option<u64>) -> Self {
         let args = call.args.to_value();
+        let mut payload = serde_json::json!({"toolName": call.name, "args": args});
+        if let (Some(at), Value::Object(fields)) = (expires_at_ms, &mut payload) {
+            fields.insert("expiresAt".into(), Value::String(crate::time::rfc3339(at)));
+        }
         Self {
             tool_call_id: call.id.clone(),
             tool_name: call.name.clone(),
-            suspend_payload: serde_json::json!({"toolName": call.name, "args": args}),
+            suspend_payload: payload,
             args,
             resume_schema: Some(approval_schema()),
             kind: PendingKind::Approval,
-            expires_at_ms: None,
+            expires_at_ms,
         }
     }
 }
@@ -582,7 +595,9 @@ impl RunState {
                 CallState::Suspended { suspension } => {
                     Some(PendingToolCall::new(&slot.call, suspension))
                 }
-                CallState::AwaitingApproval => Some(PendingToolCall::approval(&slot.call)),
+                CallState::AwaitingApproval { expires_at_ms } => {
+                    Some(PendingToolCall::approval(&slot.call, *expires_at_ms))
+                }
                 _ => None,
             })
             .collect()
@@ -617,6 +632,26 @@ impl RunState {
         })
     }
 
+    /// When the call `tool_call_id` expired, if its deadline passed and a sweep gave it its
+    /// "no answer came in time" result: the deadline that result records (ms since the Unix
+    /// epoch). `None` for a call that was answered or decided, one that still waits (even past
+    /// its deadline, until a sweep), and a call this run did not make.
+    pub fn expired_at_ms(&self, tool_call_id: &ToolCallId) -> Option<u64> {
+        let slot = self
+            .pending_step
+            .as_ref()
+            .and_then(|step| step.calls.iter().find(|slot| &slot.call.id == tool_call_id));
+        match slot {
+            Some(slot) => match &slot.state {
+                CallState::Completed { result } => expired_at(result, &slot.audit),
+                _ => None,
+            },
+            None => self
+                .result_for(tool_call_id)
+                .and_then(|result| expired_at(result, &[])),
+        }
+    }
+
     /// The result this run (not its thread's history) recorded for this call, if any.
     pub(crate) fn result_for(&self, tool_call_id: &ToolCallId) -> Option<&ToolResult> {
         self.messages
@@ -634,6 +669,26 @@ impl RunState {
     pub(crate) fn touch(&mut self) {
         self.updated_at_ms = now_ms().max(self.updated_at_ms);
     }
+}
+
+/// When a completed call expired, if a sweep completed it as expired (its last audit record is
+/// an expiry): the deadline its result records (`expiredAt`), else the time of that record.
+/// `slot_audit` is the audit of its pending slot, for a result that does not carry its own yet.
+pub(crate) fn expired_at(result: &ToolResult, slot_audit: &[AuditRecord]) -> Option<u64> {
+    let audit = if result.audit.is_empty() {
+        slot_audit
+    } else {
+        &result.audit
+    };
+    let record = audit
+        .last()
+        .filter(|record| record.action == AuditAction::Expire)?;
+    let deadline = result
+        .result
+        .get("expiredAt")
+        .and_then(Value::as_str)
+        .and_then(crate::time::parse_rfc3339);
+    Some(deadline.unwrap_or(record.at_ms))
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).

@@ -85,9 +85,13 @@ impl AgentStream {
                         pending.push(PendingToolCall::new(&call, &suspension));
                     }
                 }
-                Chunk::ToolCallApproval { call, .. } => {
+                Chunk::ToolCallApproval {
+                    call,
+                    expires_at_ms,
+                    ..
+                } => {
                     if let RunOutcome::Suspended { pending } = &mut output.status {
-                        pending.push(PendingToolCall::approval(&call));
+                        pending.push(PendingToolCall::approval(&call, expires_at_ms));
                     }
                 }
                 Chunk::Finish { reason, .. } => finished = Some(reason),

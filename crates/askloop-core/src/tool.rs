@@ -219,6 +219,17 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// How long a call of this tool waits for a person's approval, when it needs one: once
+    /// this has passed since the call was made, the approval expires — answers are refused
+    /// ([`crate::ResumeError::Expired`]) and a sweep ([`crate::Agent::expire_due`], `askloop
+    /// runs sweep`) gives the model a result saying no decision came in time and the tool did
+    /// not run. An agent's [`crate::AgentBuilder::approval_timeout_for`] of this tool wins over
+    /// it; it wins over the agent's [`crate::AgentBuilder::approval_timeout`]. Default `None`
+    /// (the agent decides).
+    fn approval_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Whether a call of this tool asks the user a question, and so counts against the agent's
     /// question budget ([`crate::AgentBuilder::max_questions`]). True for `ask_user`; default
     /// `false`.
@@ -355,6 +366,10 @@ pub trait DynTool: Send + Sync {
     fn asks_user(&self) -> bool;
     /// See [`Tool::requires_approval`].
     fn requires_approval(&self, args: &Value) -> bool;
+    /// See [`Tool::approval_timeout`]. Default `None`.
+    fn approval_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// See [`Tool::validate_resume`].
     ///
     /// # Errors
@@ -408,6 +423,10 @@ impl<T: Tool> DynTool for T {
 
     fn requires_approval(&self, args: &Value) -> bool {
         Tool::requires_approval(self, args)
+    }
+
+    fn approval_timeout(&self) -> Option<std::time::Duration> {
+        Tool::approval_timeout(self)
     }
 
     fn validate_resume(

@@ -70,6 +70,7 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
         Chunk::ToolCallApproval {
             call,
             resume_schema,
+            expires_at_ms,
         } => {
             let mut fields = call_fields(call);
             // As for suspensions, the reference sends the schema as a JSON string.
@@ -77,6 +78,9 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
                 "resumeSchema".into(),
                 Value::String(resume_schema.to_string()),
             );
+            if let Some(at) = expires_at_ms {
+                fields.insert("expiresAt".into(), Value::String(crate::time::rfc3339(*at)));
+            }
             envelope("tool-call-approval", run_id, Value::Object(fields))
         }
         Chunk::StepFinish {

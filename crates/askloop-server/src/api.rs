@@ -368,7 +368,8 @@ pub(crate) struct PendingCallBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub(crate) resume_schema: Option<Value>,
-    /// When the question expires unheard (RFC 3339), if it has a deadline.
+    /// When the call expires unheard (RFC 3339), if it has a deadline: a question's, or an
+    /// approval's (the agent's approval timeout).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) expires_at: Option<String>,
 }

@@ -299,7 +299,9 @@ pub(crate) async fn post_chat(
         Err(error) => {
             let mut problems = Map::new();
             let message = rejection_text(&error);
-            if let ResumeError::InvalidAnswer { tool_call_id, .. } = &error {
+            if let ResumeError::InvalidAnswer { tool_call_id, .. }
+            | ResumeError::Expired { tool_call_id, .. } = &error
+            {
                 problems.insert(tool_call_id.as_str().to_owned(), json!(message));
             }
             tracing::info!(run_id = %run_id, error = %error_chain_text(&error), "chat answer refused");
@@ -752,9 +754,11 @@ impl UiStream {
                     Some(Value::Null) | None => None,
                     Some(other) => Some(other.clone()),
                 };
+                // A question's deadline is in its payload, an approval's in the chunk's.
                 let expires = payload
                     .get("suspendPayload")
                     .and_then(|p| p.get("expiresAt"))
+                    .or_else(|| payload.get("expiresAt"))
                     .and_then(Value::as_str)
                     .and_then(|at| humantime::parse_rfc3339(at).ok())
                     .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())

@@ -29,12 +29,13 @@ pub enum ServerError {
 pub(crate) struct ErrorBody {
     /// A stable code: `bad_request`, `invalid_answer`, `unauthorized`, `forbidden`,
     /// `run_not_found`, `agent_not_found`, `unknown_tool_call`, `not_suspended`, `conflict`,
-    /// `already_answered`, `in_progress`, `too_large`, … (see the crate docs).
+    /// `already_answered`, `expired`, `in_progress`, `too_large`, … (see the crate docs).
     code: String,
     /// What went wrong, for people.
     message: String,
     /// More about it: for `invalid_answer`, what was expected, every problem, and the allowed
-    /// labels when the question has options.
+    /// labels when the question has options; for `expired`, the `toolCallId` and when it
+    /// expired (`expiredAt`, RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     details: Option<Value>,
@@ -214,6 +215,8 @@ impl From<ResumeError> for ApiError {
             | ResumeError::DuplicateToolCall { .. }
             | ResumeError::UnnamedInBatch { .. }
             | ResumeError::EmptyBatch { .. } => StatusCode::BAD_REQUEST,
+            // The call is gone for good: its deadline passed (RFC 9110: 410 Gone).
+            ResumeError::Expired { .. } => StatusCode::GONE,
             ResumeError::Store(store) => {
                 return match store {
                     StoreError::Conflict { .. } => {
@@ -240,6 +243,16 @@ impl From<ResumeError> for ApiError {
             | ResumeError::Ambiguous { pending, .. } => {
                 let pending: Vec<&str> = pending.iter().map(|id| id.as_str()).collect();
                 api = api.with_details(serde_json::json!({ "pending": pending }));
+            }
+            ResumeError::Expired {
+                tool_call_id,
+                expired_at_ms,
+                ..
+            } => {
+                api = api.with_details(serde_json::json!({
+                    "toolCallId": tool_call_id.as_str(),
+                    "expiredAt": askloop_core::time::rfc3339(*expired_at_ms),
+                }));
             }
             ResumeError::InProgress {
                 lease_expires_at_ms,

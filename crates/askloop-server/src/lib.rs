@@ -40,8 +40,9 @@
 //! `problems`, `allowed` labels; also an approval without a boolean `approved`, on every
 //! route), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`, `cross_origin`; 404
 //! `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`, `conflict`,
-//! `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`; 413 `too_large`;
-//! 408 `timeout` (a non-streaming route's answer, or any request body, late); 421
+//! `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`; 410 `expired` (an
+//! answer, approval or decline after the call's deadline; details: `toolCallId`, `expiredAt`);
+//! 413 `too_large`; 408 `timeout` (a non-streaming route's answer, or any request body, late); 421
 //! `host_not_allowed`. Ids (run, thread, resource) are 1 to 256 bytes; tool call ids 1 to
 //! 4,096 (providers make long ones), on every route.
 //!

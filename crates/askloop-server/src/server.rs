@@ -158,8 +158,8 @@ impl Server {
         Ok(())
     }
 
-    /// Runs one background sweep now: expires due questions and continues runs whose lease
-    /// expired. [`Server::serve`] does this every [`ServerBuilder::sweep_interval`].
+    /// Runs one background sweep now: expires due questions and approvals and continues runs
+    /// whose lease expired. [`Server::serve`] does this every [`ServerBuilder::sweep_interval`].
     pub async fn sweep_once(&self) {
         crate::sweep::sweep_once(&self.state).await;
     }

@@ -1,5 +1,5 @@
-//! The background sweep, every `sweep_interval`: questions whose deadline passed are expired
-//! (`Agent::expire_due`), and runs left `running` under an expired lease (their process died)
+//! The background sweep, every `sweep_interval`: questions and approvals whose deadline passed
+//! are expired (`Agent::expire_due`), and runs left `running` under an expired lease (their process died)
 //! are continued (`Agent::continue_stream`) by this server. Several servers may sweep one store
 //! at once: the store's compare-and-swap lets one of them act on each run; the others get a
 //! conflict, logged at debug level.
@@ -36,6 +36,7 @@ fn refused(action: &str, run_id: &askloop_core::RunId, error: &ResumeError) {
     match error {
         ResumeError::Conflict { .. }
         | ResumeError::AlreadyAnswered { .. }
+        | ResumeError::Expired { .. }
         | ResumeError::InProgress { .. }
         | ResumeError::NotSuspended { .. }
         | ResumeError::NotContinuable { .. } => {
@@ -70,7 +71,7 @@ pub(crate) async fn sweep_once(state: &AppState) {
             }
         }
         Err(error) => {
-            tracing::warn!(error = %error_chain_text(&error), "sweep: listing expired questions failed")
+            tracing::warn!(error = %error_chain_text(&error), "sweep: listing expired calls failed")
         }
     }
     let running =

@@ -42,6 +42,18 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
             .map(|given| answer_for(&state, args.tool_call_id.as_deref(), given))
             .transpose()?;
         if state.status() == RunStatus::Failed {
+            // A call that expired says so, as it does in any other run.
+            if let Some(id) = &args.tool_call_id {
+                let tool_call_id = ToolCallId::new(id.as_str());
+                if let Some(expired_at_ms) = state.expired_at_ms(&tool_call_id) {
+                    return Err(ResumeError::Expired {
+                        run_id,
+                        tool_call_id,
+                        expired_at_ms,
+                    }
+                    .into());
+                }
+            }
             // The same answer again to a call that has it (the step after it failed, or was
             // cancelled): idempotent, as for any other run.
             if let (Some(answer), Some(id)) = (&answer, &args.tool_call_id)

@@ -312,6 +312,9 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
                     .as_ref()
                     .map_or_else(|| "any JSON".to_owned(), Value::to_string);
                 output.line(&format!("  resume schema {}", cut(&schema, SHOW_LIMIT)))?;
+                if let Some(at) = call.expires_at_ms {
+                    output.line(&format!("  expires       {} UTC", format_time(at)))?;
+                }
             }
         }
         output.line("")?;
@@ -608,9 +611,10 @@ pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Res
     result
 }
 
-/// Runs `askloop runs sweep`: expires every question whose deadline passed (each call gets a
-/// result telling the model no answer came in time, recorded as by `sweep`) and follows each
-/// such run to its next question or its end. Two sweeps at once expire each question once.
+/// Runs `askloop runs sweep`: expires every question and approval whose deadline passed (each
+/// call gets a result telling the model no answer — or no decision, and the tool did not run —
+/// came in time, recorded as by `sweep`) and follows each such run to its next question or its
+/// end. Two sweeps at once expire each call once.
 ///
 /// # Errors
 /// Store errors; the first run that fails (the others are still tried first).
@@ -621,7 +625,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
         let mode = if args.json { Mode::Json } else { Mode::Human };
         let mut output = Output::new(mode);
         if due.is_empty() {
-            output.note("no question has expired")?;
+            output.note("no question or approval has expired")?;
             return Ok(ExitCode::SUCCESS);
         }
         let mut failures = Failures::default();
@@ -636,12 +640,13 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
                     Err(
                         ResumeError::Conflict { .. }
                         | ResumeError::AlreadyAnswered { .. }
+                        | ResumeError::Expired { .. }
                         | ResumeError::NotSuspended { .. },
                     ) => return Ok(()),
                     Err(error) => return Err(context.refused(error)),
                 };
                 output.note(&format!(
-                    "run {run_id}: {} question(s) expired",
+                    "run {run_id}: {} waiting call(s) expired",
                     expired.tool_call_ids.len()
                 ))?;
                 let mut session = Session::new(&context, agent, mode);

@@ -69,7 +69,7 @@ fn runs_sweep_expires_overdue_questions_once() {
     );
     let out = dir.run(&["runs", "sweep"]).success();
     assert!(
-        out.stderr.contains("no question has expired"),
+        out.stderr.contains("no question or approval has expired"),
         "{}",
         out.stderr
     );
@@ -77,7 +77,7 @@ fn runs_sweep_expires_overdue_questions_once() {
     let started = std::time::Instant::now();
     let out = loop {
         let out = dir.run(&["runs", "sweep"]).success();
-        if !out.stderr.contains("no question has expired") {
+        if !out.stderr.contains("no question or approval has expired") {
             break out;
         }
         assert!(
@@ -101,7 +101,7 @@ fn runs_sweep_expires_overdue_questions_once() {
     assert_eq!(result["audit"][0]["action"], "expire");
     let out = dir.run(&["runs", "sweep"]).success();
     assert!(
-        out.stderr.contains("no question has expired"),
+        out.stderr.contains("no question or approval has expired"),
         "{}",
         out.stderr
     );
@@ -170,5 +170,122 @@ fn require_approval_naming_an_unknown_tool_or_ask_user_is_refused() {
         );
         let out = dir.run(&["run", "--model", &spec, "go"]).code(2);
         assert!(out.stderr.contains("require_approval"), "{}", out.stderr);
+    }
+}
+
+/// `askloop ARGS` on this test's store with the test tools (`test_pay`).
+fn with_test_tools(dir: &TestDir, args: &[&str]) -> crate::support::Outcome {
+    let store = dir.store_url();
+    let mut full = vec!["--store", store.as_str()];
+    full.extend_from_slice(args);
+    let mut command = dir.command(&full);
+    command.env("ASKLOOP_TEST_TOOLS", "1");
+    crate::support::outcome(command)
+}
+
+#[test]
+fn issue31_a_late_approval_says_it_expired_and_exits_2() {
+    let dir = TestDir::new();
+    // Every tool but ask_user needs approval, and an approval expires as soon as it is asked.
+    dir.write(
+        "askloop.toml",
+        "[agents.assistant]\nrequire_approval = true\napproval_timeout = \"0s\"\n",
+    );
+    let spec = dir.script(
+        "pay.json",
+        &json!({"steps": [
+            {"toolCalls": [{"id": "p1", "name": "test_pay", "args": {"amount_cents": 500, "to": "ACME"}}]},
+            {"text": "Not paid: nobody approved in time."}
+        ]})
+        .to_string(),
+    );
+    let out = with_test_tools(&dir, &["run", "--json", "--model", &spec, "Pay ACME"]).success();
+    let lines = out.json_lines();
+    let approval = lines.last().unwrap();
+    assert_eq!(approval["type"], "tool-call-approval", "{lines:#?}");
+    let expires_at = approval["payload"]["expiresAt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run_id = approval["runId"].as_str().unwrap().to_owned();
+    let state = dir.show(&run_id);
+    assert_eq!(state["pending"][0]["kind"], "approval", "{state:#}");
+    assert!(state["pending"][0]["expiresAtMs"].is_u64(), "{state:#}");
+    assert_eq!(
+        state["pending"][0]["suspendPayload"]["expiresAt"],
+        expires_at
+    );
+
+    // Past its deadline, before any sweep, and again after the sweep resolved it: refused as
+    // expired (exit status 2), saying when; the tool never runs.
+    for phase in ["before the sweep", "after the sweep"] {
+        let out = with_test_tools(&dir, &["approve", &run_id, "--tool-call-id", "p1"]).code(2);
+        assert!(
+            out.stderr.contains(&format!(
+                "tool call p1 of run {run_id} expired at {expires_at}"
+            )),
+            "{phase}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("already answered"), "{}", out.stderr);
+        if phase == "before the sweep" {
+            let out = with_test_tools(&dir, &["runs", "sweep"]).success();
+            assert!(
+                out.stdout.contains("Not paid: nobody approved in time."),
+                "{}\n{}",
+                out.stdout,
+                out.stderr
+            );
+        }
+    }
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed");
+    let result = &tool_results(&state)[0];
+    let text = result["result"]["content"].as_str().unwrap();
+    assert!(text.contains("no decision came in time"), "{result}");
+    assert!(text.contains("the tool did not run"), "{result}");
+    assert_eq!(result["audit"][0]["action"], "expire");
+    assert_eq!(result["audit"][0]["by"], "sweep");
+    let out = with_test_tools(&dir, &["decline", &run_id, "--tool-call-id", "p1"]).code(2);
+    assert!(out.stderr.contains("expired at"), "{}", out.stderr);
+}
+
+#[test]
+fn issue31_a_late_answer_to_a_run_that_failed_after_the_expiry_still_says_it_expired() {
+    let dir = TestDir::new();
+    dir.write(
+        "askloop.toml",
+        "[agents.assistant]\nquestion_timeout_seconds = 0\n",
+    );
+    // The question expires at once; the model call after the sweep fails.
+    let spec = dir.script(
+        "ask.json",
+        &json!({"steps": [
+            {"toolCalls": [{"id": "c1", "name": "ask_user", "args": {"question": "Which repo?"}}]},
+            {"error": "HTTP 500"}
+        ]})
+        .to_string(),
+    );
+    let run_id = dir.start_suspended(&spec);
+    dir.run(&["runs", "sweep"]);
+    assert_eq!(dir.show(&run_id)["status"], "failed");
+    for command in [
+        vec![
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "c1",
+            "--answer",
+            "main",
+        ],
+        vec!["approve", &run_id, "--tool-call-id", "c1"],
+    ] {
+        let out = dir.run(&command).code(2);
+        assert!(
+            out.stderr
+                .contains(&format!("tool call c1 of run {run_id} expired at")),
+            "{command:?}: {}",
+            out.stderr
+        );
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{RunId, ToolCallId};
-use crate::message::ToolResult;
+use crate::message::{ToolCall, ToolResult};
 use crate::response::CallResponse;
 use crate::run::{AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, now_ms};
 use crate::run_loop::clock::lease_now_ms;
@@ -291,6 +291,17 @@ fn apply(
             tool_name: slot.call.name.clone(),
             rejection,
         };
+        // A call expires at its deadline: a response after it is refused, whether or not a
+        // sweep has given the call its result yet (the sweep will; this refusal changes nothing).
+        if let Resolution::Respond(_) = resolution
+            && let Some(at) = deadline_of(&slot.state).filter(|at| *at <= lease_now_ms())
+        {
+            return Err(ResumeError::Expired {
+                run_id: run_id.clone(),
+                tool_call_id: slot.call.id.clone(),
+                expired_at_ms: at,
+            });
+        }
         let action = match (&slot.state, resolution) {
             (
                 CallState::Suspended { suspension },
@@ -319,27 +330,29 @@ fn apply(
                     problems: Vec::new(),
                 }));
             }
-            (CallState::Suspended { suspension }, Resolution::Expire) => {
-                // Only a question whose deadline has passed expires.
-                if suspension
-                    .expires_at_ms
-                    .is_none_or(|at| at > lease_now_ms())
-                {
+            (
+                state @ (CallState::Suspended { .. } | CallState::AwaitingApproval { .. }),
+                Resolution::Expire,
+            ) => {
+                // Only a call whose deadline has passed expires.
+                let deadline = deadline_of(state);
+                let Some(at) = deadline.filter(|at| *at <= lease_now_ms()) else {
                     return Err(invalid(ResumeRejection {
-                        expected: "an expired question".into(),
-                        problems: vec![match suspension.expires_at_ms {
+                        expected: "an expired call".into(),
+                        problems: vec![match deadline {
                             Some(at) => format!("this one expires at {}", crate::time::rfc3339(at)),
                             None => "this one has no deadline".into(),
                         }],
                     }));
-                }
+                };
+                let approval = matches!(state, CallState::AwaitingApproval { .. });
                 slot.state = CallState::Completed {
-                    result: ToolResult::error(&slot.call, expired_text(suspension)),
+                    result: expired_result(&slot.call, approval, at),
                 };
                 resolved.push(index);
                 AuditAction::Expire
             }
-            (CallState::AwaitingApproval, Resolution::Respond(response)) => {
+            (CallState::AwaitingApproval { .. }, Resolution::Respond(response)) => {
                 let (approved, reason) = approval_of(response).map_err(invalid)?;
                 if approved {
                     // The approval is the journal entry: the call is committed as started
@@ -357,12 +370,6 @@ fn apply(
                     AuditAction::Decline
                 }
             }
-            (CallState::AwaitingApproval, Resolution::Expire) => {
-                return Err(ResumeError::NotSuspended {
-                    run_id: run_id.clone(),
-                    status: state.status,
-                });
-            }
             _ => {
                 return Err(ResumeError::Conflict {
                     run_id: run_id.clone(),
@@ -376,14 +383,32 @@ fn apply(
     Ok((state, resolved))
 }
 
-/// The error text a call gets when its question expired unanswered.
-const NO_ANSWER_IN_TIME: &str = "no answer came in time: the question expired";
-
-fn expired_text(suspension: &crate::tool::Suspension) -> String {
-    match suspension.expires_at_ms {
-        Some(at) => format!("{NO_ANSWER_IN_TIME} at {}", crate::time::rfc3339(at)),
-        None => NO_ANSWER_IN_TIME.to_owned(),
+/// The deadline of a waiting call (a question's or an approval's), if it has one.
+fn deadline_of(state: &CallState) -> Option<u64> {
+    match state {
+        CallState::Suspended { suspension } => suspension.expires_at_ms,
+        CallState::AwaitingApproval { expires_at_ms } => *expires_at_ms,
+        _ => None,
     }
+}
+
+/// The result a call gets when its deadline `at` (ms since the Unix epoch) passed while it
+/// waited: an error result the model reads, `{"content": "no answer came in time: …" |
+/// "no decision came in time: …; the tool did not run", "isError": true, "expiredAt": RFC 3339}`.
+fn expired_result(call: &ToolCall, approval: bool, at: u64) -> ToolResult {
+    let when = crate::time::rfc3339(at);
+    let text = if approval {
+        format!(
+            "no decision came in time: the approval of this tool call expired at {when}; the tool did not run"
+        )
+    } else {
+        format!("no answer came in time: the question expired at {when}")
+    };
+    let mut result = ToolResult::error(call, text);
+    if let Value::Object(fields) = &mut result.result {
+        fields.insert("expiredAt".into(), Value::String(when));
+    }
+    result
 }
 
 /// The error text a declined call gets: the person's reason, or a default.
@@ -430,6 +455,15 @@ fn pick_call(
             tool_call_id: id.clone(),
             same_answer: recorded == Some(answer),
         };
+    // A call that has its result says how it got it: expired, or answered.
+    let completed = |id: &ToolCallId, recorded: Option<&Value>| match state.expired_at_ms(id) {
+        Some(at) => ResumeError::Expired {
+            run_id: run_id.clone(),
+            tool_call_id: id.clone(),
+            expired_at_ms: at,
+        },
+        None => already_answered(id, recorded),
+    };
     // A cancelled run says so, whatever became of the call.
     if state.status == RunStatus::Cancelled {
         return Err(not_suspended());
@@ -446,7 +480,7 @@ fn pick_call(
     if let (Some(id), Some((_, slot))) = (tool_call_id, slot) {
         match &slot.state {
             CallState::Completed { result } => {
-                return Err(already_answered(id, result.answer.as_ref()));
+                return Err(completed(id, result.answer.as_ref()));
             }
             CallState::Resuming { resume_data, .. } if resume_data == answer => {
                 return Err(already_answered(id, Some(resume_data)));
@@ -469,7 +503,7 @@ fn pick_call(
     if let (Some(id), None) = (tool_call_id, slot)
         && let Some(result) = state.result_for(id)
     {
-        return Err(already_answered(id, result.answer.as_ref()));
+        return Err(completed(id, result.answer.as_ref()));
     }
     if state.status == RunStatus::Running {
         if let Some(lease) = live_lease(stored) {

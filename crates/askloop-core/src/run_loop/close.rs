@@ -48,10 +48,11 @@ pub(super) async fn close_step(
                     })
                     .await;
                 }
-                CallState::AwaitingApproval => {
+                CallState::AwaitingApproval { expires_at_ms } => {
                     out.emit(Chunk::ToolCallApproval {
                         call: slot.call.clone(),
                         resume_schema: approval_schema(),
+                        expires_at_ms: *expires_at_ms,
                     })
                     .await;
                 }

@@ -1,5 +1,5 @@
 //! Ending a wait without answers: cancelling a run, superseding a waiting run with a new message
-//! to its thread, and finding the questions whose deadline passed. Each is one compare-and-swap
+//! to its thread, and finding the waiting calls (questions and approvals) whose deadline passed. Each is one compare-and-swap
 //! that gives every waiting call exactly one result, so the conversation stays one that every
 //! provider accepts (each tool call answered by one result).
 
@@ -145,7 +145,7 @@ pub(crate) async fn supersede_waiting_runs(
     Ok(())
 }
 
-/// A suspended run with questions whose deadline has passed.
+/// A suspended run with waiting calls (questions or approvals) whose deadline has passed.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct ExpiredRun {
@@ -157,8 +157,9 @@ pub struct ExpiredRun {
     pub tool_call_ids: Vec<ToolCallId>,
 }
 
-/// The suspended runs of `store` with questions whose deadline is at or before `now_ms`
-/// (ms since the Unix epoch), oldest first, reading the listing's summaries page by page.
+/// The suspended runs of `store` with waiting calls (questions or approvals) whose deadline is
+/// at or before `now_ms` (ms since the Unix epoch), oldest first, reading the listing's
+/// summaries page by page.
 ///
 /// # Errors
 /// [`StoreError`] when the store fails.

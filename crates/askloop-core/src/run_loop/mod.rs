@@ -20,6 +20,8 @@ mod tools;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wait_tests;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};

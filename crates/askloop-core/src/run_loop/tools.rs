@@ -61,7 +61,9 @@ pub(super) async fn run_calls(
                 // Approval is decided here, by the agent and the tool, from the checked
                 // arguments: nothing the model writes can approve a call.
                 Ok(args) if agent.requires_approval(&call.name, &args) => {
-                    CallState::AwaitingApproval
+                    CallState::AwaitingApproval {
+                        expires_at_ms: agent.approval_deadline(&call.name),
+                    }
                 }
                 Ok(args) => {
                     work.push((index, args, None, None));

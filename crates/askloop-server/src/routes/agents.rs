@@ -200,6 +200,7 @@ fn allowed_labels(stored: &StoredRun, tool_call_id: &str) -> Option<Vec<String>>
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, agent_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
 pub(crate) async fn resume_stream(
@@ -284,6 +285,7 @@ async fn approval(
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
 pub(crate) async fn approve_tool_call(
@@ -306,6 +308,7 @@ pub(crate) async fn approve_tool_call(
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
 pub(crate) async fn decline_tool_call(

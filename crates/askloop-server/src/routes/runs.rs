@@ -230,6 +230,7 @@ pub(crate) async fn continue_run(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
 pub(crate) async fn respond(
@@ -427,6 +428,7 @@ fn settled_chunks(stored: &StoredRun) -> Vec<serde_json::Value> {
                             .resume_schema
                             .clone()
                             .unwrap_or_else(approval_schema),
+                        expires_at_ms: pending.expires_at_ms,
                     },
                     _ => {
                         let mut suspension = Suspension::new(pending.suspend_payload.clone());

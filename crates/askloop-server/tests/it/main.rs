@@ -14,3 +14,4 @@ mod metrics;
 mod scenarios;
 mod socket;
 mod support;
+mod waits;

@@ -363,7 +363,7 @@ pub(super) async fn expired_questions_are_swept_once(store: Arc<dyn RunStore>) {
         matches!(
             loser,
             ResumeError::Conflict { .. }
-                | ResumeError::AlreadyAnswered { .. }
+                | ResumeError::Expired { .. }
                 | ResumeError::NotSuspended { .. }
         ),
         "{loser:?}"

@@ -19,6 +19,7 @@
 mod hitl;
 mod store;
 pub mod support;
+mod waits;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -70,6 +71,7 @@ macro_rules! store_conformance_tests {
             answers_to_several_questions_land_on_their_calls,
             batch_answers_apply_all_or_none,
             expired_questions_are_swept_once,
+            issue31_expired_approvals_are_swept_once,
             new_message_supersedes_waiting_questions,
             cancelled_runs_refuse_resumes,
         );

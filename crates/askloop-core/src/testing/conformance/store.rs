@@ -19,6 +19,7 @@ use crate::testing::ScriptedModel;
 use crate::testing::conformance::Scenario;
 use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::support::*;
+use crate::testing::conformance::waits::*;
 use crate::{Agent, AgentError, AskUser, Chunk, ResumeError, RunOptions};
 
 macro_rules! scenarios {
@@ -63,6 +64,7 @@ scenarios![
     answers_to_several_questions_land_on_their_calls,
     batch_answers_apply_all_or_none,
     expired_questions_are_swept_once,
+    issue31_expired_approvals_are_swept_once,
     new_message_supersedes_waiting_questions,
     cancelled_runs_refuse_resumes,
 ];
