@@ -12,3 +12,4 @@ mod metrics;
 mod scenarios;
 mod socket;
 mod support;
+mod tenancy;
