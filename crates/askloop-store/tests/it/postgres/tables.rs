@@ -322,3 +322,59 @@ async fn rows_this_build_cannot_read_are_refused_or_listed_unreadable_and_left_a
             .unwrap();
     assert_eq!(before, after, "reading changes nothing");
 }
+
+/// Runs of one thread inserted as running at once through different stores (processes): one
+/// holds the turn, every other insert is refused as busy and writes nothing; the same thread id
+/// of another resource is another thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue31_one_running_run_per_thread_across_pools() {
+    const RUNS: usize = 16;
+    let schema = TestSchema::create().await;
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(schema.open().await);
+    }
+    for round in 0..5 {
+        let thread = format!("t{round}");
+        let tasks: Vec<_> = (0..RUNS)
+            .map(|index| {
+                let store: Arc<dyn RunStore> = stores[index % stores.len()].clone();
+                let mut run = state(
+                    &format!("r{round}-{index:02}"),
+                    &thread,
+                    RunStatus::Running,
+                    index as u64,
+                );
+                if index % 4 == 3 {
+                    // Another tenant's thread of the same id.
+                    run = super::upgrade::in_resource(&run, "tenant-2");
+                }
+                tokio::spawn(async move { store.insert_run(&run, None).await })
+            })
+            .collect();
+        let mut won = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(_) => won += 1,
+                Err(StoreError::ThreadBusy { running_run_id, .. }) => {
+                    assert!(running_run_id.is_some());
+                }
+                Err(error) => panic!("round {round}: {error:?}"),
+            }
+        }
+        assert_eq!(won, 2, "round {round}: one turn per tenant's thread");
+        let mut sql = connect(&schema).await;
+        let running: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT scope, COUNT(*) FROM runs WHERE thread_id = $1 GROUP BY scope ORDER BY scope",
+        )
+        .bind(&thread)
+        .fetch_all(&mut sql)
+        .await
+        .unwrap();
+        assert_eq!(
+            running,
+            [("tenant-1".to_owned(), 1), ("tenant-2".to_owned(), 1)],
+            "refused inserts wrote nothing"
+        );
+    }
+}

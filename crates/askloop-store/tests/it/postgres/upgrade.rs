@@ -26,9 +26,21 @@ fn run(
 ) -> RunState {
     let base = state(id, thread, status, 1_000 + count as u64);
     let run = with_messages(&base, count, status);
-    // States are opaque: the resource is set through the head, as a store reads it.
-    let mut head: serde_json::Value = serde_json::from_str(&encode_head(&run).unwrap()).unwrap();
-    head["resourceId"] = resource.map_or(serde_json::Value::Null, |resource| resource.into());
+    match resource {
+        Some(resource) => in_resource(&run, resource),
+        None => with_head_resource(&run, serde_json::Value::Null),
+    }
+}
+
+/// `run` of `resource` (states are opaque: the resource is set through the head, as a store
+/// reads it).
+pub(crate) fn in_resource(run: &RunState, resource: &str) -> RunState {
+    with_head_resource(run, resource.into())
+}
+
+fn with_head_resource(run: &RunState, resource: serde_json::Value) -> RunState {
+    let mut head: serde_json::Value = serde_json::from_str(&encode_head(run).unwrap()).unwrap();
+    head["resourceId"] = resource;
     let messages: Vec<String> = run
         .messages()
         .iter()
