@@ -52,7 +52,7 @@ use anyhow::{Context, bail};
 use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
 use askloop_core::testing::ScriptedModel;
 use askloop_core::{
-    Agent, AskUser, Chunk, RunId, RunStatus, RunStore, StoreError, ThreadId, ToolCallId,
+    Agent, AskUser, Chunk, RunKey, RunStatus, RunStore, StoreError, ThreadKey, ToolCallId,
 };
 use askloop_store::{OpenOptions, StoreUrl, Synchronous, open_store};
 use clap::{Args, Parser, Subcommand};
@@ -266,9 +266,9 @@ async fn drain(
 }
 
 /// Starts a run and drives it to its first question.
-async fn start_suspended(agent: &Agent) -> anyhow::Result<(RunId, ToolCallId)> {
+async fn start_suspended(agent: &Agent) -> anyhow::Result<(RunKey, ToolCallId)> {
     let stream = agent.stream("Summarize my project");
-    let run_id = stream.run_id().clone();
+    let run_id = stream.run_key().clone();
     match drain(stream).await? {
         (Some(call), _) => Ok((run_id, call)),
         (None, _) => bail!("run {run_id} did not suspend"),
@@ -392,17 +392,15 @@ impl RunStore for TimedStore {
     }
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
-        self.inner
-            .renew_lease(run_id, expected_version, lease)
-            .await
+        self.inner.renew_lease(run, expected_version, lease).await
     }
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
         let started = Instant::now();
-        let result = self.inner.load_run(run_id).await;
+        let result = self.inner.load_run(run).await;
         Self::record(&self.loads, started);
         result
     }
@@ -414,10 +412,10 @@ impl RunStore for TimedStore {
     }
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
-        self.inner.thread_history(thread_id, through).await
+        self.inner.thread_history(thread, through).await
     }
     async fn watch_changes(&self) -> Option<askloop_core::store::RunChanges> {
         self.inner.watch_changes().await

@@ -145,7 +145,7 @@ pub(crate) enum KeysCommand {
 #[derive(Debug, Args)]
 pub(crate) struct KeysNewArgs {
     /// The resource id (user or tenant) whose runs the key sees and starts
-    #[arg(long, value_name = "ID", value_parser = id)]
+    #[arg(long, value_name = "ID", value_parser = key_id)]
     pub(crate) resource: String,
     /// The agents the key may use, comma-separated [default: all]
     #[arg(long, value_name = "ID,…", value_delimiter = ',', value_parser = id)]
@@ -193,11 +193,12 @@ pub(crate) struct RunArgs {
     /// The model.
     #[command(flatten)]
     pub(crate) model: ModelArgs,
-    /// Continue this thread: the run sees the messages of its completed runs
-    #[arg(long, value_name = "ID", value_parser = id)]
+    /// Continue this thread (of the run's resource): the run sees the messages of its ended
+    /// runs; refused while the thread has a turn running
+    #[arg(long, value_name = "ID", value_parser = key_id)]
     pub(crate) thread: Option<String>,
-    /// The user or tenant that owns the run
-    #[arg(long, value_name = "ID", value_parser = id)]
+    /// The user or tenant that owns the run (run and thread ids are per resource)
+    #[arg(long, value_name = "ID", value_parser = key_id)]
     pub(crate) resource: Option<String>,
     /// Print every chunk as one line of JSON (the wire format) and nothing else on stdout;
     /// never prompt: a question leaves the run suspended
@@ -212,8 +213,12 @@ pub(crate) struct RunArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ResumeArgs {
     /// The suspended run
-    #[arg(value_name = "RUN_ID", value_parser = id)]
+    #[arg(value_name = "RUN_ID", value_parser = key_id)]
     pub(crate) run_id: String,
+    /// The run's resource (user or tenant): needed only when runs of several resources use
+    /// this run id
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
     /// The answer as typed, read after the question's resume schema: a label, its number
     /// (from 1) or the label in any case when only one matches; repeated, or a JSON array, for
     /// a multi-select; yes/no for a confirm; a number; free text; JSON for anything else.
@@ -245,8 +250,12 @@ pub(crate) struct ResumeArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ApproveArgs {
     /// The suspended run.
-    #[arg(value_name = "RUN_ID", value_parser = id)]
+    #[arg(value_name = "RUN_ID", value_parser = key_id)]
     pub(crate) run_id: String,
+    /// The run's resource (user or tenant): needed only when runs of several resources use
+    /// this run id
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
     /// The call to approve (needed when several wait for approval).
     #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) tool_call_id: Option<String>,
@@ -259,8 +268,12 @@ pub(crate) struct ApproveArgs {
 #[derive(Debug, Args)]
 pub(crate) struct DeclineArgs {
     /// The suspended run.
-    #[arg(value_name = "RUN_ID", value_parser = id)]
+    #[arg(value_name = "RUN_ID", value_parser = key_id)]
     pub(crate) run_id: String,
+    /// The run's resource (user or tenant): needed only when runs of several resources use
+    /// this run id
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
     /// The call to decline (needed when several wait for approval).
     #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) tool_call_id: Option<String>,
@@ -276,8 +289,12 @@ pub(crate) struct DeclineArgs {
 #[derive(Debug, Args)]
 pub(crate) struct CancelArgs {
     /// The run to cancel.
-    #[arg(value_name = "RUN_ID", value_parser = id)]
+    #[arg(value_name = "RUN_ID", value_parser = key_id)]
     pub(crate) run_id: String,
+    /// The run's resource (user or tenant): needed only when runs of several resources use
+    /// this run id
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
 }
 
 /// `askloop runs sweep`.
@@ -343,13 +360,13 @@ pub(crate) struct ListArgs {
     #[arg(long, value_enum)]
     pub(crate) status: Option<StatusArg>,
     /// Only runs of this thread
-    #[arg(long, value_name = "ID", value_parser = id)]
+    #[arg(long, value_name = "ID", value_parser = key_id)]
     pub(crate) thread: Option<String>,
     /// Only runs of this agent
     #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) agent: Option<String>,
     /// Only runs of this user or tenant
-    #[arg(long, value_name = "ID", value_parser = id)]
+    #[arg(long, value_name = "ID", value_parser = key_id)]
     pub(crate) resource: Option<String>,
     /// At most this many runs, at least 1 (newest first); the output then says how to list the
     /// next ones
@@ -367,8 +384,12 @@ pub(crate) struct ListArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
     /// The run
-    #[arg(value_name = "RUN_ID", value_parser = id)]
+    #[arg(value_name = "RUN_ID", value_parser = key_id)]
     pub(crate) run_id: String,
+    /// The run's resource (user or tenant): needed only when runs of several resources use
+    /// this run id
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
     /// Print the stored run state (with `pending`) as one JSON document
     #[arg(long)]
     pub(crate) json: bool,
@@ -378,8 +399,12 @@ pub(crate) struct ShowArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ContinueArgs {
     /// The failed run
-    #[arg(value_name = "RUN_ID", value_parser = id)]
+    #[arg(value_name = "RUN_ID", value_parser = key_id)]
     pub(crate) run_id: String,
+    /// The run's resource (user or tenant): needed only when runs of several resources use
+    /// this run id
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
     /// The model.
     #[command(flatten)]
     pub(crate) model: ModelArgs,
@@ -408,21 +433,34 @@ pub(crate) struct ChatArgs {
     /// The model.
     #[command(flatten)]
     pub(crate) model: ModelArgs,
-    /// Continue this thread instead of starting a new one
-    #[arg(long, value_name = "ID", value_parser = id)]
+    /// Continue this thread (of the resource) instead of starting a new one
+    #[arg(long, value_name = "ID", value_parser = key_id)]
     pub(crate) thread: Option<String>,
     /// The user or tenant that owns the runs
-    #[arg(long, value_name = "ID", value_parser = id)]
+    #[arg(long, value_name = "ID", value_parser = key_id)]
     pub(crate) resource: Option<String>,
 }
 
-/// Parses an id flag or argument (run, tool call, thread, resource, agent): any text that is
-/// not blank (`askloop_core::is_blank`: whitespace, controls and invisible characters only).
 /// A flag's value through its type's `FromStr`, the error's text as clap's message.
 fn parse_value<T: std::str::FromStr<Err: std::fmt::Display>>(text: &str) -> Result<T, String> {
     text.parse().map_err(|error: T::Err| error.to_string())
 }
 
+/// Parses a run, thread or resource id: the core's rule for ids (`askloop_core::IdProblem`: not
+/// blank, at most 256 bytes). An id with control characters is refused by the command
+/// ([`crate::exit::check_key_id`]), which prints it escaped: clap would print it raw.
+fn key_id(text: &str) -> Result<String, String> {
+    match askloop_core::IdProblem::of(text) {
+        Some(askloop_core::IdProblem::ControlCharacter) | None => Ok(text.to_owned()),
+        Some(problem) => Err(format!(
+            "an id {problem}; expected e.g. a run id printed by askloop"
+        )),
+    }
+}
+
+/// Parses another id flag or argument (tool call, agent): any text that is not blank
+/// (`askloop_core::is_blank`: whitespace, controls and invisible characters only; a provider's
+/// tool call id may be long).
 fn id(text: &str) -> Result<String, String> {
     if askloop_core::is_blank(text) {
         return Err(
@@ -463,6 +501,8 @@ mod tests {
             &["askloop", "runs", "continue", "\u{0}"],
             &["askloop", "runs", "list", "--agent", ""],
             &["askloop", "runs", "list", "--limit", "0"],
+            &["askloop", "runs", "cancel", "r", "--resource", " "],
+            &["askloop", "runs", "show", &"r".repeat(257)],
         ] {
             let error = Cli::try_parse_from(args).unwrap_err();
             assert_eq!(

@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use askloop_core::store::{MemoryStore, RunState, StoredRun};
-use askloop_core::{Agent, ResumeError, RunId, RunStore, StoreError, is_blank};
+use askloop_core::store::{MemoryStore, RunState, StoredRun, keys_of_run};
+use askloop_core::{
+    Agent, IdKind, ResourceId, ResumeError, RunId, RunKey, RunStore, StoreError, is_blank,
+};
 use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
 
 use crate::cli::GlobalArgs;
 use crate::config::LoadedConfig;
-use crate::exit::{invalid, invalid_because};
+use crate::exit::{check_key_id, invalid, invalid_because};
 use crate::format::{format_time, shell_quote};
 use crate::model::resolve_spec;
 use crate::registry::{ConfigRegistry, FlagScope};
@@ -201,63 +203,124 @@ impl Context {
         &self.registry
     }
 
+    /// The run a command names: `run_id` of `resource` when `--resource` was given, else the
+    /// one run with this id, whatever its resource (run ids are per resource: several resources
+    /// may use one).
+    ///
+    /// # Errors
+    /// Invalid input (exit status 2) naming the store for an unknown run, or naming the
+    /// resources that use the id when there are several (`--resource` picks one); the store's
+    /// errors.
+    pub(crate) async fn resolve_run(
+        &self,
+        run_id: &str,
+        resource: Option<&str>,
+    ) -> anyhow::Result<RunKey> {
+        check_key_id(IdKind::Run, run_id)?;
+        let run = RunId::new(run_id);
+        if let Some(resource) = resource {
+            check_key_id(IdKind::Resource, resource)?;
+            return Ok(RunKey::new(Some(ResourceId::new(resource)), run));
+        }
+        let mut keys = keys_of_run(self.store.as_ref(), &run).await?;
+        match keys.len() {
+            0 => Err(self.run_not_found(&RunKey::new(None, run))),
+            1 => Ok(keys.remove(0)),
+            _ => {
+                let resources: Vec<String> = keys
+                    .iter()
+                    .map(|key| {
+                        key.resource_id
+                            .as_ref()
+                            .map_or_else(|| "(no resource)".to_owned(), ToString::to_string)
+                    })
+                    .collect();
+                Err(invalid(format!(
+                    "run id {run_id} is used by runs of {} resources in {}: {}; say which with \
+                     --resource ID",
+                    keys.len(),
+                    self.store_url,
+                    resources.join(", ")
+                )))
+            }
+        }
+    }
+
     /// Loads a stored run.
     ///
     /// # Errors
     /// Invalid input (exit status 2) naming the store for an unknown run; the store's errors.
-    pub(crate) async fn load_run(&self, run_id: &RunId) -> anyhow::Result<RunState> {
-        Ok(self.load_stored(run_id).await?.state)
+    pub(crate) async fn load_run(&self, run: &RunKey) -> anyhow::Result<RunState> {
+        Ok(self.load_stored(run).await?.state)
     }
 
     /// Loads a stored run with its version and lease.
     ///
     /// # Errors
     /// As [`Context::load_run`].
-    pub(crate) async fn load_stored(&self, run_id: &RunId) -> anyhow::Result<StoredRun> {
-        match self.store.load_run(run_id).await {
+    pub(crate) async fn load_stored(&self, run: &RunKey) -> anyhow::Result<StoredRun> {
+        match self.store.load_run(run).await {
             Ok(stored) => Ok(stored),
-            Err(StoreError::NotFound { .. }) => Err(self.run_not_found(run_id)),
+            Err(StoreError::NotFound { .. }) => Err(self.run_not_found(run)),
             Err(error) => Err(error.into()),
         }
     }
 
-    /// "run X not found in URL", saying when there is no database there at all.
-    pub(crate) fn run_not_found(&self, run_id: &RunId) -> anyhow::Error {
+    /// "run X not found in URL" (of resource R, when one was named), saying when there is no
+    /// database there at all.
+    pub(crate) fn run_not_found(&self, run: &RunKey) -> anyhow::Error {
         let missing = if self.store_missing {
             " (there is no database there yet)"
         } else {
             ""
         };
         invalid(format!(
-            "run {run_id} not found in {}{missing}",
+            "run {run} not found in {}{missing}",
             self.store_url
         ))
     }
 
-    /// A refused resume or continue, with "not found" naming the store.
-    /// Runs still driven by a live process, and runs whose process stopped, say what happened
-    /// and what to run.
-    pub(crate) fn refused(&self, error: ResumeError) -> anyhow::Error {
-        let prefix = self.command_prefix();
+    /// A refused resume, continue or cancel of `run`, with "not found" naming the store. Runs
+    /// still driven by a live process, runs whose process stopped, and runs whose thread has
+    /// another turn running, say what happened and what to run.
+    pub(crate) fn refused(&self, run: &RunKey, error: ResumeError) -> anyhow::Error {
+        let continue_run = self.command("runs continue").run(run);
         let remedy = match &error {
-            ResumeError::RunNotFound { run_id } => return self.run_not_found(run_id),
+            ResumeError::RunNotFound { .. } => return self.run_not_found(run),
             ResumeError::InProgress {
-                run_id,
                 lease_expires_at_ms,
+                ..
             } => format!(
                 "its lease runs until {} UTC and is renewed while that process lives: wait for \
-                 it, or, if that process died, continue the run after then with `{prefix} runs \
-                 continue {run_id}` (`{prefix} runs recover` continues every such run)",
-                format_time(*lease_expires_at_ms)
+                 it, or, if that process died, continue the run after then with \
+                 `{continue_run}` (`{} runs recover` continues every such run)",
+                format_time(*lease_expires_at_ms),
+                self.command_prefix()
             ),
-            ResumeError::Interrupted { run_id, .. } => format!(
-                "run `{prefix} runs continue {run_id}` (`{prefix} runs show {run_id}` shows the \
-                 answer it kept)"
+            ResumeError::Interrupted { .. } => format!(
+                "run `{continue_run}` (`{}` shows the answer it kept)",
+                self.command("runs show").run(run)
             ),
+            ResumeError::ThreadBusy {
+                running_run_id: Some(running),
+                ..
+            } => self.busy_remedy(&RunKey::new(run.resource_id.clone(), running.clone())),
             _ => return error.into(),
         };
         let line = format!("{error}; {remedy}");
         anyhow::Error::new(error).context(line)
+    }
+
+    /// What to do about a thread whose turn `running` runs: wait, cancel it, or continue it
+    /// when its process died.
+    pub(crate) fn busy_remedy(&self, running: &RunKey) -> String {
+        format!(
+            "wait for run {} to end, or stop it with `{}` (if the process running it died, \
+             `{}` finishes it instead)",
+            running.run_id,
+            self.command("runs cancel").run(running),
+            self.command("runs continue").run(running)
+        )
     }
 
     /// Closes the store, so a SQLite file is left without its `-wal` and `-shm` files (a
@@ -316,6 +379,15 @@ impl CommandLine {
         self.0.push(' ');
         self.0.push_str(&shell_quote(word));
         self
+    }
+
+    /// Adds a run: its id, and `--resource R` when it has one (the run ids of two resources may
+    /// be the same).
+    pub(crate) fn run(self, run: &RunKey) -> Self {
+        self.arg(run.run_id.as_str()).flag(
+            "--resource",
+            run.resource_id.as_ref().map(ResourceId::as_str),
+        )
     }
 
     /// Adds `NAME VALUE` (the value quoted) when there is a value.

@@ -3,7 +3,7 @@
 //! | status | meaning |
 //! |---|---|
 //! | 0 | done (finished, or suspended without a terminal) |
-//! | 1 | the model or the store failed, or another process resumed the run first |
+//! | 1 | the model or the store failed, another process resumed the run first, or the thread has another turn running |
 //! | 2 | invalid input: flags, askloop.toml, the answer, an unknown id, a question already answered, a call whose deadline passed (expired), a run in the wrong state, a store path that is a folder |
 //! | 129 | hung up (SIGHUP) |
 //! | 130 | interrupted (Ctrl-C, SIGINT) |
@@ -84,6 +84,17 @@ pub(crate) fn invalid_because(
     })
 }
 
+/// Refuses a run, thread or resource id that breaks the core's rule for ids
+/// ([`askloop_core::IdKind::check`]) as invalid input naming it (printed with its control
+/// characters escaped, as every error line is).
+///
+/// # Errors
+/// [`InvalidInput`] naming the id and what is wrong with it.
+pub(crate) fn check_key_id(kind: askloop_core::IdKind, id: &str) -> anyhow::Result<()> {
+    kind.check(id)
+        .map_err(|error| invalid(format!("invalid {kind} id {id}: {error}")))
+}
+
 /// `error` (its message and its causes) as invalid input.
 pub(crate) fn invalid_error(
     error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
@@ -147,6 +158,7 @@ pub(crate) fn exit_status(error: &anyhow::Error) -> u8 {
                 ResumeError::Conflict { .. }
                 | ResumeError::InProgress { .. }
                 | ResumeError::Interrupted { .. }
+                | ResumeError::ThreadBusy { .. }
                 | ResumeError::Store(_) => FAILURE,
                 _ => INVALID_INPUT,
             };
@@ -221,6 +233,17 @@ mod tests {
             same_answer: false,
         });
         assert_eq!(exit_status(&repeated), INVALID_INPUT);
+        let busy = anyhow::Error::new(ResumeError::ThreadBusy {
+            run_id: RunId::new("r"),
+            thread_id: "t".into(),
+            running_run_id: Some(RunId::new("other")),
+        });
+        assert_eq!(exit_status(&busy), FAILURE);
+        let ambiguous = anyhow::Error::new(ResumeError::AmbiguousRun {
+            run_id: RunId::new("r"),
+            resources: vec![Some("a".into()), None],
+        });
+        assert_eq!(exit_status(&ambiguous), INVALID_INPUT);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use askloop_core::model::{FinishReason, ModelError, ToolCall};
 use askloop_core::{
-    Agent, AgentError, AgentStream, Chunk, PendingKind, PendingToolCall, ResumeError, RunId,
+    Agent, AgentError, AgentStream, Chunk, PendingKind, PendingToolCall, ResumeError, RunKey,
     StoreError, ToolCallId, error_chain_text, wire,
 };
 use futures::StreamExt;
@@ -82,25 +82,26 @@ impl<'a> Session<'a> {
         stream: AgentStream,
         origin: Origin,
     ) -> anyhow::Result<Ended> {
-        let run_id = stream.run_id().clone();
+        let run = stream.run_key().clone();
         if self.drain(stream, origin).await? {
             return Ok(Ended::Finished);
         }
-        self.answer_pending(&run_id).await
+        self.answer_pending(&run).await
     }
 
-    /// While run `run_id` is suspended and someone can answer: asks its first pending question,
+    /// While `run` is suspended and someone can answer: asks its first pending question,
     /// resumes with the answer (naming the call it answers) and prints the resumed stream; an
     /// answer the tool refuses is explained and asked again. Without anyone to answer, prints
     /// the questions and how to answer them later.
     ///
     /// # Errors
     /// As [`Session::follow`].
-    pub(crate) async fn answer_pending(&mut self, run_id: &RunId) -> anyhow::Result<Ended> {
+    pub(crate) async fn answer_pending(&mut self, run: &RunKey) -> anyhow::Result<Ended> {
+        let run_id = &run.run_id;
         // The call whose question was last shown, so a retry does not print it again.
         let mut shown: Option<ToolCallId> = None;
         loop {
-            let state = self.context.load_run(run_id).await?;
+            let state = self.context.load_run(run).await?;
             let pending = state.pending_tool_calls();
             let Some(call) = pending.first() else {
                 self.output
@@ -124,7 +125,7 @@ impl<'a> Session<'a> {
                 Asked::Answer(answer) => {
                     match self
                         .agent
-                        .respond(run_id)
+                        .respond(run)
                         .by("cli")
                         .answer(&call.tool_call_id, answer)
                         .stream()
@@ -139,15 +140,15 @@ impl<'a> Session<'a> {
                         Err(refused @ ResumeError::InvalidAnswer { .. }) => {
                             self.output.note(&format!("{refused}; try again"))?;
                         }
-                        Err(refused) => return Err(self.context.refused(refused)),
+                        Err(refused) => return Err(self.context.refused(run, refused)),
                     }
                 }
                 Asked::Unanswered => {
-                    self.print_waiting(run_id, &pending, shown.as_ref())?;
+                    self.print_waiting(run, &pending, shown.as_ref())?;
                     return Ok(Ended::Suspended);
                 }
                 Asked::Stopped => {
-                    self.print_waiting(run_id, &pending, None)?;
+                    self.print_waiting(run, &pending, None)?;
                     return Err(anyhow::Error::new(Interrupted {
                         status: INTERRUPTED,
                         message: format!("stopped; run {run_id} is still waiting for an answer"),
@@ -160,7 +161,8 @@ impl<'a> Session<'a> {
     /// Prints a stream's chunks; true when it ended with `finish`. A signal cancels it
     /// meanwhile.
     async fn drain(&mut self, mut stream: AgentStream, origin: Origin) -> anyhow::Result<bool> {
-        let run_id = stream.run_id().clone();
+        let run = stream.run_key().clone();
+        let run_id = run.run_id.clone();
         let _watching = self.interrupt.watch(stream.cancel_handle());
         let mut stored = origin == Origin::Stored;
         let mut finished = false;
@@ -190,7 +192,7 @@ impl<'a> Session<'a> {
                     }
                 }
                 Err(error) if write_error.is_none() => {
-                    return Err(self.failed(&run_id, &error, stored));
+                    return Err(self.failed(&run, &error, stored));
                 }
                 Err(error) => {
                     return Err(
@@ -203,14 +205,15 @@ impl<'a> Session<'a> {
             return Err(error.into());
         }
         if step_limit {
-            self.say_step_limit(&run_id).await?;
+            self.say_step_limit(&run).await?;
         }
         Ok(finished)
     }
 
     /// Says (on stderr) that the run stopped at its step limit, and what to do.
-    async fn say_step_limit(&mut self, run_id: &RunId) -> anyhow::Result<()> {
-        let state = self.context.load_run(run_id).await?;
+    async fn say_step_limit(&mut self, run: &RunKey) -> anyhow::Result<()> {
+        let run_id = &run.run_id;
+        let state = self.context.load_run(run).await?;
         let file = self.context.config().path.as_ref().map_or_else(
             || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
             |path| path.display().to_string(),
@@ -236,7 +239,8 @@ impl<'a> Session<'a> {
 
     /// Reports a stream error (as a wire `error` line with `--json`) and makes the error that
     /// ends the command. The hint to continue the run is given only for a run that is stored.
-    fn failed(&mut self, run_id: &RunId, error: &AgentError, stored: bool) -> anyhow::Error {
+    fn failed(&mut self, run: &RunKey, error: &AgentError, stored: bool) -> anyhow::Error {
+        let run_id = &run.run_id;
         let text = error_chain_text(error);
         if self.output.mode() == Mode::Json {
             let line = wire::error_to_json(run_id, error.code(), &text);
@@ -250,10 +254,22 @@ impl<'a> Session<'a> {
             "`{}`",
             self.context
                 .command("runs continue")
-                .arg(run_id.as_str())
+                .run(run)
                 .model(self.context.model_flag.as_deref())
         );
         let (status, message) = match error {
+            // The thread's turn is another run's: nothing was stored.
+            AgentError::ThreadBusy {
+                running_run_id: Some(running),
+                ..
+            } => (
+                FAILURE,
+                format!(
+                    "{text}; {}",
+                    self.context
+                        .busy_remedy(&RunKey::new(run.resource_id.clone(), running.clone()))
+                ),
+            ),
             _ if !stored => (
                 FAILURE,
                 format!("{text}; the run was not stored, so there is nothing to continue"),
@@ -289,11 +305,11 @@ impl<'a> Session<'a> {
     /// `shown` was just printed and is not repeated.
     fn print_waiting(
         &mut self,
-        run_id: &RunId,
+        run: &RunKey,
         pending: &[PendingToolCall],
         shown: Option<&ToolCallId>,
     ) -> anyhow::Result<()> {
-        print_pending(&mut self.output, self.context, run_id, pending, shown)?;
+        print_pending(&mut self.output, self.context, run, pending, shown)?;
         if !self.context.is_durable() {
             self.output.note(
                 "note: the memory store keeps nothing after this process ends, so this run \
@@ -334,17 +350,17 @@ pub(crate) fn is_terminal() -> bool {
 pub(crate) fn print_pending(
     output: &mut Output,
     context: &Context,
-    run_id: &RunId,
+    run: &RunKey,
     pending: &[PendingToolCall],
     shown: Option<&ToolCallId>,
 ) -> std::io::Result<()> {
     let human = output.mode() == Mode::Human;
     if human {
-        output.line(&format!("run {run_id} is waiting for an answer"))?;
+        output.line(&format!("run {} is waiting for an answer", run.run_id))?;
     }
     for call in pending {
         if call.kind == PendingKind::Approval {
-            print_approval(output, context, run_id, call, shown)?;
+            print_approval(output, context, run, call, shown)?;
             continue;
         }
         if human {
@@ -360,7 +376,7 @@ pub(crate) fn print_pending(
                 "answer with: {}",
                 context
                     .command("resume")
-                    .arg(run_id.as_str())
+                    .run(run)
                     .flag("--tool-call-id", Some(call.tool_call_id.as_str()))
                     .model(context.model_flag.as_deref())
                     .raw(&answer_example(call))
@@ -380,7 +396,7 @@ pub(crate) fn print_pending(
 fn print_approval(
     output: &mut Output,
     context: &Context,
-    run_id: &RunId,
+    run: &RunKey,
     call: &PendingToolCall,
     shown: Option<&ToolCallId>,
 ) -> std::io::Result<()> {
@@ -397,7 +413,7 @@ fn print_approval(
     let command = |verb: &str| {
         context
             .command(verb)
-            .arg(run_id.as_str())
+            .run(run)
             .flag("--tool-call-id", Some(call.tool_call_id.as_str()))
             .to_string()
     };

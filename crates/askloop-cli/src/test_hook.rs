@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use askloop_core::model::{LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest};
 use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
-use askloop_core::{RunId, RunStore, StoreError, ThreadId};
+use askloop_core::{RunKey, RunStore, StoreError, ThreadKey};
 use async_trait::async_trait;
 use futures::StreamExt;
 
@@ -136,16 +136,14 @@ impl RunStore for PausingStore {
     }
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
-        self.inner
-            .renew_lease(run_id, expected_version, lease)
-            .await
+        self.inner.renew_lease(run, expected_version, lease).await
     }
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
-        self.inner.load_run(run_id).await
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
+        self.inner.load_run(run).await
     }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         self.inner.list_runs(filter).await
@@ -155,10 +153,10 @@ impl RunStore for PausingStore {
     }
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
-        self.inner.thread_history(thread_id, through).await
+        self.inner.thread_history(thread, through).await
     }
     async fn watch_changes(&self) -> Option<askloop_core::store::RunChanges> {
         self.inner.watch_changes().await

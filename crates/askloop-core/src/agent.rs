@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::definition::{AgentDefinition, ApprovalPolicy};
 use crate::error::{AgentError, ResumeError};
-use crate::ids::{AgentId, LeaseHolder, RunId, ToolCallId};
+use crate::ids::{AgentId, LeaseHolder, RunRef, ToolCallId};
 use crate::model::{LanguageModel, ModelSettings, ToolDefinition};
 use crate::options::RunOptions;
 use crate::response::CallResponse;
@@ -164,7 +164,18 @@ impl Agent {
         self.stream_with(input, RunOptions::default())
     }
 
-    /// Starts a run with a thread and owner, and streams it.
+    /// Starts a run with a thread and owner, and streams it. Its key is known at once
+    /// ([`AgentStream::run_key`]).
+    ///
+    /// A thread has one turn at a time: while another run of the thread (the same thread id
+    /// in the same resource) is running, the stream's first item is
+    /// [`AgentError::ThreadBusy`] and nothing is stored. Otherwise the run is inserted (it
+    /// holds the thread's turn from then on), the thread's waiting runs are superseded by its
+    /// message, and the thread's history is read (see the crate's ARCHITECTURE.md, "the path of
+    /// one run"). Ids of `options` that do not pass [`crate::IdKind::check`] end the stream
+    /// with [`AgentError::InvalidId`]; a run id the resource already uses, with
+    /// [`AgentError::Store`]`(`[`crate::StoreError::AlreadyExists`]`)`.
+    /// [`AgentStream::started`] waits for either outcome.
     pub fn stream_with(&self, input: impl Into<String>, options: RunOptions) -> AgentStream {
         run_loop::start(self.inner.clone(), input.into(), options)
     }
@@ -182,7 +193,9 @@ impl Agent {
     /// - `resume_data`: the answer, any JSON value. It is checked against the call's question
     ///   before anything changes (for `ask_user`: a non-blank string, one of the labels, or a
     ///   non-empty array of distinct labels; for other tools, their resume schema).
-    /// - `run_id`: the suspended run ([`AgentStream::run_id`], [`RunOutput::run_id`]).
+    /// - `run`: the suspended run: its key ([`AgentStream::run_key`], [`RunOutput::run_key`]),
+    ///   or its id alone (`&RunId`) when no other resource uses that id
+    ///   ([`ResumeError::AmbiguousRun`] otherwise; see [`RunRef`]).
     /// - `tool_call_id`: the call this answer is for, as announced by its `tool-call-suspended`
     ///   chunk. Give it whenever you can: a repeated or retried answer naming its call is refused
     ///   with [`ResumeError::AlreadyAnswered`] once the call has its answer, so it can never land
@@ -197,19 +210,21 @@ impl Agent {
     /// commit, or to say who answered, use [`Agent::respond`].
     ///
     /// # Errors
-    /// Before anything changes: [`ResumeError::RunNotFound`], [`ResumeError::NotSuspended`],
+    /// Before anything changes: [`ResumeError::InvalidId`], [`ResumeError::RunNotFound`],
+    /// [`ResumeError::AmbiguousRun`], [`ResumeError::NotSuspended`],
     /// [`ResumeError::UnknownToolCall`], [`ResumeError::AlreadyAnswered`],
     /// [`ResumeError::Expired`] (the call's deadline passed, whether or not a sweep has resolved
     /// it yet), [`ResumeError::Ambiguous`], [`ResumeError::InvalidAnswer`], [`ResumeError::Conflict`]
-    /// (another resume won), [`ResumeError::ToolUnavailable`], [`ResumeError::WrongAgent`],
-    /// [`ResumeError::Store`].
+    /// (another resume won), [`ResumeError::ThreadBusy`] (another run of the thread is
+    /// running: a new message came first), [`ResumeError::ToolUnavailable`],
+    /// [`ResumeError::WrongAgent`], [`ResumeError::Store`].
     pub async fn resume_stream(
         &self,
         resume_data: Value,
-        run_id: &RunId,
+        run: impl Into<RunRef>,
         tool_call_id: Option<&ToolCallId>,
     ) -> Result<AgentStream, ResumeError> {
-        let respond = self.respond(run_id);
+        let respond = self.respond(run);
         match tool_call_id {
             Some(id) => respond.answer(id, resume_data),
             None => respond.answer_pending_call(resume_data),
@@ -221,11 +236,11 @@ impl Agent {
     /// Responses to several waiting calls of one run, sent together: build them with
     /// [`Respond::answer`], [`Respond::approve`], [`Respond::decline`] and [`Respond::by`],
     /// then [`Respond::stream`]. All are checked first, then all applied in one commit, or
-    /// none.
-    pub fn respond(&self, run_id: &RunId) -> Respond<'_> {
+    /// none. `run` as for [`Agent::resume_stream`].
+    pub fn respond(&self, run: impl Into<RunRef>) -> Respond<'_> {
         Respond {
             agent: self,
-            run_id: run_id.clone(),
+            run: run.into(),
             items: Vec::new(),
             by: None,
             loaded: None,
@@ -240,10 +255,10 @@ impl Agent {
     /// question instead.
     pub async fn approve_tool_call(
         &self,
-        run_id: &RunId,
+        run: impl Into<RunRef>,
         tool_call_id: &ToolCallId,
     ) -> Result<AgentStream, ResumeError> {
-        self.respond(run_id).approve(tool_call_id).stream().await
+        self.respond(run).approve(tool_call_id).stream().await
     }
 
     /// Declines a call awaiting approval: its tool never runs; the model gets an error result
@@ -254,11 +269,11 @@ impl Agent {
     /// As [`Agent::approve_tool_call`].
     pub async fn decline_tool_call(
         &self,
-        run_id: &RunId,
+        run: impl Into<RunRef>,
         tool_call_id: &ToolCallId,
         reason: Option<String>,
     ) -> Result<AgentStream, ResumeError> {
-        self.respond(run_id)
+        self.respond(run)
             .decline(tool_call_id, reason)
             .stream()
             .await
@@ -266,16 +281,22 @@ impl Agent {
 
     /// Cancels a run: every call that waits gets an error result saying the run was cancelled,
     /// the run ends as [`RunStatus::Cancelled`](crate::RunStatus::Cancelled) and refuses
-    /// resumes from then on. `by` is recorded in the audit (a resource id, a key's name,
-    /// `cli`).
+    /// resumes from then on; its messages join its thread's history (the next turn sees what
+    /// was cancelled). `by` is recorded in the audit (a resource id, a key's name, `cli`).
+    /// `run` as for [`Agent::resume_stream`].
     ///
     /// # Errors
-    /// [`ResumeError::RunNotFound`], [`ResumeError::WrongAgent`],
+    /// [`ResumeError::InvalidId`], [`ResumeError::RunNotFound`],
+    /// [`ResumeError::AmbiguousRun`], [`ResumeError::WrongAgent`],
     /// [`ResumeError::NotCancellable`] (completed or already cancelled),
     /// [`ResumeError::InProgress`] (a live process drives it), [`ResumeError::Conflict`],
     /// [`ResumeError::Store`].
-    pub async fn cancel_run(&self, run_id: &RunId, by: Option<String>) -> Result<(), ResumeError> {
-        run_loop::cancel_run(&self.inner, run_id, by).await
+    pub async fn cancel_run(
+        &self,
+        run: impl Into<RunRef>,
+        by: Option<String>,
+    ) -> Result<(), ResumeError> {
+        run_loop::cancel_run(&self.inner, &run.into(), by).await
     }
 
     /// Expires the calls of `expired` (found by [`expired_runs`]) whose deadline passed: a
@@ -298,19 +319,27 @@ impl Agent {
             .iter()
             .map(|id| (Some(id.clone()), Resolution::Expire))
             .collect();
-        let claim = run_loop::claim_resume(&self.inner, &expired.run_id, items, by, None).await?;
+        let claim =
+            run_loop::claim_resume(&self.inner, &expired.key().into(), items, by, None).await?;
         Ok(run_loop::resume(self.inner.clone(), claim))
     }
 
     /// Continues a run that failed (or whose process died while it was running): retries the
     /// step that did not finish, with every answer already recorded. Nobody is asked again.
     ///
+    /// `run` as for [`Agent::resume_stream`].
+    ///
     /// # Errors
-    /// [`ResumeError::RunNotFound`]; [`ResumeError::NotContinuable`] naming the status when the
-    /// run is suspended or completed (answer it, or start a new run); [`ResumeError::Conflict`];
-    /// [`ResumeError::WrongAgent`]; [`ResumeError::Store`].
-    pub async fn continue_stream(&self, run_id: &RunId) -> Result<AgentStream, ResumeError> {
-        let claim = run_loop::claim_continue(&self.inner, run_id).await?;
+    /// [`ResumeError::InvalidId`]; [`ResumeError::RunNotFound`];
+    /// [`ResumeError::AmbiguousRun`]; [`ResumeError::NotContinuable`] naming the status when
+    /// the run is suspended or completed (answer it, or start a new run);
+    /// [`ResumeError::Conflict`]; [`ResumeError::ThreadBusy`] (another run of its thread is
+    /// running); [`ResumeError::WrongAgent`]; [`ResumeError::Store`].
+    pub async fn continue_stream(
+        &self,
+        run: impl Into<RunRef>,
+    ) -> Result<AgentStream, ResumeError> {
+        let claim = run_loop::claim_continue(&self.inner, &run.into()).await?;
         Ok(run_loop::resume(self.inner.clone(), claim))
     }
 }
@@ -345,7 +374,7 @@ pub async fn expired_runs(
 #[must_use]
 pub struct Respond<'a> {
     agent: &'a Agent,
-    run_id: RunId,
+    run: RunRef,
     items: Vec<(Option<ToolCallId>, Resolution)>,
     by: Option<String>,
     loaded: Option<StoredRun>,
@@ -355,7 +384,7 @@ impl std::fmt::Debug for Respond<'_> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("Respond")
-            .field("run_id", &self.run_id)
+            .field("run", &self.run)
             .field("responses", &self.items.len())
             .field("by", &self.by)
             .finish()
@@ -373,7 +402,7 @@ impl Respond<'_> {
     /// the claim's first attempt starts from this copy instead of reading the store again.
     /// Nothing else changes: the compare-and-swap still names this copy's version, so a copy
     /// that is stale by then (or one the responses do not fit) only costs a re-read, never a
-    /// wrong claim; a copy of another run is ignored.
+    /// wrong claim; a copy of another run (another key) is ignored.
     pub fn loaded(mut self, stored: StoredRun) -> Self {
         self.loaded = Some(stored);
         self
@@ -424,7 +453,7 @@ impl Respond<'_> {
     pub async fn stream(self) -> Result<AgentStream, ResumeError> {
         let claim = run_loop::claim_resume(
             &self.agent.inner,
-            &self.run_id,
+            &self.run,
             self.items,
             self.by,
             self.loaded,

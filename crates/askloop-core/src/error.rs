@@ -1,7 +1,7 @@
 //! The agent's errors: [`AgentError`] ends a stream, [`ResumeError`] refuses a resume before
 //! anything changes.
 
-use crate::ids::{AgentId, RunId, ToolCallId};
+use crate::ids::{AgentId, InvalidId, ResourceId, RunId, ThreadId, ToolCallId};
 use crate::model::ModelError;
 use crate::run::RunStatus;
 use crate::store::StoreError;
@@ -9,6 +9,10 @@ use crate::tool::ResumeRejection;
 
 /// An error that ends a run's stream. What was committed before it stays committed; the run is
 /// recorded as failed when the store can still be reached.
+///
+/// A new run's stream ends with [`AgentError::InvalidId`], [`AgentError::ThreadBusy`] or
+/// [`AgentError::Store`]`(`[`StoreError::AlreadyExists`]`)` as its first item when the run
+/// could not be started: then nothing was stored (see [`crate::AgentStream::started`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentError {
@@ -17,12 +21,40 @@ pub enum AgentError {
     Model(#[from] ModelError),
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+    /// A run, thread or resource id of [`crate::RunOptions`] is refused
+    /// ([`crate::IdKind::check`]); the run was not started.
+    #[error(transparent)]
+    InvalidId(#[from] InvalidId),
+    /// The thread already has a turn running (one turn at a time per thread): the new run was
+    /// not started. Wait for the running run to end, or cancel or continue it.
+    #[error("thread {thread_id} has a turn running{}", crate::store::running_text(running_run_id.as_ref()))]
+    ThreadBusy {
+        /// The thread.
+        thread_id: ThreadId,
+        /// The run that is running in it, if it could be read.
+        running_run_id: Option<RunId>,
+    },
+}
+
+impl From<StoreError> for AgentError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::ThreadBusy {
+                thread_id,
+                running_run_id,
+            } => Self::ThreadBusy {
+                thread_id,
+                running_run_id,
+            },
+            other => Self::Store(other),
+        }
+    }
 }
 
 impl AgentError {
-    /// A stable code for clients: `"model_error"`, `"auth_error"`, `"store_error"`,
-    /// `"conflict"`.
+    /// A stable code for clients: `"model_error"`, `"auth_error"`, `"cancelled"`,
+    /// `"store_error"`, `"conflict"`, `"invalid_id"`, `"thread_busy"`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::Model(ModelError::Authentication { .. }) => "auth_error",
@@ -30,6 +62,8 @@ impl AgentError {
             Self::Model(_) => "model_error",
             Self::Store(StoreError::Conflict { .. }) => "conflict",
             Self::Store(_) => "store_error",
+            Self::InvalidId(_) => "invalid_id",
+            Self::ThreadBusy { .. } => "thread_busy",
         }
     }
 }
@@ -203,6 +237,33 @@ pub enum ResumeError {
         /// Its status.
         status: RunStatus,
     },
+    /// A bare run id ([`crate::RunRef::Id`]) names runs of several resources: name the one
+    /// meant with its key ([`crate::RunRef::Key`]). Nothing changed.
+    #[error(
+        "run id {run_id} is used by {} resources ({}); say which run is meant by its resource",
+        resources.len(),
+        join_resources(resources)
+    )]
+    AmbiguousRun {
+        /// The id given.
+        run_id: RunId,
+        /// The resources holding a run with that id (`None`: a run without resource).
+        resources: Vec<Option<ResourceId>>,
+    },
+    /// The claim would make the run running while another run of its thread runs (one turn at
+    /// a time per thread; e.g. a new message arrived first). Nothing changed.
+    #[error("thread {thread_id} has a turn running{}; run {run_id} can go on once it ends", crate::store::running_text(running_run_id.as_ref()))]
+    ThreadBusy {
+        /// The run that was to be resumed or continued.
+        run_id: RunId,
+        /// Its thread.
+        thread_id: ThreadId,
+        /// The run that is running in it, if it could be read.
+        running_run_id: Option<RunId>,
+    },
+    /// A run or resource id given is refused ([`crate::IdKind::check`]).
+    #[error(transparent)]
+    InvalidId(#[from] InvalidId),
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -230,6 +291,9 @@ impl ResumeError {
             Self::UnnamedInBatch { .. } => "unnamed_tool_call",
             Self::EmptyBatch { .. } => "empty_batch",
             Self::NotCancellable { .. } => "not_cancellable",
+            Self::AmbiguousRun { .. } => "ambiguous_run",
+            Self::ThreadBusy { .. } => "thread_busy",
+            Self::InvalidId(_) => "invalid_id",
             Self::Store(_) => "store_error",
         }
     }
@@ -250,6 +314,14 @@ pub fn error_chain_text(error: &(dyn std::error::Error + 'static)) -> String {
         cause = current.source();
     }
     line.replace(['\n', '\r'], " ")
+}
+
+fn join_resources(resources: &[Option<ResourceId>]) -> String {
+    resources
+        .iter()
+        .map(|resource| resource.as_ref().map_or("no resource", ResourceId::as_str))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn join_ids(ids: &[ToolCallId]) -> String {

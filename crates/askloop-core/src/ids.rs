@@ -1,7 +1,13 @@
-//! Identifier newtypes: runs, threads, resources, agents and tool calls.
+//! Identifier newtypes: runs, threads, resources, agents and tool calls; the keys that name a
+//! run or a thread within its resource ([`RunKey`], [`ThreadKey`], [`RunRef`]); and the rule
+//! every run, thread and resource id from outside must follow ([`IdKind::check`]).
 //!
 //! Every id is a string on the wire and in the store. Newtypes keep them from being mixed up:
 //! a [`ToolCallId`] can never be passed where a [`RunId`] is expected.
+//!
+//! **Resources are namespaces.** A run is named by its resource and its id ([`RunKey`]), a
+//! thread likewise ([`ThreadKey`]): the same run id or thread id used by two resources is two
+//! runs or two threads, and `None` is the namespace of runs without a resource.
 
 use std::fmt;
 
@@ -102,9 +108,302 @@ impl ThreadId {
     }
 }
 
+/// The longest run, thread or resource id accepted, in bytes (UTF-8).
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Which id a check is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IdKind {
+    /// A run id.
+    Run,
+    /// A thread id.
+    Thread,
+    /// A resource id.
+    Resource,
+}
+
+impl IdKind {
+    /// `"run"`, `"thread"` or `"resource"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Thread => "thread",
+            Self::Resource => "resource",
+        }
+    }
+
+    /// Checks an id of this kind from outside: not blank ([`crate::is_blank`]), no control
+    /// characters, at most [`MAX_ID_BYTES`] bytes. Every entry point of the core checks the
+    /// ids it is given with it, so a stored id always passes (and `""` is never a resource id:
+    /// stores may use it for "no resource").
+    ///
+    /// ```
+    /// use askloop_core::{IdKind, IdProblem};
+    ///
+    /// assert!(IdKind::Thread.check("t-42").is_ok());
+    /// let error = IdKind::Resource.check(" \u{200b}").unwrap_err();
+    /// assert_eq!(error.problem, IdProblem::Blank);
+    /// assert_eq!(error.to_string(), "the resource id must not be blank");
+    /// ```
+    ///
+    /// # Errors
+    /// [`InvalidId`] naming this kind and the [`IdProblem`].
+    pub fn check(self, id: &str) -> Result<(), InvalidId> {
+        match IdProblem::of(id) {
+            None => Ok(()),
+            Some(problem) => Err(InvalidId {
+                kind: self,
+                problem,
+            }),
+        }
+    }
+}
+
+impl fmt::Display for IdKind {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// What is wrong with an id ([`IdProblem::of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IdProblem {
+    /// Empty, or only whitespace, control or invisible characters.
+    Blank,
+    /// A control character (NUL, newline, ESC, …) inside.
+    ControlCharacter,
+    /// Longer than [`MAX_ID_BYTES`].
+    TooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+}
+
+impl IdProblem {
+    /// What is wrong with `id` as a run, thread or resource id, if anything (the one rule of
+    /// [`IdKind::check`], for front ends that name the field themselves).
+    pub fn of(id: &str) -> Option<Self> {
+        if crate::text::is_blank(id) {
+            Some(Self::Blank)
+        } else if id.chars().any(char::is_control) {
+            Some(Self::ControlCharacter)
+        } else if id.len() > MAX_ID_BYTES {
+            Some(Self::TooLong { bytes: id.len() })
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for IdProblem {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Blank => formatter.write_str("must not be blank"),
+            Self::ControlCharacter => formatter.write_str("must not contain control characters"),
+            Self::TooLong { bytes } => {
+                write!(
+                    formatter,
+                    "is {bytes} bytes; at most {MAX_ID_BYTES} are accepted"
+                )
+            }
+        }
+    }
+}
+
+/// An id refused by [`IdKind::check`]. The id itself is not repeated (it may be long, or hold
+/// control characters).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the {kind} id {problem}")]
+#[non_exhaustive]
+pub struct InvalidId {
+    /// Which id.
+    pub kind: IdKind,
+    /// What is wrong with it.
+    pub problem: IdProblem,
+}
+
+/// A run's identity: its resource (`None`: the namespace of runs without one) and its id.
+/// The same run id in two resources names two runs.
+///
+/// ```
+/// use askloop_core::{RunId, RunKey};
+///
+/// let key = RunKey::new(Some("tenant-a".into()), RunId::new("r1"));
+/// assert_eq!(key.to_string(), "r1 (resource tenant-a)");
+/// assert_eq!(RunKey::new(None, RunId::new("r1")).to_string(), "r1");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunKey {
+    /// The resource owning the run, if any.
+    pub resource_id: Option<ResourceId>,
+    /// The run's id within it.
+    pub run_id: RunId,
+}
+
+impl RunKey {
+    /// The run `run_id` of `resource_id`.
+    pub fn new(resource_id: Option<ResourceId>, run_id: RunId) -> Self {
+        Self {
+            resource_id,
+            run_id,
+        }
+    }
+
+    /// The resource, as stores keep it in a key column: the resource id, or `""` for none
+    /// (never a resource id: [`IdKind::check`] refuses blank ids).
+    pub fn scope(&self) -> &str {
+        scope_of(self.resource_id.as_ref())
+    }
+}
+
+impl fmt::Display for RunKey {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.resource_id {
+            Some(resource) => write!(formatter, "{} (resource {resource})", self.run_id),
+            None => write!(formatter, "{}", self.run_id),
+        }
+    }
+}
+
+/// A thread's identity: its resource (`None`: the namespace of runs without one) and its id.
+/// The same thread id in two resources names two threads, each with its own history.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadKey {
+    /// The resource owning the thread, if any.
+    pub resource_id: Option<ResourceId>,
+    /// The thread's id within it.
+    pub thread_id: ThreadId,
+}
+
+impl ThreadKey {
+    /// The thread `thread_id` of `resource_id`.
+    pub fn new(resource_id: Option<ResourceId>, thread_id: ThreadId) -> Self {
+        Self {
+            resource_id,
+            thread_id,
+        }
+    }
+
+    /// The resource as a key column holds it: the id, or `""` for none (see [`RunKey::scope`]).
+    pub fn scope(&self) -> &str {
+        scope_of(self.resource_id.as_ref())
+    }
+}
+
+impl fmt::Display for ThreadKey {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.resource_id {
+            Some(resource) => write!(formatter, "{} (resource {resource})", self.thread_id),
+            None => write!(formatter, "{}", self.thread_id),
+        }
+    }
+}
+
+/// The key column value of a resource: its id, or `""` for none.
+fn scope_of(resource_id: Option<&ResourceId>) -> &str {
+    resource_id.map_or("", ResourceId::as_str)
+}
+
+/// How an entry point is told which existing run to act on.
+///
+/// - [`RunRef::Key`]: exactly this run (what a caller that knows the resource passes: a
+///   server with keys, [`crate::AgentStream::run_key`]).
+/// - [`RunRef::Id`]: the run with this id in whichever resource holds it, which must be
+///   unique: none is [`crate::ResumeError::RunNotFound`], several are
+///   [`crate::ResumeError::AmbiguousRun`]. `&RunId` converts into it, so
+///   `agent.resume_stream(answer, &run_id, None)` keeps working where ids are unique (the CLI,
+///   a program without resources).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RunRef {
+    /// This exact run.
+    Key(RunKey),
+    /// The one run with this id, in any resource.
+    Id(RunId),
+}
+
+impl RunRef {
+    /// The run id named.
+    pub fn run_id(&self) -> &RunId {
+        match self {
+            Self::Key(key) => &key.run_id,
+            Self::Id(run_id) => run_id,
+        }
+    }
+}
+
+impl fmt::Display for RunRef {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Key(key) => key.fmt(formatter),
+            Self::Id(run_id) => run_id.fmt(formatter),
+        }
+    }
+}
+
+impl From<RunKey> for RunRef {
+    fn from(key: RunKey) -> Self {
+        Self::Key(key)
+    }
+}
+
+impl From<&RunKey> for RunRef {
+    fn from(key: &RunKey) -> Self {
+        Self::Key(key.clone())
+    }
+}
+
+impl From<RunId> for RunRef {
+    fn from(run_id: RunId) -> Self {
+        Self::Id(run_id)
+    }
+}
+
+impl From<&RunId> for RunRef {
+    fn from(run_id: &RunId) -> Self {
+        Self::Id(run_id.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_from_outside_are_checked_by_one_rule() {
+        for (id, problem) in [
+            ("", Some(IdProblem::Blank)),
+            (" \t", Some(IdProblem::Blank)),
+            ("\u{200b}", Some(IdProblem::Blank)),
+            ("a\nb", Some(IdProblem::ControlCharacter)),
+            ("a\u{0}", Some(IdProblem::ControlCharacter)),
+            (
+                &"x".repeat(MAX_ID_BYTES + 1),
+                Some(IdProblem::TooLong { bytes: 257 }),
+            ),
+            (&"x".repeat(MAX_ID_BYTES), None),
+            ("tenant a/é", None),
+        ] {
+            assert_eq!(IdProblem::of(id), problem, "{id:?}");
+        }
+        let error = IdKind::Run.check("a\nb").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the run id must not contain control characters"
+        );
+    }
+
+    #[test]
+    fn keys_order_and_convert() {
+        let a = RunKey::new(None, RunId::new("r"));
+        let b = RunKey::new(Some("t".into()), RunId::new("r"));
+        assert_ne!(a, b);
+        assert_eq!((a.scope(), b.scope()), ("", "t"));
+        assert_eq!(RunRef::from(&b), RunRef::Key(b.clone()));
+        assert_eq!(RunRef::from(&RunId::new("r")), RunRef::Id(RunId::new("r")));
+        assert_eq!(RunRef::from(&b).run_id().as_str(), "r");
+    }
 
     #[test]
     fn ids_serialize_as_plain_strings() {

@@ -90,7 +90,10 @@ pub use ask_user::{
 pub use cancel::CancelHandle;
 pub use chunk::Chunk;
 pub use error::{AgentError, ResumeError, error_chain_text};
-pub use ids::{AgentId, LeaseHolder, ResourceId, RunId, ThreadId, ToolCallId};
+pub use ids::{
+    AgentId, IdKind, IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES, ResourceId, RunId, RunKey,
+    RunRef, ThreadId, ThreadKey, ToolCallId,
+};
 pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
 pub use response::CallResponse;

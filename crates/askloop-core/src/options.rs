@@ -14,18 +14,23 @@ use crate::ids::{ResourceId, RunId, ThreadId};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RunOptions {
-    /// The thread to continue; a new thread when `None`. A run of an existing thread sees the
-    /// messages of its completed runs.
+    /// The thread to continue; a new thread when `None`. A thread belongs to the run's
+    /// resource: the same thread id in another resource is another thread. A run of an
+    /// existing thread sees the messages of its ended (completed or cancelled) runs, and is
+    /// refused while another of its runs is running ([`crate::AgentError::ThreadBusy`]).
     pub thread_id: Option<ThreadId>,
-    /// The user or tenant owning the run.
+    /// The user or tenant owning the run: the namespace of its run id and thread id.
     pub resource_id: Option<ResourceId>,
     /// Who sends the run's input, for the audit of the waiting calls a new message to the
     /// thread resolves (a resource id, a key's name, `cli`); the resource id when `None`.
     pub by: Option<String>,
     /// The new run's id, chosen by the caller (the reference framework's clients may pick it);
-    /// a generated one when `None`. An id that is taken fails the run's insert with
-    /// [`crate::StoreError::AlreadyExists`] (the stream's first item): check first with
-    /// [`crate::RunStore::load_run`] when the id comes from outside.
+    /// a generated one when `None`. An id its resource already uses fails the run's insert
+    /// with [`crate::StoreError::AlreadyExists`] (the stream's first item, see
+    /// [`crate::AgentStream::started`]); another resource's run with that id is another run.
+    ///
+    /// Every id given must pass [`crate::IdKind::check`] (not blank, no control characters, at
+    /// most 256 bytes), else the stream ends with [`crate::AgentError::InvalidId`].
     pub run_id: Option<RunId>,
 }
 

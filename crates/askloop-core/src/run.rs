@@ -43,7 +43,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ids::{AgentId, ResourceId, RunId, ThreadId, ToolCallId};
+use crate::ids::{AgentId, ResourceId, RunId, RunKey, ThreadId, ThreadKey, ToolCallId};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::tool::Suspension;
 
@@ -423,13 +423,13 @@ pub struct UnfinishedCall {
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct RunSummary {
-    /// The run.
+    /// The run (its id within its resource).
     pub run_id: RunId,
     /// The agent that runs it.
     pub agent_id: AgentId,
-    /// Its thread.
+    /// Its thread (within its resource).
     pub thread_id: ThreadId,
-    /// Its owner, if given.
+    /// Its owner, if given: with `run_id`, the run's identity ([`RunSummary::key`]).
     pub resource_id: Option<ResourceId>,
     /// Where it is.
     pub status: RunStatus,
@@ -439,6 +439,18 @@ pub struct RunSummary {
     pub updated_at_ms: u64,
     /// The calls waiting for an answer (empty unless suspended).
     pub pending: Vec<PendingToolCall>,
+}
+
+impl RunSummary {
+    /// The run's identity: its resource and its id.
+    pub fn key(&self) -> RunKey {
+        RunKey::new(self.resource_id.clone(), self.run_id.clone())
+    }
+
+    /// Its thread's identity.
+    pub fn thread_key(&self) -> ThreadKey {
+        ThreadKey::new(self.resource_id.clone(), self.thread_id.clone())
+    }
 }
 
 impl RunState {
@@ -488,6 +500,21 @@ impl RunState {
     /// The user or tenant owning the run, if given.
     pub fn resource_id(&self) -> Option<&ResourceId> {
         self.resource_id.as_ref()
+    }
+
+    /// The run's identity: its resource and its id.
+    pub fn key(&self) -> RunKey {
+        RunKey::new(self.resource_id.clone(), self.run_id.clone())
+    }
+
+    /// Its thread's identity: its resource and the thread id.
+    pub fn thread_key(&self) -> ThreadKey {
+        ThreadKey::new(self.resource_id.clone(), self.thread_id.clone())
+    }
+
+    /// Whether the run is `key`.
+    pub fn is(&self, key: &RunKey) -> bool {
+        self.run_id == key.run_id && self.resource_id == key.resource_id
     }
 
     /// The agent that runs it.

@@ -8,7 +8,7 @@ use futures::{Stream, StreamExt};
 use crate::cancel::CancelHandle;
 use crate::chunk::Chunk;
 use crate::error::AgentError;
-use crate::ids::RunId;
+use crate::ids::{ResourceId, RunId, RunKey};
 use crate::message::{FinishReason, Usage};
 use crate::run::PendingToolCall;
 
@@ -17,7 +17,7 @@ type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, AgentError>> + Send>>
 /// The stream of one run (or one resume of it). Ends after `Finish`, after the last
 /// `ToolCallSuspended`, or after an error.
 pub struct AgentStream {
-    run_id: RunId,
+    run_key: RunKey,
     cancel: CancelHandle,
     inner: ChunkStream,
 }
@@ -26,15 +26,15 @@ impl std::fmt::Debug for AgentStream {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("AgentStream")
-            .field("run_id", &self.run_id)
+            .field("run", &self.run_key)
             .finish_non_exhaustive()
     }
 }
 
 impl AgentStream {
-    pub(crate) fn new(run_id: RunId, cancel: CancelHandle, inner: ChunkStream) -> Self {
+    pub(crate) fn new(run_key: RunKey, cancel: CancelHandle, inner: ChunkStream) -> Self {
         Self {
-            run_id,
+            run_key,
             cancel,
             inner,
         }
@@ -46,9 +46,38 @@ impl AgentStream {
         self.cancel.clone()
     }
 
-    /// The run this stream belongs to; pass it to `resume_stream` after a suspension.
+    /// The id of the run this stream belongs to.
     pub fn run_id(&self) -> &RunId {
-        &self.run_id
+        &self.run_key.run_id
+    }
+
+    /// The exact key of the run this stream belongs to (its resource and id); pass it to
+    /// `resume_stream` after a suspension.
+    pub fn run_key(&self) -> &RunKey {
+        &self.run_key
+    }
+
+    /// Waits for the stream's first chunk and returns the stream, that chunk still to come. On
+    /// a new run's stream ([`crate::Agent::stream_with`]) the first chunk (`start`) comes once
+    /// the run is stored and holds its thread's turn, so this tells a run that started from
+    /// one that was refused before anything was stored — the thread had a turn running
+    /// ([`AgentError::ThreadBusy`]), an id was refused ([`AgentError::InvalidId`]), the run id
+    /// is taken in its resource ([`AgentError::Store`] with
+    /// [`crate::StoreError::AlreadyExists`]) — which a server answers before its response
+    /// starts.
+    ///
+    /// # Errors
+    /// The stream's first item when it is an error (the stream ends with it).
+    pub async fn started(mut self) -> Result<Self, AgentError> {
+        match self.inner.next().await {
+            Some(Ok(first)) => {
+                let rest = std::mem::replace(&mut self.inner, Box::pin(futures::stream::empty()));
+                self.inner = Box::pin(futures::stream::once(async move { Ok(first) }).chain(rest));
+                Ok(self)
+            }
+            Some(Err(error)) => Err(error),
+            None => Ok(self),
+        }
     }
 
     /// Only the visible text, delta by delta; errors pass through.
@@ -68,7 +97,8 @@ impl AgentStream {
     /// The [`AgentError`] that ended the stream, if one did.
     pub async fn collect_output(mut self) -> Result<RunOutput, AgentError> {
         let mut output = RunOutput {
-            run_id: self.run_id.clone(),
+            run_id: self.run_key.run_id.clone(),
+            resource_id: self.run_key.resource_id.clone(),
             text: String::new(),
             status: RunOutcome::Suspended {
                 pending: Vec::new(),
@@ -118,12 +148,21 @@ impl Stream for AgentStream {
 pub struct RunOutput {
     /// The run.
     pub run_id: RunId,
+    /// Its resource (with `run_id`, its key: [`RunOutput::run_key`]).
+    pub resource_id: Option<ResourceId>,
     /// All visible text of this stream, concatenated.
     pub text: String,
     /// How the stream ended.
     pub status: RunOutcome,
     /// Tokens used by the model calls of this stream.
     pub usage: Usage,
+}
+
+impl RunOutput {
+    /// The run's key (resource and id), what `resume_stream` takes to answer it exactly.
+    pub fn run_key(&self) -> RunKey {
+        RunKey::new(self.resource_id.clone(), self.run_id.clone())
+    }
 }
 
 /// How a stream ended.

@@ -123,10 +123,13 @@ pub(crate) struct MemoryOption {
 pub(crate) struct StreamRequest {
     /// The input: the last user message's text is the run's input.
     pub(crate) messages: Messages,
-    /// The new run's id (generated when absent); a taken id is 409 `conflict`.
+    /// The new run's id (generated when absent): an id of the caller's resource (the same id in
+    /// another resource is another run); one the resource already uses is 409 `conflict`.
     #[serde(default)]
     pub(crate) run_id: Option<String>,
-    /// The thread to continue (a new one when absent).
+    /// The thread to continue (a new one when absent), of the caller's resource: the same
+    /// thread id in another resource is another thread. While the thread has a turn running,
+    /// 409 `thread_busy`.
     #[serde(default)]
     pub(crate) thread_id: Option<String>,
     /// The run's owner; with an API key, the key's resource (another one is 403).
@@ -165,6 +168,10 @@ impl StreamRequest {
 pub(crate) struct ResumeRequest {
     /// The suspended run.
     pub(crate) run_id: String,
+    /// The run's resource: with an API key, the key's (another one names no run: 404);
+    /// without keys, needed only when several resources use the run id (409 `ambiguous_run`).
+    #[serde(default)]
+    pub(crate) resource_id: Option<String>,
     /// The answer, any JSON (for `ask_user`: a label, a text or a list of labels).
     #[schema(value_type = Object)]
     pub(crate) resume_data: Value,
@@ -179,6 +186,9 @@ pub(crate) struct ResumeRequest {
 pub(crate) struct ApprovalRequest {
     /// The suspended run.
     pub(crate) run_id: String,
+    /// The run's resource, as for `resume-stream`.
+    #[serde(default)]
+    pub(crate) resource_id: Option<String>,
     /// The call awaiting approval.
     pub(crate) tool_call_id: String,
     /// Why it is declined (declines only).
@@ -209,6 +219,17 @@ pub(crate) struct CallResponseBody {
     /// Why it is declined.
     #[serde(default)]
     pub(crate) reason: Option<String>,
+}
+
+/// The query of the routes of one run (`/api/runs/{runId}…`).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct RunQuery {
+    /// The run's resource: with an API key, the key's (another one names no run: 404);
+    /// without keys, needed only when several resources use the run id (409 `ambiguous_run`).
+    #[serde(default)]
+    pub(crate) resource_id: Option<String>,
 }
 
 /// `GET /api/runs` query.

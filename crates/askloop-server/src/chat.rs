@@ -2,8 +2,10 @@
 //! speak) over askloop runs: `POST /api/agents/{agentId}/chat` and
 //! `GET /api/agents/{agentId}/chat/{chatId}/messages`.
 //!
-//! A chat id is an askloop thread id. A request whose last message is the person's starts a
-//! run in the thread; one whose last message is the assistant's, with tool parts that got an
+//! A chat id is an askloop thread id, of the caller's resource (the API key's; none on a server
+//! without keys): two tenants using one chat id have two chats. A request whose last message is
+//! the person's starts a run in the thread (409 `thread_busy` while the thread has a turn
+//! running); one whose last message is the assistant's, with tool parts that got an
 //! `output` (`addToolOutput`) or an approval response (`addToolApprovalResponse`), answers
 //! exactly those calls of the thread's waiting run, all in one batch (validated like any
 //! answer: an invalid one streams a transient `data-askloop-rejection` part and an `error`
@@ -41,7 +43,7 @@ use askloop_core::form::{Field, FieldKind};
 use askloop_core::model::{AssistantPart, Message};
 use askloop_core::store::{RunFilter, RunState};
 use askloop_core::{
-    AgentId, CallResponse, ResumeError, RunOptions, RunStatus, ThreadId, ToolCallId,
+    AgentId, CallResponse, ResumeError, RunOptions, RunStatus, ThreadId, ThreadKey, ToolCallId,
     error_chain_text,
 };
 use axum::Json;
@@ -58,9 +60,7 @@ use serde_json::{Map, Value, json};
 use crate::error::ApiError;
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
-use crate::routes::{
-    Body, PathParam, agent_for_caller, check_answer, check_text, check_thread_visible,
-};
+use crate::routes::{Body, PathParam, agent_for_caller, check_answer, check_text};
 use crate::server::AppState;
 
 /// The header that marks a UI message stream response, and its value.
@@ -112,35 +112,32 @@ pub(crate) struct ChatMessages {
     messages: Vec<Value>,
 }
 
-/// The thread of a chat id: checked as every id of a request is (no blank, no control
-/// characters, bounded).
-fn chat_thread(chat_id: &str) -> Result<ThreadId, ApiError> {
-    if askloop_core::is_blank(chat_id) {
-        return Err(ApiError::bad_request("a chat id must not be blank"));
-    }
+/// The thread of a chat id, in the caller's resource: checked as every id of a request is
+/// (not blank, no control characters, bounded).
+fn chat_thread(caller: &Caller, chat_id: &str) -> Result<ThreadKey, ApiError> {
     crate::routes::check_id("the chat id", chat_id)?;
-    Ok(ThreadId::from(chat_id))
+    Ok(ThreadKey::new(
+        caller.resource().cloned(),
+        ThreadId::from(chat_id),
+    ))
 }
 
-/// The runs of a thread, oldest first, refusing a thread any run of which the caller may not
-/// see (another tenant's chat is "not found", as its runs are).
+/// The runs of a thread of the caller's resource, oldest first, refusing a thread any run of
+/// which the caller may not see (a key restricted to some agents: "not found").
 async fn thread_runs(
     state: &AppState,
     caller: &Caller,
-    thread: &ThreadId,
+    thread: &ThreadKey,
 ) -> Result<Vec<RunState>, ApiError> {
-    let page = state
-        .store
-        .list_runs(&RunFilter::new().thread(thread.clone()))
-        .await?;
+    let page = state.store.list_runs(&RunFilter::in_thread(thread)).await?;
     let mut runs = Vec::new();
     for listed in page.runs.iter().rev() {
-        let stored = state.store.load_run(listed.run_id()).await?;
+        let stored = state.store.load_run(&listed.key()).await?;
         if !caller.may_see(stored.state.resource_id(), stored.state.agent_id()) {
             return Err(ApiError::new(
                 axum::http::StatusCode::NOT_FOUND,
                 "chat_not_found",
-                format!("no chat {}", thread.as_str()),
+                format!("no chat {}", thread.thread_id.as_str()),
             ));
         }
         runs.push(stored.state);
@@ -157,8 +154,8 @@ async fn thread_runs(
         (status = 400, description = "bad_request (also a tool call id over 4096 bytes), invalid_answer (an approval-responded part whose approval has no boolean `approved`: nothing is recorded)", body = crate::error::ErrorBody),
         (status = 401, description = "No or bad API key", body = crate::error::ErrorBody),
         (status = 403, description = "The key may not use this agent", body = crate::error::ErrorBody),
-        (status = 404, description = "agent_not_found, thread_not_found", body = crate::error::ErrorBody),
-        (status = 409, description = "not_suspended: the chat waits for no answer", body = crate::error::ErrorBody),
+        (status = 404, description = "agent_not_found", body = crate::error::ErrorBody),
+        (status = 409, description = "not_suspended: the chat waits for no answer; thread_busy: a new message while the chat's turn runs (details: threadId, runningRunId; nothing was stored)", body = crate::error::ErrorBody),
         (status = 413, description = "Body, message or answer too large", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn post_chat(
@@ -170,17 +167,16 @@ pub(crate) async fn post_chat(
     let started = std::time::Instant::now();
     let agent_id = AgentId::from(agent_id);
     let agent = agent_for_caller(&state, &caller, &agent_id).await?;
-    let thread = chat_thread(&request.id)?;
+    let thread = chat_thread(&caller, &request.id)?;
     if request.trigger.as_deref() == Some("regenerate-message") {
         return Err(ApiError::bad_request(
             "regenerating a message is not supported: send a new message",
         ));
     }
-    check_thread_visible(&state, &caller, thread.as_str()).await?;
     let Some(last) = request.messages.last() else {
         return Err(ApiError::bad_request("the chat has no message"));
     };
-    let mut meta = json!({"threadId": thread.as_str(), "agentId": agent_id.as_str()});
+    let mut meta = json!({"threadId": thread.thread_id.as_str(), "agentId": agent_id.as_str()});
 
     if last.role == "user" {
         let text: String = last
@@ -194,8 +190,8 @@ pub(crate) async fn post_chat(
             return Err(ApiError::bad_request("the last message has no text"));
         }
         check_text("the message", &text, state.limits.message_bytes)?;
-        let mut options = RunOptions::new().thread(thread.clone());
-        if let Some(resource) = caller.resource() {
+        let mut options = RunOptions::new().thread(thread.thread_id.clone());
+        if let Some(resource) = &thread.resource_id {
             options = options.resource(resource.clone());
         }
         if let Some(by) = caller.by() {
@@ -204,9 +200,11 @@ pub(crate) async fn post_chat(
         let stream = agent.stream_with(text, options);
         let run_id = stream.run_id().clone();
         meta["runId"] = json!(run_id.as_str());
+        // Answered once the run holds the thread's turn (or refused: 409, nothing stored).
         let chunks = state
             .hub
-            .spawn(stream, &agent_id, StreamKind::Cycle(started));
+            .start(stream, &agent_id, StreamKind::Cycle(started))
+            .await?;
         let ui = UiStream::new(
             meta,
             Some(format!("msg-{}", run_id.as_str())),
@@ -217,13 +215,12 @@ pub(crate) async fn post_chat(
 
     // The assistant's message last: answers to the waiting run's calls (the thread's newest
     // suspended run, the one state loaded).
-    let newest_suspended = RunFilter::new()
-        .thread(thread.clone())
+    let newest_suspended = RunFilter::in_thread(&thread)
         .status(RunStatus::Suspended)
         .limit(1);
     let listed = state.store.list_runs(&newest_suspended).await?;
     let waiting = match listed.runs.first() {
-        Some(listed) => Some(state.store.load_run(listed.run_id()).await?.state),
+        Some(listed) => Some(state.store.load_run(&listed.key()).await?.state),
         None => None,
     };
     let Some(waiting) = waiting.as_ref() else {
@@ -242,7 +239,7 @@ pub(crate) async fn post_chat(
         .filter_map(|part| part.get("toolCallId").and_then(Value::as_str))
         .map(str::to_owned)
         .collect();
-    let mut respond = agent.respond(&run_id);
+    let mut respond = agent.respond(waiting.key());
     if let Some(by) = caller.by() {
         respond = respond.by(by);
     }
@@ -395,7 +392,7 @@ pub(crate) async fn get_messages(
 ) -> Result<Response, ApiError> {
     let agent_id = AgentId::from(agent_id);
     agent_for_caller(&state, &caller, &agent_id).await?;
-    let thread = chat_thread(&chat_id)?;
+    let thread = chat_thread(&caller, &chat_id)?;
     let runs = thread_runs(&state, &caller, &thread).await?;
     let mut messages = Vec::new();
     for run in &runs {

@@ -2,7 +2,7 @@
 //! route (`{code, message, details?}`) with its status.
 
 use askloop_core::registry::RegistryError;
-use askloop_core::{ResumeError, StoreError, error_chain_text};
+use askloop_core::{AgentError, ResumeError, RunId, StoreError, ThreadId, error_chain_text};
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
@@ -29,7 +29,8 @@ pub enum ServerError {
 pub(crate) struct ErrorBody {
     /// A stable code: `bad_request`, `invalid_answer`, `unauthorized`, `forbidden`,
     /// `run_not_found`, `agent_not_found`, `unknown_tool_call`, `not_suspended`, `conflict`,
-    /// `already_answered`, `expired`, `in_progress`, `too_large`, … (see the crate docs).
+    /// `already_answered`, `expired`, `in_progress`, `thread_busy`, `ambiguous_run`,
+    /// `too_large`, … (see the crate docs).
     code: String,
     /// What went wrong, for people.
     message: String,
@@ -194,6 +195,36 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// 409 `thread_busy`: the thread has a turn running, named in the message and the details
+/// (`{threadId, runningRunId}`; `runningRunId` null when it ended meanwhile).
+fn thread_busy(thread_id: &ThreadId, running_run_id: Option<&RunId>, message: String) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "thread_busy", message).with_details(serde_json::json!({
+        "threadId": thread_id.as_str(),
+        "runningRunId": running_run_id.map(RunId::as_str),
+    }))
+}
+
+/// A new run refused before it started (`RunHub::start`): the thread has a turn
+/// running (409 `thread_busy`), the caller's resource already has a run with this id (409
+/// `conflict`), an id is invalid (400); other failures as the store's.
+impl From<AgentError> for ApiError {
+    fn from(error: AgentError) -> Self {
+        match &error {
+            AgentError::ThreadBusy {
+                thread_id,
+                running_run_id,
+            } => thread_busy(thread_id, running_run_id.as_ref(), error.to_string()),
+            AgentError::Store(StoreError::AlreadyExists { run_id }) => Self::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("run {run_id} already exists"),
+            ),
+            AgentError::InvalidId(invalid) => Self::bad_request(invalid.to_string()),
+            _ => Self::internal(error.code(), &error),
+        }
+    }
+}
+
 impl From<RegistryError> for ApiError {
     fn from(error: RegistryError) -> Self {
         match &error {
@@ -217,6 +248,12 @@ impl From<ResumeError> for ApiError {
             | ResumeError::EmptyBatch { .. } => StatusCode::BAD_REQUEST,
             // The call is gone for good: its deadline passed (RFC 9110: 410 Gone).
             ResumeError::Expired { .. } => StatusCode::GONE,
+            ResumeError::InvalidId(invalid) => return Self::bad_request(invalid.to_string()),
+            ResumeError::ThreadBusy {
+                thread_id,
+                running_run_id,
+                ..
+            } => return thread_busy(thread_id, running_run_id.as_ref(), error.to_string()),
             ResumeError::Store(store) => {
                 return match store {
                     StoreError::Conflict { .. } => {
@@ -260,6 +297,13 @@ impl From<ResumeError> for ApiError {
             } => {
                 api =
                     api.with_details(serde_json::json!({ "leaseExpiresAt": lease_expires_at_ms }));
+            }
+            ResumeError::AmbiguousRun { resources, .. } => {
+                let resources: Vec<Option<&str>> = resources
+                    .iter()
+                    .map(|resource| resource.as_ref().map(|id| id.as_str()))
+                    .collect();
+                api = api.with_details(serde_json::json!({ "resources": resources }));
             }
             _ => {}
         }

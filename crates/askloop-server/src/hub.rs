@@ -1,22 +1,25 @@
 //! The run hub: runs live apart from connections. A stream route hands its [`AgentStream`] to
-//! [`RunHub::spawn`], which drives it to its end in a task of its own and records its chunks
-//! (as wire JSON) in a per-run live buffer; HTTP responses only subscribe to that buffer, so a
-//! client that disconnects does not stop the run, and another can re-attach
-//! ([`RunHub::subscribe`]: the chunks so far, then the live ones).
+//! [`RunHub::spawn`] (a claimed run) or [`RunHub::start`] (a new run), which drive it to its end
+//! in a task of its own and record its chunks (as wire JSON) in a per-run live buffer; HTTP
+//! responses only subscribe to that buffer, so a client that disconnects does not stop the run,
+//! and another can re-attach ([`RunHub::subscribe`]: the chunks so far, then the live ones).
 //!
-//! Invariants: one buffer per run id (a new stream of the run replaces a finished one); a
-//! subscriber sees every chunk of the buffer in order, none twice, however late it attaches (the
-//! buffer is kept whole while the stream runs; a `watch` channel only says "more is there", so a
-//! slow subscriber never lags behind and loses chunks); a buffer is removed once its stream ended
-//! and no subscriber is attached.
+//! Invariants: one buffer per run key (resource and id: the same id in two resources is two
+//! runs; a new stream of the run replaces a finished one); a new run's buffer is known to the
+//! hub only once the run started (a start refused before anything was stored — a busy thread, a
+//! taken id — never replaces the buffer of the run that holds that key); a subscriber sees every
+//! chunk of the buffer in order, none twice, however late it attaches (the buffer is kept whole
+//! while the stream runs; a `watch` channel only says "more is there", so a slow subscriber never
+//! lags behind and loses chunks); a buffer is removed once its stream ended and no subscriber is
+//! attached.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use askloop_core::{AgentId, AgentStream, Chunk, RunId, error_chain_text, wire};
+use askloop_core::{AgentError, AgentId, AgentStream, Chunk, RunKey, error_chain_text, wire};
 use futures::{Stream, StreamExt};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 use crate::metrics::{Metrics, Outcome, StreamKind};
@@ -28,7 +31,7 @@ pub(crate) struct RunHub {
 }
 
 struct HubInner {
-    runs: Mutex<HashMap<RunId, Arc<LiveRun>>>,
+    runs: Mutex<HashMap<RunKey, Arc<LiveRun>>>,
     /// How many run tasks are going.
     live: watch::Sender<usize>,
     /// Where stream durations are recorded.
@@ -78,14 +81,14 @@ impl LiveRun {
 /// Counts a run task while it lives, and closes its buffer however it ends.
 struct TaskGuard {
     hub: RunHub,
-    run_id: RunId,
+    key: RunKey,
     live: Arc<LiveRun>,
 }
 
 impl Drop for TaskGuard {
     fn drop(&mut self) {
         self.live.finish();
-        self.hub.release_if_unused(&self.run_id, &self.live);
+        self.hub.release_if_unused(&self.key, &self.live);
         self.hub
             .inner
             .live
@@ -96,7 +99,7 @@ impl Drop for TaskGuard {
 /// Counts a subscriber while it is attached.
 struct Attached {
     hub: RunHub,
-    run_id: RunId,
+    key: RunKey,
     live: Arc<LiveRun>,
 }
 
@@ -106,9 +109,13 @@ impl Drop for Attached {
             let mut state = lock(&self.live.state);
             state.attached = state.attached.saturating_sub(1);
         }
-        self.hub.release_if_unused(&self.run_id, &self.live);
+        self.hub.release_if_unused(&self.key, &self.live);
     }
 }
+
+/// Where a new run's task tells whether the run started (its first chunk came) or was refused
+/// (its first item was this error).
+type Started = oneshot::Sender<Result<(), AgentError>>;
 
 impl RunHub {
     /// A hub recording its streams' durations in `metrics`.
@@ -122,31 +129,69 @@ impl RunHub {
         }
     }
 
-    /// Drives `stream` to its end in a task of its own, recording its chunks; returns a
-    /// subscription attached before the first chunk (it sees them all). `kind` says which
-    /// duration histogram the stream's end goes to.
+    /// Drives `stream` (a claimed run: a resume, a continue) to its end in a task of its own,
+    /// recording its chunks; returns a subscription attached before the first chunk (it sees
+    /// them all). `kind` says which duration histogram the stream's end goes to.
     pub(crate) fn spawn(
         &self,
         stream: AgentStream,
         agent_id: &AgentId,
         kind: StreamKind,
     ) -> impl Stream<Item = Arc<str>> + Send + 'static {
-        let run_id = stream.run_id().clone();
+        self.launch(stream, agent_id, kind, None)
+    }
+
+    /// Drives a new run's `stream` as [`RunHub::spawn`] does, once it started: waits for its
+    /// first item, so that a start refused before anything was stored is answered as an error
+    /// (the thread has a turn running, the run id is taken, an id is invalid), not as a
+    /// stream. The run is driven by the hub's task from the first poll: a client that goes
+    /// away while this waits stops nothing.
+    ///
+    /// # Errors
+    /// The [`AgentError`] that was the stream's first item.
+    pub(crate) async fn start(
+        &self,
+        stream: AgentStream,
+        agent_id: &AgentId,
+        kind: StreamKind,
+    ) -> Result<impl Stream<Item = Arc<str>> + Send + 'static, AgentError> {
+        let (started, outcome) = oneshot::channel();
+        let subscription = self.launch(stream, agent_id, kind, Some(started));
+        match outcome.await {
+            Ok(Err(error)) => Err(error),
+            _ => Ok(subscription),
+        }
+    }
+
+    /// Starts the task of `stream`. Its buffer is registered under the run's key at once, or,
+    /// with `started` (a new run), once its first chunk came.
+    fn launch(
+        &self,
+        stream: AgentStream,
+        agent_id: &AgentId,
+        kind: StreamKind,
+        started: Option<Started>,
+    ) -> impl Stream<Item = Arc<str>> + Send + 'static {
+        let key = stream.run_key().clone();
         let live = Arc::new(LiveRun::new());
-        lock(&self.inner.runs).insert(run_id.clone(), live.clone());
-        let subscription = self.attach(run_id.clone(), live.clone());
+        if started.is_none() {
+            lock(&self.inner.runs).insert(key.clone(), live.clone());
+        }
+        let subscription = self.attach(key.clone(), live.clone());
         self.inner.live.send_modify(|count| *count += 1);
         let guard = TaskGuard {
             hub: self.clone(),
-            run_id: run_id.clone(),
+            key: key.clone(),
             live,
         };
-        let span = tracing::info_span!("run task", run_id = %run_id, agent_id = %agent_id);
+        let span = tracing::info_span!("run task", run_id = %key.run_id, agent_id = %agent_id);
         let metrics = self.inner.metrics.clone();
         tokio::spawn(
             async move {
-                let outcome = drive(stream, guard).await;
-                metrics.stream_ended(kind, outcome);
+                // A run refused before it started is no stream of the metrics.
+                if let Some(outcome) = drive(stream, guard, started).await {
+                    metrics.stream_ended(kind, outcome);
+                }
             }
             .instrument(span),
         );
@@ -157,19 +202,19 @@ impl RunHub {
     /// far, then the live ones until it ends.
     pub(crate) fn subscribe(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
     ) -> Option<impl Stream<Item = Arc<str>> + Send + 'static> {
-        let live = lock(&self.inner.runs).get(run_id).cloned()?;
+        let live = lock(&self.inner.runs).get(run).cloned()?;
         if lock(&live.state).done {
             return None;
         }
-        Some(self.attach(run_id.clone(), live))
+        Some(self.attach(run.clone(), live))
     }
 
     /// Whether this server drives the run now.
-    pub(crate) fn is_live(&self, run_id: &RunId) -> bool {
+    pub(crate) fn is_live(&self, run: &RunKey) -> bool {
         lock(&self.inner.runs)
-            .get(run_id)
+            .get(run)
             .is_some_and(|live| !lock(&live.state).done)
     }
 
@@ -188,14 +233,14 @@ impl RunHub {
 
     fn attach(
         &self,
-        run_id: RunId,
+        key: RunKey,
         live: Arc<LiveRun>,
     ) -> impl Stream<Item = Arc<str>> + Send + 'static {
         lock(&live.state).attached += 1;
         let mut changed = live.changed.subscribe();
         let attached = Attached {
             hub: self.clone(),
-            run_id,
+            key,
             live,
         };
         async_stream::stream! {
@@ -222,27 +267,41 @@ impl RunHub {
         }
     }
 
+    /// Registers `live` as the buffer of `run` (a new run that started).
+    fn register(&self, run: &RunKey, live: &Arc<LiveRun>) {
+        lock(&self.inner.runs).insert(run.clone(), live.clone());
+    }
+
     /// Removes the run's buffer if it is this one, its stream ended and no one is attached.
-    fn release_if_unused(&self, run_id: &RunId, live: &Arc<LiveRun>) {
+    fn release_if_unused(&self, run: &RunKey, live: &Arc<LiveRun>) {
         let mut runs = lock(&self.inner.runs);
         let unused = {
             let state = lock(&live.state);
             state.done && state.attached == 0
         };
-        if unused && runs.get(run_id).is_some_and(|kept| Arc::ptr_eq(kept, live)) {
-            runs.remove(run_id);
+        if unused && runs.get(run).is_some_and(|kept| Arc::ptr_eq(kept, live)) {
+            runs.remove(run);
         }
     }
 }
 
-/// Drives the stream to its end; how it ended.
-async fn drive(mut stream: AgentStream, guard: TaskGuard) -> Outcome {
-    let run_id = guard.run_id.clone();
+/// Drives the stream to its end; how it ended, or `None` for a new run refused before it
+/// started (its first item an error, handed to `started`).
+async fn drive(
+    mut stream: AgentStream,
+    guard: TaskGuard,
+    mut started: Option<Started>,
+) -> Option<Outcome> {
+    let run_id = guard.key.run_id.clone();
     tracing::debug!("run task started");
     let mut outcome = Outcome::interrupted;
     while let Some(item) = stream.next().await {
         match item {
             Ok(chunk) => {
+                if let Some(started) = started.take() {
+                    guard.hub.register(&guard.key, &guard.live);
+                    let _ = started.send(Ok(()));
+                }
                 match &chunk {
                     Chunk::Finish { .. } => outcome = Outcome::finished,
                     Chunk::ToolCallSuspended { .. } | Chunk::ToolCallApproval { .. } => {
@@ -255,16 +314,24 @@ async fn drive(mut stream: AgentStream, guard: TaskGuard) -> Outcome {
                     .push(wire::chunk_to_json(&run_id, &chunk).to_string());
             }
             Err(error) => {
-                outcome = Outcome::failed;
-                tracing::warn!(code = error.code(), error = %error_chain_text(&error), "run stream failed");
                 guard.live.push(
                     wire::error_to_json(&run_id, error.code(), &error.to_string()).to_string(),
                 );
+                if let Some(started) = started.take() {
+                    tracing::debug!(code = error.code(), error = %error_chain_text(&error), "run refused before it started");
+                    let _ = started.send(Err(error));
+                    return None;
+                }
+                outcome = Outcome::failed;
+                tracing::warn!(code = error.code(), error = %error_chain_text(&error), "run stream failed");
                 break;
             }
         }
     }
+    if let Some(started) = started.take() {
+        let _ = started.send(Ok(()));
+    }
     tracing::debug!(?outcome, "run task ended");
     drop(guard);
-    outcome
+    Some(outcome)
 }

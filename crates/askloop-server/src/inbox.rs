@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use askloop_core::store::{ListedRun, RunChange, RunChanges, RunFilter, RunSummary};
-use askloop_core::{AgentId, ResourceId, RunId, RunStatus, RunStore, ThreadId, ToolCallId};
+use askloop_core::{AgentId, ResourceId, RunId, RunKey, RunStatus, RunStore, ThreadId, ToolCallId};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
@@ -81,7 +81,8 @@ impl InboxEvent {
     }
 }
 
-type Key = (RunId, ToolCallId);
+/// A pending call: its run's key (resource and id) and its id.
+type Key = (RunKey, ToolCallId);
 
 struct Shared {
     /// The pending calls of the last poll.
@@ -174,7 +175,7 @@ fn add_calls(pending: &mut HashMap<Key, InboxEvent>, summary: &RunSummary) {
     for call in &summary.pending {
         let question = serde_json::to_value(PendingCallBody::of(call)).unwrap_or(Value::Null);
         pending.insert(
-            (summary.run_id.clone(), call.tool_call_id.clone()),
+            (summary.key(), call.tool_call_id.clone()),
             InboxEvent {
                 kind: InboxEventKind::Raised,
                 run_id: summary.run_id.clone(),
@@ -269,13 +270,13 @@ async fn wait_for_change(inner: &InboxInner, changes: &mut Option<RunChanges>) {
 /// Whether `change` may change the inbox: a run now suspended, a run with pending calls in the
 /// last listing, or a resync.
 fn concerns_inbox(inner: &InboxInner, change: &RunChange) -> bool {
-    match change {
-        RunChange::Run { run_id, status } => {
+    match (change, change.key()) {
+        (RunChange::Run { status, .. }, Some(run)) => {
             *status == RunStatus::Suspended
                 || lock(&inner.shared)
                     .current
                     .keys()
-                    .any(|(pending, _)| pending == run_id)
+                    .any(|(pending, _)| pending == &run)
         }
         _ => true,
     }

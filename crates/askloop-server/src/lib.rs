@@ -22,12 +22,12 @@
 //! | GET | `/api/agents` | the agents, keyed by id (the reference framework's shape: id, name, instructions, tools with their argument schemas and whether they need approval; never the model setting) |
 //! | GET | `/api/agents/{agentId}` | one agent; 404 `agent_not_found` |
 //! | POST | `/api/agents/{agentId}/stream` | `{messages, runId?, threadId?, resourceId?, memory?}` → SSE |
-//! | POST | `/api/agents/{agentId}/resume-stream` | `{runId, resumeData, toolCallId?}` → SSE |
-//! | POST | `/api/agents/{agentId}/approve-tool-call` | `{runId, toolCallId}` → SSE |
-//! | POST | `/api/agents/{agentId}/decline-tool-call` | `{runId, toolCallId, reason?}` → SSE |
+//! | POST | `/api/agents/{agentId}/resume-stream` | `{runId, resumeData, toolCallId?, resourceId?}` → SSE |
+//! | POST | `/api/agents/{agentId}/approve-tool-call` | `{runId, toolCallId, resourceId?}` → SSE |
+//! | POST | `/api/agents/{agentId}/decline-tool-call` | `{runId, toolCallId, reason?, resourceId?}` → SSE |
 //! | GET | `/api/agents/{agentId}/suspended-runs` | `?threadId=&resourceId=&page=&perPage=` → `{runs, total}` |
 //! | GET | `/api/runs` | `?status=&agentId=&resourceId=&threadId=&cursor=&limit=` → `{runs, nextCursor?}`, newest first |
-//! | GET | `/api/runs/{runId}` | summary, pending calls, messages |
+//! | GET | `/api/runs/{runId}` | `?resourceId=`: summary, pending calls, messages (every `/api/runs/{runId}…` route takes `?resourceId=`) |
 //! | POST | `/api/runs/{runId}/cancel` | cancels; its waiting calls get cancelled results |
 //! | POST | `/api/runs/{runId}/continue` | continues a failed or abandoned run → SSE |
 //! | POST | `/api/runs/{runId}/responses` | `{responses: [{toolCallId, answer} \| {toolCallId, approved, reason?}]}`, one commit → SSE |
@@ -36,15 +36,29 @@
 //! | GET | `/metrics` | Prometheus metrics (OpenMetrics text; needs a key when keys are configured; see below) |
 //! | GET | `/openapi.json`, `/docs`, `/healthz` | the OpenAPI document (utoipa), a page of the routes, `ok` (no key needed) |
 //!
-//! Error codes and statuses: 400 `bad_request`, `invalid_answer` (details: `expected`,
-//! `problems`, `allowed` labels; also an approval without a boolean `approved`, on every
-//! route), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`, `cross_origin`; 404
-//! `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`, `conflict`,
-//! `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`; 410 `expired` (an
-//! answer, approval or decline after the call's deadline; details: `toolCallId`, `expiredAt`);
-//! 413 `too_large`; 408 `timeout` (a non-streaming route's answer, or any request body, late); 421
-//! `host_not_allowed`. Ids (run, thread, resource) are 1 to 256 bytes; tool call ids 1 to
-//! 4,096 (providers make long ones), on every route.
+//! Error codes and statuses: 400 `bad_request` (also every blank, control-character or
+//! over-long id: run, thread, resource, agent, tool call), `invalid_answer` (details:
+//! `expected`, `problems`, `allowed` labels; also an approval without a boolean `approved`, on
+//! every route), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`, `cross_origin`;
+//! 404 `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`,
+//! `conflict`, `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`,
+//! `thread_busy` (details: `threadId`, `runningRunId`), `ambiguous_run` (details:
+//! `resources`); 410 `expired` (an answer, approval or decline after the call's deadline;
+//! details: `toolCallId`, `expiredAt`); 413 `too_large`; 408 `timeout` (a non-streaming
+//! route's answer, or any request body, late); 421 `host_not_allowed`. Ids (run, thread,
+//! resource) are 1 to 256 bytes; tool call ids 1 to 4,096 (providers make long ones), on every
+//! route.
+//!
+//! # Tenants, threads and turns
+//! Run ids and thread ids are per resource: a run is named by its resource and its id, a thread
+//! likewise, so the same id used by two resources is two runs or two threads (a `runId` another
+//! tenant uses starts the caller's own run; one its own resource uses is 409 `conflict`). A
+//! thread has one turn at a time: a new message (`/stream` with a `threadId`, `/chat`) while
+//! the thread's run is running is 409 `thread_busy` naming that run, and nothing is stored; a
+//! resume or continue that would run beside a newer turn is refused the same way. A new message
+//! to a thread whose run waits for answers supersedes that run (its calls get results saying
+//! so) once the new run holds the turn. On a server without keys, a run id used by several
+//! resources needs `resourceId` (409 `ambiguous_run` otherwise, naming them).
 //!
 //! # Hosts, origins, connections
 //! Every request must name a host the server answers to — `localhost`, `127.0.0.1`, `[::1]`,

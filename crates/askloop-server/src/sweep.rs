@@ -39,7 +39,8 @@ fn refused(action: &str, run_id: &askloop_core::RunId, error: &ResumeError) {
         | ResumeError::Expired { .. }
         | ResumeError::InProgress { .. }
         | ResumeError::NotSuspended { .. }
-        | ResumeError::NotContinuable { .. } => {
+        | ResumeError::NotContinuable { .. }
+        | ResumeError::ThreadBusy { .. } => {
             tracing::debug!(%run_id, action, code = error.code(), "sweep: another process acted first");
         }
         _ => {
@@ -54,7 +55,7 @@ pub(crate) async fn sweep_once(state: &AppState) {
     match expired_runs(state.store.as_ref(), now).await {
         Ok(expired) => {
             for run in expired {
-                if state.hub.is_live(&run.run_id) {
+                if state.hub.is_live(&run.key()) {
                     continue;
                 }
                 let agent = match state.agents.agent(&run.agent_id).await {
@@ -80,10 +81,11 @@ pub(crate) async fn sweep_once(state: &AppState) {
             Err(_) => return,
         };
     for summary in running {
-        if state.hub.is_live(&summary.run_id) {
+        let key = summary.key();
+        if state.hub.is_live(&key) {
             continue;
         }
-        let stored = match state.store.load_run(&summary.run_id).await {
+        let stored = match state.store.load_run(&key).await {
             Ok(stored) => stored,
             Err(error) => {
                 tracing::warn!(run_id = %summary.run_id, error = %error_chain_text(&error), "sweep: loading a running run failed");
@@ -105,7 +107,7 @@ pub(crate) async fn sweep_once(state: &AppState) {
                 continue;
             }
         };
-        match agent.continue_stream(&summary.run_id).await {
+        match agent.continue_stream(&key).await {
             Ok(stream) => {
                 tracing::info!(run_id = %summary.run_id, "sweep: recovering a run whose process stopped");
                 drop(

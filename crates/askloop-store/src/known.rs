@@ -11,14 +11,16 @@
 //! of the message count before an update, whose compare-and-swap checks it anyway.
 //!
 //! The memory is bounded: at most [`MAX_RUNS`] runs and [`MAX_MESSAGES`] messages; past
-//! either, it starts over (a miss costs one full load). Completed runs are forgotten.
+//! either, it starts over (a miss costs one full load). Ended runs (completed, cancelled) are
+//! forgotten. Runs are remembered by key (resource and id): the same id in another resource
+//! is another run.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use askloop_core::model::Message;
 use askloop_core::store::RunState;
-use askloop_core::{RunId, RunStatus};
+use askloop_core::{RunKey, RunStatus};
 
 /// Runs remembered at most.
 const MAX_RUNS: usize = 4096;
@@ -39,7 +41,7 @@ struct Known {
 
 #[derive(Debug, Default)]
 struct Runs {
-    runs: HashMap<RunId, Known>,
+    runs: HashMap<RunKey, Known>,
     /// Messages held, over all runs.
     messages: usize,
 }
@@ -55,44 +57,44 @@ impl KnownRuns {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// How many messages the store holds of `run_id` at `version`, if remembered.
-    pub(crate) fn count_at(&self, run_id: &RunId, version: u64) -> Option<usize> {
+    /// How many messages the store holds of `run` at `version`, if remembered.
+    pub(crate) fn count_at(&self, run: &RunKey, version: u64) -> Option<usize> {
         let runs = self.lock();
         runs.runs
-            .get(run_id)
+            .get(run)
             .filter(|known| known.version == version)
             .map(|known| known.messages.len())
     }
 
     /// The run's status at `version`, if remembered.
-    pub(crate) fn status_at(&self, run_id: &RunId, version: u64) -> Option<RunStatus> {
+    pub(crate) fn status_at(&self, run: &RunKey, version: u64) -> Option<RunStatus> {
         let runs = self.lock();
         runs.runs
-            .get(run_id)
+            .get(run)
             .filter(|known| known.version == version)
             .map(|known| known.status)
     }
 
     /// A copy of the run's first stored messages, as remembered (empty when unknown).
-    pub(crate) fn messages(&self, run_id: &RunId) -> Vec<Message> {
+    pub(crate) fn messages(&self, run: &RunKey) -> Vec<Message> {
         let runs = self.lock();
         runs.runs
-            .get(run_id)
+            .get(run)
             .map(|known| known.messages.clone())
             .unwrap_or_default()
     }
 
     /// Notes that the store holds `state` at `version`, where it held its first `before`
     /// messages already (as remembered, or as read): the new ones are copied, the rest kept.
-    /// A completed run, or one whose remembered messages do not match, is forgotten (then
-    /// remembered anew unless completed).
+    /// An ended run (completed, cancelled), or one whose remembered messages do not match, is
+    /// forgotten (then remembered anew unless ended).
     pub(crate) fn stored(&self, state: &RunState, before: usize, version: u64) {
-        let run_id = state.run_id();
+        let key = state.key();
         let mut runs = self.lock();
-        let held = runs.runs.get(run_id).map(|known| known.messages.len());
-        if state.status() == RunStatus::Completed {
+        let held = runs.runs.get(&key).map(|known| known.messages.len());
+        if matches!(state.status(), RunStatus::Completed | RunStatus::Cancelled) {
             if let Some(held) = held {
-                runs.runs.remove(run_id);
+                runs.runs.remove(&key);
                 runs.messages -= held;
             }
             return;
@@ -102,7 +104,7 @@ impl KnownRuns {
             let new = &all[before..];
             if runs.messages + new.len() <= MAX_MESSAGES {
                 runs.messages += new.len();
-                if let Some(known) = runs.runs.get_mut(run_id) {
+                if let Some(known) = runs.runs.get_mut(&key) {
                     known.version = version;
                     known.status = state.status();
                     known.messages.extend_from_slice(new);
@@ -111,7 +113,7 @@ impl KnownRuns {
             }
         }
         if let Some(held) = held {
-            runs.runs.remove(run_id);
+            runs.runs.remove(&key);
             runs.messages -= held;
         }
         if runs.runs.len() >= MAX_RUNS || runs.messages + all.len() > MAX_MESSAGES {
@@ -121,7 +123,7 @@ impl KnownRuns {
         if all.len() <= MAX_MESSAGES {
             runs.messages += all.len();
             runs.runs.insert(
-                run_id.clone(),
+                key.clone(),
                 Known {
                     version,
                     status: state.status(),
@@ -131,10 +133,10 @@ impl KnownRuns {
         }
     }
 
-    /// Forgets `run_id` (its stored messages no longer match what is remembered).
-    pub(crate) fn forget(&self, run_id: &RunId) {
+    /// Forgets `run` (its stored messages no longer match what is remembered).
+    pub(crate) fn forget(&self, run: &RunKey) {
         let mut runs = self.lock();
-        if let Some(known) = runs.runs.remove(run_id) {
+        if let Some(known) = runs.runs.remove(run) {
             runs.messages -= known.messages.len();
         }
     }

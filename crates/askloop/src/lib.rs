@@ -53,10 +53,11 @@
 pub use askloop_core::{
     Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, AskUser, AskUserArgs,
     AskUserOption, AskUserQuestion, AskUserResult, CancelHandle, Chunk, DEFAULT_LEASE,
-    DEFAULT_MAX_STEPS, DynTool, Execution, LeaseHolder, PendingToolCall, ResourceId, ResumeError,
-    ResumeRejection, RunFailure, RunId, RunOptions, RunOutcome, RunOutput, RunStatus, RunStore,
-    SelectionMode, StoreError, Suspendable, Suspending, SuspendingError, SuspendingTool,
-    Suspension, ThreadId, Tool, ToolCallId, ToolContext, ToolError,
+    DEFAULT_MAX_STEPS, DynTool, Execution, IdKind, IdProblem, InvalidId, LeaseHolder,
+    PendingToolCall, ResourceId, ResumeError, ResumeRejection, RunFailure, RunId, RunKey,
+    RunOptions, RunOutcome, RunOutput, RunRef, RunStatus, RunStore, SelectionMode, StoreError,
+    Suspendable, Suspending, SuspendingError, SuspendingTool, Suspension, ThreadId, ThreadKey,
+    Tool, ToolCallId, ToolContext, ToolError,
 };
 pub use askloop_core::{answer, form, model, schema, wire};
 
@@ -75,9 +76,9 @@ pub use serde_json;
 /// stores.
 pub mod store {
     pub use askloop_core::store::{
-        InvalidCursor, Lease, ListedRun, MemoryStore, RunCursor, RunFilter, RunPage, RunState,
-        RunStore, RunSummary, StoreError, StoredRun, ThreadHistory, UnfinishedCall, codec,
-        lease_now_ms,
+        InvalidCursor, Lease, ListedRun, MemoryStore, ResourceFilter, RunCursor, RunFilter,
+        RunPage, RunState, RunStore, RunSummary, StoreError, StoredRun, ThreadHistory,
+        UnfinishedCall, codec, keys_of_run, lease_now_ms, running_run_of,
     };
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub use askloop_store::{

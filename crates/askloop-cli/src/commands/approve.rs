@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use askloop_core::{PendingKind, ResumeError, RunId, RunStatus, ToolCallId};
+use askloop_core::{PendingKind, ResumeError, RunStatus, ToolCallId};
 
 use crate::cli::{ApproveArgs, DeclineArgs, GlobalArgs};
 use crate::context::{Access, Context};
@@ -17,7 +17,8 @@ use crate::session::{Origin, Session};
 /// Invalid input for an unknown run or call, a call that does not wait for approval, several
 /// approvals waiting without `--tool-call-id`; the core's refusals; the run's failure.
 pub(crate) async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<ExitCode> {
-    respond(global, args.run_id, args.tool_call_id, None, args.json).await
+    let run = (args.run_id, args.resource);
+    respond(global, run, args.tool_call_id, None, args.json).await
 }
 
 /// Runs `askloop decline RUN_ID [--tool-call-id ID] [--reason TEXT]`: the call's tool never
@@ -28,7 +29,7 @@ pub(crate) async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::R
 pub(crate) async fn decline(global: &GlobalArgs, args: DeclineArgs) -> anyhow::Result<ExitCode> {
     respond(
         global,
-        args.run_id,
+        (args.run_id, args.resource),
         args.tool_call_id,
         Some(args.reason),
         args.json,
@@ -36,18 +37,20 @@ pub(crate) async fn decline(global: &GlobalArgs, args: DeclineArgs) -> anyhow::R
     .await
 }
 
-/// Approves (`decline: None`) or declines (`Some(reason)`) one waiting approval.
+/// Approves (`decline: None`) or declines (`Some(reason)`) one waiting approval of the run
+/// (`RUN_ID`, `--resource`).
 async fn respond(
     global: &GlobalArgs,
-    run_id: String,
+    (run_id, resource): (String, Option<String>),
     tool_call_id: Option<String>,
     decline: Option<Option<String>>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Update).await?;
     let result: anyhow::Result<ExitCode> = async {
-        let run_id = RunId::new(run_id);
-        let state = context.load_run(&run_id).await?;
+        let run = context.resolve_run(&run_id, resource.as_deref()).await?;
+        let run_id = run.run_id.clone();
+        let state = context.load_run(&run).await?;
         let verb = if decline.is_some() { "decline" } else { "approve" };
         let waiting: Vec<_> = state
             .pending_tool_calls()
@@ -59,15 +62,18 @@ async fn respond(
             None => match waiting.as_slice() {
                 [only] => only.tool_call_id.clone(),
                 [] if state.status() != RunStatus::Suspended => {
-                    return Err(context.refused(ResumeError::NotSuspended {
-                        run_id,
-                        status: state.status(),
-                    }));
+                    return Err(context.refused(
+                        &run,
+                        ResumeError::NotSuspended {
+                            run_id,
+                            status: state.status(),
+                        },
+                    ));
                 }
                 [] => {
                     return Err(invalid(format!(
                         "run {run_id} has no tool call waiting for approval (see `{}`)",
-                        context.command("runs show").arg(run_id.as_str())
+                        context.command("runs show").run(&run)
                     )));
                 }
                 several => {
@@ -82,7 +88,7 @@ async fn respond(
             },
         };
         let agent = context.agent_for_run(&state).await?;
-        let respond = agent.respond(&run_id).by("cli");
+        let respond = agent.respond(&run).by("cli");
         let respond = match decline {
             None => respond.approve(&tool_call_id),
             Some(reason) => respond.decline(&tool_call_id, reason),
@@ -95,11 +101,10 @@ async fn respond(
                 tool_call_id,
                 ..
             }) => {
-                crate::commands::resume::already_answered(&context, &run_id, &tool_call_id)
-                    .await?;
+                crate::commands::resume::already_answered(&context, &run, &tool_call_id).await?;
                 return Ok(ExitCode::SUCCESS);
             }
-            Err(error) => return Err(context.refused(error)),
+            Err(error) => return Err(context.refused(&run, error)),
         };
         let mode = if json { Mode::Json } else { Mode::Human };
         let mut session = Session::new(&context, agent, mode);

@@ -4,12 +4,12 @@
 use std::io::BufRead;
 use std::process::ExitCode;
 
-use askloop_core::{ResourceId, RunOptions, ThreadId, is_blank};
+use askloop_core::{IdKind, ResourceId, RunOptions, ThreadId, is_blank};
 use inquire::{InquireError, Text};
 
 use crate::cli::{ChatArgs, GlobalArgs};
 use crate::context::{Access, Context};
-use crate::exit::{FAILURE, INTERRUPTED, Interrupted, RunFailed};
+use crate::exit::{FAILURE, INTERRUPTED, Interrupted, RunFailed, check_key_id};
 use crate::output::Mode;
 use crate::prompt::Answerer;
 use crate::registry::FlagScope;
@@ -25,6 +25,12 @@ use crate::session::{Ended, Origin, Session, is_terminal};
 /// or a cancelled run's [`RunFailed`] after a signal. A failed run is reported and the chat
 /// goes on.
 pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<ExitCode> {
+    if let Some(thread) = &args.thread {
+        check_key_id(IdKind::Thread, thread)?;
+    }
+    if let Some(resource) = &args.resource {
+        check_key_id(IdKind::Resource, resource)?;
+    }
     let context = Context::open_with_model(
         global,
         Access::Create,

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use askloop_core::answer::{answer_from_inputs, normalize_answer};
-use askloop_core::{ResumeError, RunId, RunStatus, ToolCallId};
+use askloop_core::{ResumeError, RunKey, RunStatus, ToolCallId};
 use serde_json::Value;
 
 use crate::cli::{GlobalArgs, ResumeArgs};
@@ -36,8 +36,11 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
     )
     .await?;
     let result: anyhow::Result<ExitCode> = async {
-        let run_id = RunId::new(args.run_id);
-        let state = context.load_run(&run_id).await?;
+        let run = context
+            .resolve_run(&args.run_id, args.resource.as_deref())
+            .await?;
+        let run_id = run.run_id.clone();
+        let state = context.load_run(&run).await?;
         let answer = given
             .map(|given| answer_for(&state, args.tool_call_id.as_deref(), given))
             .transpose()?;
@@ -59,7 +62,7 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
             if let (Some(answer), Some(id)) = (&answer, &args.tool_call_id)
                 && answered_with(&state, id, answer)
             {
-                already_answered(&context, &run_id, &ToolCallId::new(id.as_str())).await?;
+                already_answered(&context, &run, &ToolCallId::new(id.as_str())).await?;
                 return Ok(ExitCode::SUCCESS);
             }
             // Said before the model is built, so a missing key does not hide the real problem.
@@ -67,7 +70,7 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
                 "run {run_id} is failed, not suspended; retry its step with `{}`",
                 context
                     .command("runs continue")
-                    .arg(run_id.as_str())
+                    .run(&run)
                     .model(context.model_flag.as_deref())
             )));
         }
@@ -89,12 +92,12 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
                 }
                 .into());
             }
-            session.answer_pending(&run_id).await?;
+            session.answer_pending(&run).await?;
             return Ok(ExitCode::SUCCESS);
         };
         let tool_call_id = args.tool_call_id.map(ToolCallId::new);
         session.announce_answered = tool_call_id.is_none();
-        let respond = agent.respond(&run_id).by("cli");
+        let respond = agent.respond(&run).by("cli");
         let respond = match &tool_call_id {
             Some(id) => respond.answer(id, answer),
             None => respond.answer_pending_call(answer),
@@ -102,14 +105,14 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
         let stream = match respond.stream().await {
             Ok(stream) => stream,
             Err(ResumeError::AlreadyAnswered {
-                run_id,
                 tool_call_id,
                 same_answer: true,
+                ..
             }) => {
-                already_answered(&context, &run_id, &tool_call_id).await?;
+                already_answered(&context, &run, &tool_call_id).await?;
                 return Ok(ExitCode::SUCCESS);
             }
-            Err(error) => return Err(refusal(&context, error)),
+            Err(error) => return Err(refusal(&context, &run, error)),
         };
         session.follow(stream, Origin::Stored).await?;
         Ok(ExitCode::SUCCESS)
@@ -214,26 +217,28 @@ fn answer_for(
 /// run is doing, and what to run when the process that took the answer stopped.
 pub(crate) async fn already_answered(
     context: &Context,
-    run_id: &RunId,
+    run: &RunKey,
     tool_call_id: &ToolCallId,
 ) -> anyhow::Result<()> {
     use std::io::Write;
 
-    let prefix = context.command_prefix();
-    let stored = context.load_stored(run_id).await?;
+    let run_id = &run.run_id;
+    let continue_run = context.command("runs continue").run(run);
+    let stored = context.load_stored(run).await?;
     let live = stored
         .lease
         .as_ref()
         .is_some_and(|lease| lease.is_live_at(askloop_core::store::lease_now_ms()));
     let status = match stored.state.status() {
         RunStatus::Running if live => "another process is running it now".to_owned(),
-        RunStatus::Running => format!(
-            "the process that took it stopped before finishing: run `{prefix} runs continue {run_id}`"
-        ),
-        RunStatus::Failed => {
-            format!("the step after it failed: retry it with `{prefix} runs continue {run_id}`")
+        RunStatus::Running => {
+            format!("the process that took it stopped before finishing: run `{continue_run}`")
         }
-        status => format!("the run is {status} (see `{prefix} runs show {run_id}`)"),
+        RunStatus::Failed => format!("the step after it failed: retry it with `{continue_run}`"),
+        status => format!(
+            "the run is {status} (see `{}`)",
+            context.command("runs show").run(run)
+        ),
     };
     writeln!(
         std::io::stderr(),
@@ -258,17 +263,17 @@ fn answered_with(
     })
 }
 
-/// A refused resume, with a hint where a flag fixes it.
-fn refusal(context: &Context, error: ResumeError) -> anyhow::Error {
+/// A refused resume of `run`, with a hint where a flag fixes it.
+fn refusal(context: &Context, run: &RunKey, error: ResumeError) -> anyhow::Error {
     match &error {
         ResumeError::Ambiguous { .. } | ResumeError::UnknownToolCall { .. } => {
             invalid(format!("{error}; pass one with --tool-call-id"))
         }
-        ResumeError::AlreadyAnswered { run_id, .. } => invalid(format!(
+        ResumeError::AlreadyAnswered { .. } => invalid(format!(
             "{error}; nothing changed (see `{}`)",
-            context.command("runs show").arg(run_id.as_str())
+            context.command("runs show").run(run)
         )),
-        _ => context.refused(error),
+        _ => context.refused(run, error),
     }
 }
 

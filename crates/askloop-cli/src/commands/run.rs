@@ -2,11 +2,11 @@
 
 use std::process::ExitCode;
 
-use askloop_core::{ResourceId, RunOptions, ThreadId, is_blank};
+use askloop_core::{IdKind, ResourceId, RunOptions, ThreadId, is_blank};
 
 use crate::cli::{GlobalArgs, RunArgs};
 use crate::context::{Access, Context};
-use crate::exit::invalid;
+use crate::exit::{check_key_id, invalid};
 use crate::output::Mode;
 use crate::registry::FlagScope;
 use crate::session::{Origin, Session};
@@ -22,6 +22,12 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
         return Err(invalid(
             "the prompt is empty; expected what to ask the agent, e.g. `run \"Help me plan a trip\"`",
         ));
+    }
+    if let Some(thread) = &args.thread {
+        check_key_id(IdKind::Thread, thread)?;
+    }
+    if let Some(resource) = &args.resource {
+        check_key_id(IdKind::Resource, resource)?;
     }
     let context = Context::open_with_model(
         global,

@@ -7,8 +7,8 @@ use askloop_core::store::{
     ListedRun, RunCursor, RunFilter, RunState, RunSummary, codec, lease_now_ms,
 };
 use askloop_core::{
-    AgentId, AskUserArgs, PendingToolCall, ResourceId, ResumeError, RunId, RunStatus, ThreadId,
-    error_chain_text,
+    AgentId, AskUserArgs, PendingToolCall, ResourceId, ResumeError, RunId, RunKey, RunStatus,
+    ThreadId, error_chain_text,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -62,7 +62,9 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
         filter.status = args.status.map(RunStatus::from);
         filter.thread_id = args.thread.clone().map(ThreadId::new);
         filter.agent_id = args.agent.clone().map(AgentId::new);
-        filter.resource_id = args.resource.clone().map(ResourceId::new);
+        if let Some(resource) = &args.resource {
+            filter = filter.resource(ResourceId::new(resource.as_str()));
+        }
         filter.limit = args.limit;
         if let Some(after) = &args.after {
             let cursor: RunCursor = after
@@ -198,7 +200,10 @@ fn next_page(context: &Context, args: &ListArgs, cursor: &RunCursor) -> CommandL
 pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Read).await?;
     let result: anyhow::Result<ExitCode> = async {
-        let stored = context.load_stored(&RunId::new(args.run_id)).await?;
+        let run = context
+            .resolve_run(&args.run_id, args.resource.as_deref())
+            .await?;
+        let stored = context.load_stored(&run).await?;
         let state = &stored.state;
         let mut output = Output::new(if args.json { Mode::Json } else { Mode::Human });
         let pending = state.pending_tool_calls();
@@ -256,8 +261,7 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
             ))?;
         }
         if state.status() == RunStatus::Running {
-            let prefix = context.command_prefix();
-            let run_id = state.run_id();
+            let continue_run = context.command("runs continue").run(&run);
             let line = match &stored.lease {
                 Some(lease) if lease.is_live_at(lease_now_ms()) => format!(
                     "held by a running process until {} UTC (renewed while it lives)",
@@ -265,12 +269,11 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
                 ),
                 Some(lease) => format!(
                     "expired at {} UTC: the process running it stopped; continue it with \
-                     `{prefix} runs continue {run_id}`",
+                     `{continue_run}`",
                     format_time(lease.expires_at_ms)
                 ),
                 None => format!(
-                    "none: the process running it stopped; continue it with `{prefix} runs \
-                     continue {run_id}`"
+                    "none: the process running it stopped; continue it with `{continue_run}`"
                 ),
             };
             output.line(&field("lease", &line))?;
@@ -296,7 +299,7 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
         }
         if !pending.is_empty() {
             output.line("")?;
-            print_pending(&mut output, &context, state.run_id(), &pending, None)?;
+            print_pending(&mut output, &context, &run, &pending, None)?;
             for call in &pending {
                 output.line("")?;
                 output.line(&format!(
@@ -424,15 +427,17 @@ pub(crate) async fn continue_run(
     )
     .await?;
     let result: anyhow::Result<ExitCode> = async {
-        let run_id = RunId::new(args.run_id);
-        let state = context.load_run(&run_id).await?;
+        let run = context
+            .resolve_run(&args.run_id, args.resource.as_deref())
+            .await?;
+        let state = context.load_run(&run).await?;
         let agent = context.agent_for_run(&state).await?;
-        let stream = match agent.continue_stream(&run_id).await {
+        let stream = match agent.continue_stream(&run).await {
             Ok(stream) => stream,
             Err(ResumeError::NotContinuable { status, .. }) => {
                 return Err(not_continuable(&context, &state, status));
             }
-            Err(error) => return Err(context.refused(error)),
+            Err(error) => return Err(context.refused(&run, error)),
         };
         let mode = if args.json { Mode::Json } else { Mode::Human };
         let mut session = Session::new(&context, agent, mode);
@@ -448,13 +453,13 @@ pub(crate) async fn continue_run(
 /// in a completed run's thread.
 fn not_continuable(context: &Context, state: &RunState, status: RunStatus) -> anyhow::Error {
     let run_id = state.run_id();
-    let show = context.command("runs show").arg(run_id.as_str());
+    let show = context.command("runs show").run(&state.key());
     match status {
         RunStatus::Suspended => {
             let pending = state.pending_tool_calls();
             let answer = context
                 .command("resume")
-                .arg(run_id.as_str())
+                .run(&state.key())
                 .flag(
                     "--tool-call-id",
                     pending.first().map(|call| call.tool_call_id.as_str()),
@@ -487,7 +492,7 @@ fn not_continuable(context: &Context, state: &RunState, status: RunStatus) -> an
 
 /// The runs `runs recover` takes over: running, with no live lease (the process running them
 /// stopped), oldest first.
-async fn abandoned_runs(context: &Context) -> anyhow::Result<Vec<(RunId, Option<u64>)>> {
+async fn abandoned_runs(context: &Context) -> anyhow::Result<Vec<(RunKey, Option<u64>)>> {
     let mut found = Vec::new();
     let mut filter = RunFilter::new()
         .status(RunStatus::Running)
@@ -495,7 +500,7 @@ async fn abandoned_runs(context: &Context) -> anyhow::Result<Vec<(RunId, Option<
     loop {
         let page = context.store.list_runs(&filter).await?;
         for run in &page.runs {
-            let Ok(stored) = context.store.load_run(run.run_id()).await else {
+            let Ok(stored) = context.store.load_run(&run.key()).await else {
                 continue;
             };
             let now = lease_now_ms();
@@ -507,10 +512,7 @@ async fn abandoned_runs(context: &Context) -> anyhow::Result<Vec<(RunId, Option<
             {
                 continue;
             }
-            found.push((
-                run.run_id().clone(),
-                stored.lease.map(|lease| lease.expires_at_ms),
-            ));
+            found.push((run.key(), stored.lease.map(|lease| lease.expires_at_ms)));
         }
         match page.next_cursor {
             Some(cursor) => {
@@ -573,7 +575,7 @@ pub(crate) async fn recover(global: &GlobalArgs, args: RecoverArgs) -> anyhow::R
                 let stream = agent
                     .continue_stream(&run_id)
                     .await
-                    .map_err(|error| context.refused(error))?;
+                    .map_err(|error| context.refused(&run_id, error))?;
                 let mut session = Session::new(&context, agent, mode);
                 session.follow(stream, Origin::Stored).await.map(|_| ())
             }
@@ -595,15 +597,17 @@ pub(crate) async fn recover(global: &GlobalArgs, args: RecoverArgs) -> anyhow::R
 pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Update).await?;
     let result: anyhow::Result<ExitCode> = async {
-        let run_id = RunId::new(args.run_id);
-        let state = context.load_run(&run_id).await?;
+        let run = context
+            .resolve_run(&args.run_id, args.resource.as_deref())
+            .await?;
+        let state = context.load_run(&run).await?;
         let agent = context.agent_for_run(&state).await?;
         agent
-            .cancel_run(&run_id, Some("cli".to_owned()))
+            .cancel_run(&run, Some("cli".to_owned()))
             .await
-            .map_err(|error| context.refused(error))?;
+            .map_err(|error| context.refused(&run, error))?;
         let mut output = Output::new(Mode::Human);
-        output.note(&format!("run {run_id} is cancelled"))?;
+        output.note(&format!("run {run} is cancelled"))?;
         Ok(ExitCode::SUCCESS)
     }
     .await;
@@ -630,7 +634,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
         }
         let mut failures = Failures::default();
         for expired in due {
-            let run_id = expired.run_id.clone();
+            let run_id = expired.key();
             let swept: anyhow::Result<()> = async {
                 let state = context.load_run(&run_id).await?;
                 let agent = context.agent_for_run(&state).await?;
@@ -643,7 +647,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
                         | ResumeError::Expired { .. }
                         | ResumeError::NotSuspended { .. },
                     ) => return Ok(()),
-                    Err(error) => return Err(context.refused(error)),
+                    Err(error) => return Err(context.refused(&run_id, error)),
                 };
                 output.note(&format!(
                     "run {run_id}: {} waiting call(s) expired",
@@ -674,7 +678,7 @@ impl Failures {
     fn record(
         &mut self,
         output: &mut Output,
-        run_id: &RunId,
+        run_id: &RunKey,
         verb: &str,
         result: anyhow::Result<()>,
     ) -> std::io::Result<()> {

@@ -32,5 +32,6 @@ mod runs;
 mod serve;
 mod store;
 mod support;
+mod tenancy;
 #[cfg(unix)]
 mod terminal;

@@ -12,12 +12,12 @@ use serde_json::{Value, json};
 
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
-use crate::ids::{RunId, ToolCallId};
+use crate::ids::{IdKind, RunId, RunKey, RunRef, ToolCallId};
 use crate::message::{ToolCall, ToolResult};
 use crate::response::CallResponse;
 use crate::run::{AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, now_ms};
 use crate::run_loop::clock::lease_now_ms;
-use crate::store::{Lease, StoreError, StoredRun};
+use crate::store::{Lease, RunStore, StoreError, StoredRun, keys_of_run};
 use crate::tool::ResumeRejection;
 
 /// The error result a call gets when the process running it stopped before its result was
@@ -44,20 +44,65 @@ impl Claim {
 /// did not touch the targeted call.
 pub(super) const CLAIM_ATTEMPTS: usize = 3;
 
-pub(super) fn map_load_error(error: StoreError) -> ResumeError {
+/// A store error of an operation on `run` as a [`ResumeError`].
+pub(super) fn map_store_error(run: &RunKey, error: StoreError) -> ResumeError {
     match error {
         StoreError::NotFound { run_id } => ResumeError::RunNotFound { run_id },
+        StoreError::ThreadBusy {
+            thread_id,
+            running_run_id,
+        } => ResumeError::ThreadBusy {
+            run_id: run.run_id.clone(),
+            thread_id,
+            running_run_id,
+        },
         other => ResumeError::Store(other),
+    }
+}
+
+/// The exact run a [`RunRef`] names: a key as given (its ids checked), a bare id resolved in
+/// the store, which must hold exactly one run with it.
+///
+/// # Errors
+/// [`ResumeError::InvalidId`], [`ResumeError::RunNotFound`], [`ResumeError::AmbiguousRun`],
+/// [`ResumeError::Store`].
+pub(crate) async fn resolve(store: &dyn RunStore, run: &RunRef) -> Result<RunKey, ResumeError> {
+    IdKind::Run.check(run.run_id().as_str())?;
+    let run_id = match run {
+        RunRef::Key(key) => {
+            if let Some(resource_id) = &key.resource_id {
+                IdKind::Resource.check(resource_id.as_str())?;
+            }
+            return Ok(key.clone());
+        }
+        RunRef::Id(run_id) => run_id,
+    };
+    let mut keys = keys_of_run(store, run_id)
+        .await
+        .map_err(ResumeError::Store)?;
+    match keys.len() {
+        0 => Err(ResumeError::RunNotFound {
+            run_id: run_id.clone(),
+        }),
+        1 => Ok(keys.remove(0)),
+        _ => Err(ResumeError::AmbiguousRun {
+            run_id: run_id.clone(),
+            resources: keys.into_iter().map(|key| key.resource_id).collect(),
+        }),
     }
 }
 
 /// Loads a run and checks that it belongs to `agent`.
 pub(super) async fn load_own_run(
     agent: &AgentDefinition,
-    run_id: &RunId,
+    run: &RunKey,
 ) -> Result<StoredRun, ResumeError> {
-    let stored = agent.store.load_run(run_id).await.map_err(map_load_error)?;
-    own_run(agent, run_id, stored)
+    let stored = agent
+        .store
+        .load_run(run)
+        .await
+        .map_err(|error| map_store_error(run, error))?;
+    own_run(agent, &run.run_id, stored)
 }
 
 /// `stored` if it belongs to `agent`.
@@ -120,13 +165,15 @@ pub(crate) enum Resolution {
 /// fresh read gives; a copy of another run is ignored.
 pub(crate) async fn claim_resume(
     agent: &AgentDefinition,
-    run_id: &RunId,
+    run: &RunRef,
     items: Vec<(Option<ToolCallId>, Resolution)>,
     by: Option<String>,
     loaded: Option<StoredRun>,
 ) -> Result<Claim, ResumeError> {
-    check_items(run_id, &items)?;
-    let mut loaded = loaded.filter(|stored| stored.state.run_id == *run_id);
+    check_items(run.run_id(), &items)?;
+    let key = resolve(agent.store.as_ref(), run).await?;
+    let run_id = &key.run_id;
+    let mut loaded = loaded.filter(|stored| stored.state.is(&key));
     let mut lost_race = false;
     let mut attempts = 0;
     let busy_until = tokio::time::Instant::now() + BUSY_WAIT;
@@ -134,7 +181,7 @@ pub(crate) async fn claim_resume(
     loop {
         let (stored, preloaded) = match loaded.take() {
             Some(stored) => (own_run(agent, run_id, stored)?, true),
-            None => (load_own_run(agent, run_id).await?, false),
+            None => (load_own_run(agent, &key).await?, false),
         };
         if busy_with_another_call(&stored, &items) && tokio::time::Instant::now() < busy_until {
             if !preloaded {
@@ -185,7 +232,7 @@ pub(crate) async fn claim_resume(
                     });
                 }
             }
-            Err(error) => return Err(map_load_error(error)),
+            Err(error) => return Err(map_store_error(&key, error)),
         }
     }
 }
@@ -572,9 +619,11 @@ fn pick_call(
 /// result (keeping a resume's answer), and never runs again.
 pub(crate) async fn claim_continue(
     agent: &AgentDefinition,
-    run_id: &RunId,
+    run: &RunRef,
 ) -> Result<Claim, ResumeError> {
-    let stored = load_own_run(agent, run_id).await?;
+    let key = resolve(agent.store.as_ref(), run).await?;
+    let run_id = &key.run_id;
+    let stored = load_own_run(agent, &key).await?;
     if !matches!(stored.state.status, RunStatus::Failed | RunStatus::Running) {
         return Err(ResumeError::NotContinuable {
             run_id: run_id.clone(),
@@ -603,7 +652,7 @@ pub(crate) async fn claim_continue(
         Err(StoreError::Conflict { .. }) => Err(ResumeError::Conflict {
             run_id: run_id.clone(),
         }),
-        Err(error) => Err(map_load_error(error)),
+        Err(error) => Err(map_store_error(&key, error)),
     }
 }
 

@@ -5,10 +5,10 @@
 
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
-use crate::ids::{AgentId, RunId, ThreadId, ToolCallId};
+use crate::ids::{AgentId, ResourceId, RunId, RunKey, RunRef, ThreadKey, ToolCallId};
 use crate::message::{FinishReason, Message, ToolResult};
 use crate::run::{AuditAction, AuditRecord, CallState, RunFailure, RunState, RunStatus};
-use crate::run_loop::claim::{CLAIM_ATTEMPTS, live_lease, load_own_run, map_load_error};
+use crate::run_loop::claim::{CLAIM_ATTEMPTS, live_lease, load_own_run, map_store_error, resolve};
 use crate::store::{ListedRun, RunFilter, RunStore, StoreError};
 
 /// The error text of a call whose run was cancelled while it waited.
@@ -41,19 +41,23 @@ fn resolve_waiting(
 
 /// Cancels a run: every call that waits (or was left unfinished by a dead process) gets an
 /// error result saying the run was cancelled, and the run ends as `cancelled`, refusing
-/// resumes and continues from then on.
+/// resumes and continues from then on. The commit gives it a completion sequence: its
+/// messages join its thread's history, so the next turn sees what was cancelled.
 ///
 /// # Errors
-/// [`ResumeError::RunNotFound`], [`ResumeError::WrongAgent`], [`ResumeError::NotCancellable`]
-/// (completed or already cancelled), [`ResumeError::InProgress`] (a live process drives it:
-/// stop that process instead), [`ResumeError::Conflict`], [`ResumeError::Store`].
+/// [`ResumeError::InvalidId`], [`ResumeError::RunNotFound`], [`ResumeError::AmbiguousRun`],
+/// [`ResumeError::WrongAgent`], [`ResumeError::NotCancellable`] (completed or already
+/// cancelled), [`ResumeError::InProgress`] (a live process drives it: stop that process
+/// instead), [`ResumeError::Conflict`], [`ResumeError::Store`].
 pub(crate) async fn cancel_run(
     agent: &AgentDefinition,
-    run_id: &RunId,
+    run: &RunRef,
     by: Option<String>,
 ) -> Result<(), ResumeError> {
+    let key = resolve(agent.store.as_ref(), run).await?;
+    let run_id = &key.run_id;
     for _ in 0..CLAIM_ATTEMPTS {
-        let stored = load_own_run(agent, run_id).await?;
+        let stored = load_own_run(agent, &key).await?;
         let status = stored.state.status;
         if matches!(status, RunStatus::Completed | RunStatus::Cancelled) {
             return Err(ResumeError::NotCancellable {
@@ -84,7 +88,7 @@ pub(crate) async fn cancel_run(
         match agent.store.update_run(&state, version, None).await {
             Ok(_) => return Ok(()),
             Err(StoreError::Conflict { .. }) => continue,
-            Err(error) => return Err(map_load_error(error)),
+            Err(error) => return Err(map_store_error(&key, error)),
         }
     }
     Err(ResumeError::Conflict {
@@ -97,29 +101,29 @@ fn superseded_text(message: &str) -> String {
     format!("the person did not answer and wrote instead: {message:?}")
 }
 
-/// Supersedes every suspended run of `thread_id` before a new run starts there with `message`:
+/// Supersedes every suspended run of `thread` once a new run was inserted there with
+/// `message` (the new run holds the thread's turn, so none of them can be resumed any more):
 /// each waiting call gets a result saying the person wrote `message` instead of answering, and
 /// the run completes ([`FinishReason::Superseded`]) so that its messages join the thread's
-/// history ahead of the new run. A run a resume claims at the same moment is left to it.
+/// history ahead of the new run.
 ///
 /// # Errors
 /// [`StoreError`] when the store fails.
 pub(crate) async fn supersede_waiting_runs(
     agent: &AgentDefinition,
-    thread_id: &ThreadId,
+    thread: &ThreadKey,
     message: &str,
     by: Option<String>,
 ) -> Result<(), StoreError> {
-    let filter = RunFilter::new()
-        .thread(thread_id.clone())
-        .status(RunStatus::Suspended);
+    let filter = RunFilter::in_thread(thread).status(RunStatus::Suspended);
     let page = agent.store.list_runs(&filter).await?;
     for listed in page.runs {
         let ListedRun::Run(summary) = listed else {
             continue;
         };
+        let key = summary.key();
         for _ in 0..CLAIM_ATTEMPTS {
-            let stored = match agent.store.load_run(&summary.run_id).await {
+            let stored = match agent.store.load_run(&key).await {
                 Ok(stored) => stored,
                 Err(StoreError::NotFound { .. }) => break,
                 Err(error) => return Err(error),
@@ -151,10 +155,19 @@ pub(crate) async fn supersede_waiting_runs(
 pub struct ExpiredRun {
     /// The run.
     pub run_id: RunId,
+    /// Its resource (with `run_id`, its key: [`ExpiredRun::key`]).
+    pub resource_id: Option<ResourceId>,
     /// Its agent (the one to expire it with).
     pub agent_id: AgentId,
     /// Its calls whose deadline passed.
     pub tool_call_ids: Vec<ToolCallId>,
+}
+
+impl ExpiredRun {
+    /// The run's key.
+    pub fn key(&self) -> RunKey {
+        RunKey::new(self.resource_id.clone(), self.run_id.clone())
+    }
 }
 
 /// The suspended runs of `store` with waiting calls (questions or approvals) whose deadline is
@@ -185,6 +198,7 @@ pub(crate) async fn expired_calls(
             if !due.is_empty() {
                 expired.push(ExpiredRun {
                     run_id: summary.run_id.clone(),
+                    resource_id: summary.resource_id.clone(),
                     agent_id: summary.agent_id.clone(),
                     tool_call_ids: due,
                 });

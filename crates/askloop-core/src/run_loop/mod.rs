@@ -40,7 +40,7 @@ use crate::cancel::CancelHandle;
 use crate::chunk::Chunk;
 use crate::definition::AgentDefinition;
 use crate::error::{AgentError, error_chain_text};
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{IdKind, InvalidId, RunId, RunKey, ThreadId, ThreadKey};
 use crate::message::{Message, Usage};
 use crate::options::RunOptions;
 use crate::run::{RunFailure, RunState, RunStatus};
@@ -96,7 +96,7 @@ impl ActiveRun {
             (None, Some(through)) => {
                 self.agent
                     .store
-                    .thread_history(&self.state.thread_id, Some(through))
+                    .thread_history(&self.state.thread_key(), Some(through))
                     .await?
                     .messages
             }
@@ -123,68 +123,111 @@ impl ActiveRun {
     }
 }
 
-/// Starts a new run: loads the thread's history, inserts the run, then drives it.
+/// Refuses options whose run, thread or resource id does not pass [`crate::IdKind::check`].
+fn check_options(options: &RunOptions) -> Result<(), InvalidId> {
+    if let Some(run_id) = &options.run_id {
+        IdKind::Run.check(run_id.as_str())?;
+    }
+    if let Some(thread_id) = &options.thread_id {
+        IdKind::Thread.check(thread_id.as_str())?;
+    }
+    if let Some(resource_id) = &options.resource_id {
+        IdKind::Resource.check(resource_id.as_str())?;
+    }
+    Ok(())
+}
+
+/// Starts a new run, then drives it.
+///
+/// In a given thread the order is what makes one turn at a time exact: the run is **inserted
+/// first** (running: the store refuses it while another run of the thread runs, and from then
+/// on refuses any other run of the thread to become running), **then** the thread's waiting
+/// runs are superseded (their calls get results saying the person wrote this message instead),
+/// **then** the thread's history is read; if it changed since the run was inserted (with the
+/// history read just before), the run's `historyThrough` is committed. So a waiting run is
+/// never resumed beside the new turn, never superseded by a message that was refused, and the
+/// new turn's history holds every turn that ended before it.
 pub(crate) fn start(
     agent: Arc<AgentDefinition>,
     input: String,
     options: RunOptions,
 ) -> AgentStream {
     let run_id = options.run_id.clone().unwrap_or_else(RunId::generate);
+    let key = RunKey::new(options.resource_id.clone(), run_id.clone());
     let cancel = CancelHandle::new();
     let run_cancel = cancel.clone();
-    let stream_run_id = run_id.clone();
     let span = run_span(&run_id, &agent.id, options.thread_id.as_ref(), "start");
     let stream = driven(move |mut out| {
         async move {
-            let (thread_id, history) = match options.thread_id {
-                Some(thread_id) => {
-                    // A new message to a thread whose run waits for answers supersedes that run
-                    // first: its waiting calls get results saying so, and it joins the history.
-                    end::supersede_waiting_runs(
-                        &agent,
-                        &thread_id,
-                        &input,
-                        options
-                            .by
-                            .clone()
-                            .or_else(|| options.resource_id.as_ref().map(ToString::to_string)),
-                    )
-                    .await?;
-                    let history = agent.store.thread_history(&thread_id, None).await?;
-                    (thread_id, history)
-                }
-                None => (ThreadId::generate(), ThreadHistory::default()),
-            };
+            check_options(&options)?;
+            let given_thread = options.thread_id.is_some();
+            let thread_id = options.thread_id.clone().unwrap_or_else(ThreadId::generate);
+            let thread = ThreadKey::new(options.resource_id.clone(), thread_id.clone());
             tracing::Span::current().record("thread_id", tracing::field::display(&thread_id));
+            let before = if given_thread {
+                agent.store.thread_history(&thread, None).await?
+            } else {
+                ThreadHistory::default()
+            };
             let state = RunState::new(
                 run_id,
                 thread_id,
-                options.resource_id,
+                options.resource_id.clone(),
                 agent.id.clone(),
                 agent.model_spec.clone(),
-                vec![Message::user(input)],
-                history.through,
+                vec![Message::user(input.clone())],
+                before.through,
             );
             let lease = agent.lease_for(&state);
+            // Claims the thread's turn (or is refused: then nothing was stored).
             let version = agent.store.insert_run(&state, lease.as_ref()).await?;
-            out.emit(Chunk::Start {
-                agent_id: agent.id.clone(),
-            })
-            .await;
-            let run = ActiveRun {
+            let mut run = ActiveRun {
                 agent,
                 state,
                 version,
                 cancel: run_cancel,
-                history: Some(history.messages),
+                history: Some(before.messages),
                 leased: Arc::new(Mutex::new(Some(version))),
                 resolved: Vec::new(),
             };
+            if given_thread {
+                let by = options
+                    .by
+                    .clone()
+                    .or_else(|| options.resource_id.as_ref().map(ToString::to_string));
+                if let Err(error) = join_thread(&mut run, &thread, &input, by).await {
+                    return Err(run.fail(error).await);
+                }
+            }
+            out.emit(Chunk::Start {
+                agent_id: run.agent.id.clone(),
+            })
+            .await;
             drive_leased(run, &mut out).await
         }
         .instrument(span)
     });
-    AgentStream::new(stream_run_id, cancel, Box::pin(stream))
+    AgentStream::new(key, cancel, Box::pin(stream))
+}
+
+/// After the insert of a new run of `thread`: supersedes the thread's waiting runs with the
+/// run's message, reads the history again and commits the run's `historyThrough` if it moved.
+async fn join_thread(
+    run: &mut ActiveRun,
+    thread: &ThreadKey,
+    message: &str,
+    by: Option<String>,
+) -> Result<(), AgentError> {
+    // A new message to a thread whose run waits for answers supersedes that run: its waiting
+    // calls get results saying so, and it joins the history before this run.
+    end::supersede_waiting_runs(&run.agent, thread, message, by).await?;
+    let history = run.agent.store.thread_history(thread, None).await?;
+    if history.through != run.state.history_through {
+        run.state.history_through = history.through;
+        run.commit().await?;
+    }
+    run.history = Some(history.messages);
+    Ok(())
 }
 
 /// The span of one run's stream (OpenTelemetry-style attributes: `run_id`, `agent_id`,
@@ -212,6 +255,7 @@ fn run_span(
 /// Streams a run that a resume or continue has claimed.
 pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
     let (state, version, resolved) = claim.into_parts();
+    let key = state.key();
     let run_id = state.run_id.clone();
     let cancel = CancelHandle::new();
     let run = ActiveRun {
@@ -231,7 +275,7 @@ pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
     );
     let stream =
         driven(move |mut out| async move { drive_leased(run, &mut out).await }.instrument(span));
-    AgentStream::new(run_id, cancel, Box::pin(stream))
+    AgentStream::new(key, cancel, Box::pin(stream))
 }
 
 /// Drives the run while a heartbeat renews its lease, every third of the lease duration, for
@@ -240,7 +284,7 @@ pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
 async fn drive_leased(run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> {
     let beat = heartbeat(
         Arc::clone(&run.agent),
-        run.state.run_id.clone(),
+        run.state.key(),
         Arc::clone(&run.leased),
     );
     let driving = drive(run, out);
@@ -267,9 +311,10 @@ fn leased_version(leased: &Mutex<Option<u64>>) -> Option<u64> {
 /// next commit fails.
 async fn heartbeat(
     agent: Arc<AgentDefinition>,
-    run_id: RunId,
+    run: RunKey,
     leased: Arc<Mutex<Option<u64>>>,
 ) -> Infallible {
+    let run_id = &run.run_id;
     let period = (agent.lease_duration / 3).max(Duration::from_millis(1));
     let mut wait = true;
     loop {
@@ -282,7 +327,7 @@ async fn heartbeat(
         };
         match agent
             .store
-            .renew_lease(&run_id, version, &agent.new_lease())
+            .renew_lease(&run, version, &agent.new_lease())
             .await
         {
             Ok(()) => {}

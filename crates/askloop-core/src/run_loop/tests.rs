@@ -70,7 +70,7 @@ async fn ask_user_free_text_suspends_and_resumes() {
         )]
     );
     assert!(has_finish(&chunks));
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Completed);
 }
 
@@ -92,7 +92,7 @@ async fn ask_user_single_select_checks_labels() {
         json!({"question": "Which repo?", "options": options, "selectionMode": "single_select"})
     );
     assert_eq!(schema.unwrap()["enum"], json!(["main", "docs"]));
-    let before = store.load_run(&run_id).await.unwrap();
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
 
     for (answer, needle) in [
         (json!("master"), "\"master\" is not one of the labels"),
@@ -114,7 +114,7 @@ async fn ask_user_single_select_checks_labels() {
         );
     }
     assert_eq!(
-        store.load_run(&run_id).await.unwrap(),
+        store.load_run(&unowned(&run_id)).await.unwrap(),
         before,
         "invalid answers change nothing"
     );
@@ -289,7 +289,7 @@ async fn parallel_calls_each_suspend_and_resume_separately() {
     );
     assert!(!has_finish(&chunks));
     assert_eq!(model.calls(), 1, "no model call while a call is pending");
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Suspended);
     assert_eq!(stored.pending_tool_calls().len(), 1);
 
@@ -412,7 +412,7 @@ async fn run_can_suspend_and_resume_many_times() {
         }
     );
     assert_eq!(output.text, "Done.");
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(
         stored.messages.len(),
         8,
@@ -484,7 +484,12 @@ async fn repeated_tool_call_ids_are_made_distinct() {
         .await;
     }
     assert_eq!(
-        store.load_run(&run_id).await.unwrap().state.status,
+        store
+            .load_run(&unowned(&run_id))
+            .await
+            .unwrap()
+            .state
+            .status,
         RunStatus::Completed
     );
 }
@@ -520,7 +525,7 @@ async fn issue7_fault1_empty_and_repeated_ids_become_distinct_across_the_run() {
             .unwrap();
         chunks_of(stream).await;
     }
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Completed);
     let ids: Vec<String> = stored.tool_call_ids().map(ToString::to_string).collect();
     let distinct: std::collections::HashSet<&String> = ids.iter().collect();
@@ -592,7 +597,7 @@ async fn issue7_fault8_invisible_answers_and_questions_are_blank() {
     let results = tool_results(&chunks);
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results.iter().all(|(_, _, is_error)| *is_error));
-    let before = store.load_run(&run_id).await.unwrap();
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
     for blank in ["\u{0}", "\u{200B}", " \u{2060}\t", "\u{1b}"] {
         let error = agent
             .resume_stream(json!(blank), &run_id, Some(&"c1".into()))
@@ -604,7 +609,7 @@ async fn issue7_fault8_invisible_answers_and_questions_are_blank() {
         );
         assert!(error.to_string().contains("blank"), "{error}");
     }
-    assert_eq!(store.load_run(&run_id).await.unwrap(), before);
+    assert_eq!(store.load_run(&unowned(&run_id)).await.unwrap(), before);
     let schema = suspended_payloads(&chunks)[0].2.clone().unwrap();
     let validator = crate::schema::SchemaValidator::new(&schema).unwrap();
     assert!(validator.problems(&json!("\u{200B}")).len() == 1);
@@ -636,7 +641,7 @@ async fn issue7_fault4_the_step_limit_is_recorded() {
             ..
         })
     ));
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Completed);
     assert_eq!(stored.finish_reason(), Some(FinishReason::MaxSteps));
     assert_eq!(model.calls(), 2);
@@ -760,7 +765,7 @@ async fn issue8_the_question_budget_stops_questions() {
         .collect();
     assert_eq!(names, ["count"]);
     assert_eq!(request.settings.tool_choice, crate::model::ToolChoice::Auto);
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Completed);
     assert!(stored.pending_tool_calls().is_empty());
     assert_eq!(model.calls(), 3);
@@ -824,7 +829,7 @@ impl crate::Tool for Probe {
         context: &crate::ToolContext,
     ) -> Result<crate::Execution<serde_json::Value>, Self::Error> {
         let run_id = context.run_id().unwrap().clone();
-        let stored = self.store.load_run(&run_id).await.unwrap().state;
+        let stored = self.store.load_run(&unowned(&run_id)).await.unwrap().state;
         let states = stored
             .pending_step
             .iter()
@@ -905,7 +910,11 @@ async fn a_steps_results_are_committed_one_by_one_as_they_exist() {
         .unwrap();
     let output = agent.generate("go").await.unwrap();
     // The gate suspended and the counter completed; both were recorded before the suspension.
-    let stored = store.load_run(&output.run_id).await.unwrap().state;
+    let stored = store
+        .load_run(&unowned(&output.run_id))
+        .await
+        .unwrap()
+        .state;
     assert_eq!(stored.status, RunStatus::Suspended);
     assert_eq!(stored.pending_tool_calls()[0].tool_call_id.as_str(), "g1");
 }
@@ -937,7 +946,7 @@ async fn a_live_lease_is_renewed_and_a_dead_one_expires() {
         let error = build().continue_stream(&run_id).await.unwrap_err();
         assert!(matches!(error, ResumeError::InProgress { .. }), "{error:?}");
     }
-    let version = store.load_run(&run_id).await.unwrap().version;
+    let version = store.load_run(&unowned(&run_id)).await.unwrap().version;
     assert_eq!(version, 1, "renewals never bump the version");
     // The process dies: nobody renews; the lease still holds until it expires.
     task.abort();
@@ -1046,7 +1055,7 @@ async fn resumes_after_a_resumer_died_say_what_happened() {
         "{error:?}"
     );
     // The kept answer is visible.
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.unfinished_calls()[0].answer, Some(yes.clone()));
     // Continue: the side-effecting resume path is not run again; the model is told.
     let finishing = SlowGate {
@@ -1117,7 +1126,10 @@ async fn a_new_run_takes_the_id_its_caller_chose() {
     assert_eq!(stream.run_id().as_str(), "chosen-1");
     let chunks = chunks_of(stream).await;
     assert!(has_finish(&chunks));
-    let stored = store.load_run(&"chosen-1".into()).await.unwrap();
+    let stored = store
+        .load_run(&unowned(&crate::RunId::new("chosen-1")))
+        .await
+        .unwrap();
     assert_eq!(stored.state.status(), RunStatus::Completed);
 }
 
@@ -1133,11 +1145,11 @@ async fn a_resume_from_the_callers_copy_decides_as_a_fresh_read_would() {
     let stream = agent.stream("Summarize my project");
     let run_id = stream.run_id().clone();
     chunks_of(stream).await;
-    let at_c1 = store.load_run(&run_id).await.unwrap();
+    let at_c1 = store.load_run(&unowned(&run_id)).await.unwrap();
     let other = agent.stream("Another request");
     let other_id = other.run_id().clone();
     chunks_of(other).await;
-    let other_copy = store.load_run(&other_id).await.unwrap();
+    let other_copy = store.load_run(&unowned(&other_id)).await.unwrap();
 
     // The current copy: claimed from it. A copy of another run is ignored.
     let chunks = chunks_of(
@@ -1166,7 +1178,7 @@ async fn a_resume_from_the_callers_copy_decides_as_a_fresh_read_would() {
     .await;
     assert_eq!(tool_results(&chunks)[0].0, "c2");
     assert!(has_finish(&chunks));
-    let finished = store.load_run(&run_id).await.unwrap();
+    let finished = store.load_run(&unowned(&run_id)).await.unwrap();
 
     // A stale copy on which the answer fits (c1 still waits there): the compare-and-swap
     // fails, and the refusal is the one a fresh read gives, not a lost race.
@@ -1186,8 +1198,90 @@ async fn a_resume_from_the_callers_copy_decides_as_a_fresh_read_would() {
     assert_eq!(format!("{from_copy:?}"), format!("{fresh:?}"));
     assert!(!matches!(fresh, ResumeError::Conflict { .. }), "{fresh:?}");
     assert_eq!(
-        store.load_run(&run_id).await.unwrap(),
+        store.load_run(&unowned(&run_id)).await.unwrap(),
         finished,
         "nothing changed"
     );
+}
+
+/// Run, thread and resource ids from outside are checked at every entry point: a blank,
+/// invisible, control-character or over-long one is a typed error, and nothing is stored or
+/// changed.
+#[tokio::test]
+async fn issue31_blank_ids_are_refused_at_the_door() {
+    use crate::ids::{IdKind, IdProblem, RunId, RunKey};
+    use crate::{AgentError, RunOptions};
+
+    let store = store();
+    let model = RecordingModel::new(&script(vec![json!({"toolCalls": [ask(
+        "c1",
+        json!({"question": "Which repo?"})
+    )]})]));
+    let agent = agent(&store, &model, &Counter::default(), &Gate::default());
+    let long = "x".repeat(crate::MAX_ID_BYTES + 1);
+    let bad = [
+        (" ", IdProblem::Blank),
+        ("\u{200b}\u{feff}", IdProblem::Blank),
+        ("a\u{1b}[2Jb", IdProblem::ControlCharacter),
+        (long.as_str(), IdProblem::TooLong { bytes: long.len() }),
+    ];
+    for (id, problem) in &bad {
+        for (options, kind) in [
+            (RunOptions::new().run_id(*id), IdKind::Run),
+            (RunOptions::new().thread(*id), IdKind::Thread),
+            (RunOptions::new().resource(*id), IdKind::Resource),
+        ] {
+            let error = agent
+                .stream_with("hello", options)
+                .started()
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&error, AgentError::InvalidId(invalid)
+                    if invalid.kind == kind && invalid.problem == *problem),
+                "{kind} {id:?}: {error:?}"
+            );
+            assert_eq!(error.code(), "invalid_id");
+        }
+    }
+    assert!(
+        store
+            .list_runs(&crate::store::RunFilter::new())
+            .await
+            .unwrap()
+            .runs
+            .is_empty(),
+        "nothing stored"
+    );
+    assert_eq!(model.calls(), 0);
+
+    let run_id = agent.generate("go").await.unwrap().run_id;
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
+    for (id, problem) in &bad {
+        let keyed = RunKey::new(Some((*id).into()), run_id.clone());
+        let errors = [
+            agent
+                .resume_stream(json!("main"), &RunId::new(*id), None)
+                .await
+                .unwrap_err(),
+            agent
+                .resume_stream(json!("main"), &keyed, None)
+                .await
+                .unwrap_err(),
+            agent.continue_stream(&RunId::new(*id)).await.unwrap_err(),
+            agent.cancel_run(&keyed, None).await.unwrap_err(),
+            agent
+                .approve_tool_call(&RunId::new(*id), &ToolCallId::new("c1"))
+                .await
+                .unwrap_err(),
+        ];
+        for error in errors {
+            assert!(
+                matches!(&error, ResumeError::InvalidId(invalid) if invalid.problem == *problem),
+                "{id:?}: {error:?}"
+            );
+            assert_eq!(error.code(), "invalid_id");
+        }
+    }
+    assert_eq!(store.load_run(&unowned(&run_id)).await.unwrap(), before);
 }

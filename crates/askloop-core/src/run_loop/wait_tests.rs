@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::ids::{RunId, ToolCallId};
+use crate::ids::{RunId, RunKey, ToolCallId};
 use crate::model::Message;
 use crate::run::{AuditAction, PendingKind, RunStatus};
 use crate::store::{MemoryStore, RunFilter, RunStore, codec};
@@ -108,7 +108,7 @@ async fn assert_expired_and_unchanged(
         text.contains(&format!("expired at {}", crate::time::rfc3339(deadline))),
         "{text}"
     );
-    let after = store.load_run(run_id).await.unwrap();
+    let after = store.load_run(&unowned(&run_id)).await.unwrap();
     assert_eq!(&after, before, "a refusal changes nothing");
     assert_eq!(
         codec::encode_state(&after.state).unwrap(),
@@ -179,7 +179,7 @@ async fn issue31_approvals_carry_the_deadline_of_the_most_specific_rule() {
             );
         }
         // Stored with the call, in the listing's summary and the state alike.
-        let stored = store.load_run(&run_id).await.unwrap().state;
+        let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
         assert_eq!(stored.status, RunStatus::Suspended);
         let pending = stored.pending_tool_calls();
         let listed = store
@@ -227,7 +227,7 @@ async fn issue31_approvals_carry_the_deadline_of_the_most_specific_rule() {
     keys.sort_unstable();
     assert_eq!(keys, ["args", "resumeSchema", "toolCallId", "toolName"]);
     let pending = store
-        .load_run(&run_id)
+        .load_run(&unowned(&run_id))
         .await
         .unwrap()
         .state
@@ -299,7 +299,7 @@ async fn issue31_an_expired_approval_tells_the_model_the_tool_did_not_run() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].result, expected);
     // Kept with its audit: an expiry by the sweep.
-    let stored = store.load_run(&output.run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&output.run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Completed);
     let results = stored_results(stored.messages());
     assert_eq!(results.len(), 1);
@@ -343,7 +343,7 @@ async fn issue31_a_late_answer_to_an_expired_call_says_it_expired_and_changes_no
     let run_id = stream.run_id().clone();
     chunks_of(stream).await;
     let pending = store
-        .load_run(&run_id)
+        .load_run(&unowned(&run_id))
         .await
         .unwrap()
         .state
@@ -361,7 +361,7 @@ async fn issue31_a_late_answer_to_an_expired_call_says_it_expired_and_changes_no
 
     // Past the deadline, before any sweep: refused as expired, nothing changes (the sweep
     // gives the result).
-    let before = store.load_run(&run_id).await.unwrap();
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
     let refusal = agent.approve_tool_call(&run_id, &k1_id).await.unwrap_err();
     assert_expired_and_unchanged(&store, &run_id, &before, refusal, "k1", k1).await;
     let refusal = agent
@@ -399,7 +399,7 @@ async fn issue31_a_late_answer_to_an_expired_call_says_it_expired_and_changes_no
     )
     .await;
     assert!(!has_finish(&chunks));
-    let stored = store.load_run(&run_id).await.unwrap();
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap();
     assert_eq!(stored.state.status, RunStatus::Suspended);
     assert_eq!(
         stored.state.pending_tool_calls()[0].tool_call_id.as_str(),
@@ -443,7 +443,7 @@ async fn issue31_a_late_answer_to_an_expired_call_says_it_expired_and_changes_no
     assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
 
     // After the step closed: still "expired", never "already answered".
-    let before = store.load_run(&run_id).await.unwrap();
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
     assert_eq!(before.state.status, RunStatus::Completed);
     assert_eq!(before.state.expired_at_ms(&k1_id), Some(k1));
     assert_eq!(before.state.expired_at_ms(&q1_id), Some(q1));
@@ -487,4 +487,9 @@ async fn issue31_a_late_answer_to_an_expired_call_says_it_expired_and_changes_no
             "expiredAt": crate::time::rfc3339(q1),
         })
     );
+}
+
+/// The key of a run without a resource (every run of these tests).
+fn unowned(run_id: &RunId) -> RunKey {
+    RunKey::new(None, run_id.clone())
 }

@@ -18,7 +18,7 @@
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::ids::RunId;
+use crate::ids::{ResourceId, RunId, RunKey};
 use crate::run::RunStatus;
 
 /// How many changes a watcher may fall behind before it sees [`RunChange::Resync`].
@@ -30,6 +30,8 @@ const FEED_CAPACITY: usize = 1024;
 pub enum RunChange {
     /// A commit of this run left it in `status`.
     Run {
+        /// The run's resource (with `run_id`, its key: [`RunChange::key`]).
+        resource_id: Option<ResourceId>,
         /// The run.
         run_id: RunId,
         /// Its status after the commit.
@@ -37,6 +39,20 @@ pub enum RunChange {
     },
     /// Changes may have been missed: look at every run of interest again.
     Resync,
+}
+
+impl RunChange {
+    /// The key of the run changed; `None` for [`RunChange::Resync`].
+    pub fn key(&self) -> Option<RunKey> {
+        match self {
+            Self::Run {
+                resource_id,
+                run_id,
+                ..
+            } => Some(RunKey::new(resource_id.clone(), run_id.clone())),
+            Self::Resync => None,
+        }
+    }
 }
 
 /// Whether a commit that takes a run from `before` (`None`: an insert) to `after` is notified
@@ -138,6 +154,7 @@ mod tests {
             feed.send(RunChange::Resync);
         }
         feed.send(RunChange::Run {
+            resource_id: None,
             run_id: RunId::new("r"),
             status: RunStatus::Completed,
         });

@@ -4,19 +4,65 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::ids::{AgentId, ResourceId, RunId, ThreadId};
+use crate::ids::{AgentId, ResourceId, RunId, RunKey, ThreadId, ThreadKey};
 use crate::run::{RunStatus, RunSummary};
 use crate::store::StoreError;
+
+/// Which resource a listing covers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResourceFilter {
+    /// Runs of every resource and runs without one.
+    #[default]
+    Any,
+    /// Only runs without a resource.
+    Without,
+    /// Only runs of this resource.
+    Is(ResourceId),
+}
+
+impl ResourceFilter {
+    /// The filter of exactly this namespace: [`ResourceFilter::Is`] for `Some`,
+    /// [`ResourceFilter::Without`] for `None`.
+    pub fn exactly(resource_id: Option<ResourceId>) -> Self {
+        match resource_id {
+            Some(resource_id) => Self::Is(resource_id),
+            None => Self::Without,
+        }
+    }
+
+    /// Whether a run of `resource_id` passes.
+    pub fn matches(&self, resource_id: Option<&ResourceId>) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Without => resource_id.is_none(),
+            Self::Is(wanted) => resource_id == Some(wanted),
+        }
+    }
+
+    /// The key column value it asks for (`Some("")` for [`ResourceFilter::Without`], see
+    /// [`RunKey::scope`]); `None` for [`ResourceFilter::Any`].
+    pub fn scope(&self) -> Option<&str> {
+        match self {
+            Self::Any => None,
+            Self::Without => Some(""),
+            Self::Is(resource_id) => Some(resource_id.as_str()),
+        }
+    }
+}
 
 /// Which runs to list and how many. Empty fields match everything.
 ///
 /// # Example
 /// ```
-/// use askloop_core::RunStatus;
-/// use askloop_core::store::RunFilter;
+/// use askloop_core::store::{ResourceFilter, RunFilter};
+/// use askloop_core::{RunStatus, ThreadId, ThreadKey};
 ///
 /// let filter = RunFilter::new().status(RunStatus::Suspended).limit(20);
 /// assert_eq!(filter.limit, Some(20));
+/// let thread = ThreadKey::new(Some("tenant-a".into()), ThreadId::new("t-1"));
+/// let filter = RunFilter::in_thread(&thread);
+/// assert_eq!(filter.resource, ResourceFilter::Is("tenant-a".into()));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -25,10 +71,13 @@ pub struct RunFilter {
     pub status: Option<RunStatus>,
     /// Only runs of this agent.
     pub agent_id: Option<AgentId>,
-    /// Only runs of this thread.
+    /// Only runs of a thread with this id (of the resources [`RunFilter::resource`] lets
+    /// through: a thread is named by its resource too, see [`RunFilter::in_thread`]).
     pub thread_id: Option<ThreadId>,
-    /// Only runs of this resource.
-    pub resource_id: Option<ResourceId>,
+    /// Only runs of this resource, or without one; every run by default.
+    pub resource: ResourceFilter,
+    /// Only runs with this id (one per resource that uses it): how a bare run id is resolved.
+    pub run_id: Option<RunId>,
     /// Only runs after this position of the newest-first order (from [`RunPage::next_cursor`]).
     pub cursor: Option<RunCursor>,
     /// At most this many runs; `None` for all.
@@ -39,6 +88,13 @@ impl RunFilter {
     /// Every run.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The runs of one thread: its id and exactly its resource.
+    pub fn in_thread(thread: &ThreadKey) -> Self {
+        Self::new()
+            .thread(thread.thread_id.clone())
+            .resource_filter(ResourceFilter::exactly(thread.resource_id.clone()))
     }
 
     /// Only runs in `status`.
@@ -53,7 +109,8 @@ impl RunFilter {
         self
     }
 
-    /// Only runs of this thread.
+    /// Only runs of threads with this id (in any resource unless the resource is filtered too;
+    /// [`RunFilter::in_thread`] names one thread).
     pub fn thread(mut self, thread_id: impl Into<ThreadId>) -> Self {
         self.thread_id = Some(thread_id.into());
         self
@@ -61,7 +118,19 @@ impl RunFilter {
 
     /// Only runs of this resource.
     pub fn resource(mut self, resource_id: impl Into<ResourceId>) -> Self {
-        self.resource_id = Some(resource_id.into());
+        self.resource = ResourceFilter::Is(resource_id.into());
+        self
+    }
+
+    /// Only runs of the resources `resource` lets through.
+    pub fn resource_filter(mut self, resource: ResourceFilter) -> Self {
+        self.resource = resource;
+        self
+    }
+
+    /// Only runs with this id, in whichever resources use it.
+    pub fn run(mut self, run_id: impl Into<RunId>) -> Self {
+        self.run_id = Some(run_id.into());
         self
     }
 
@@ -88,53 +157,82 @@ impl RunFilter {
                 .thread_id
                 .as_ref()
                 .is_none_or(|thread| &summary.thread_id == thread)
+            && self.resource.matches(summary.resource_id.as_ref())
             && self
-                .resource_id
+                .run_id
                 .as_ref()
-                .is_none_or(|resource| summary.resource_id.as_ref() == Some(resource))
+                .is_none_or(|run_id| &summary.run_id == run_id)
     }
 
     /// Whether a run at this position comes after the cursor (always, without one).
-    pub fn is_after_cursor(&self, created_at_ms: u64, run_id: &RunId) -> bool {
+    pub fn is_after_cursor(&self, created_at_ms: u64, run: &RunKey) -> bool {
         self.cursor
             .as_ref()
-            .is_none_or(|cursor| cursor.is_before(created_at_ms, run_id))
+            .is_none_or(|cursor| cursor.is_before(created_at_ms, run))
     }
 }
 
-/// A position in the newest-first order of runs: after the run created at `created_at_ms` with
-/// id `run_id`. Its text form (`<created_at_ms>.<run_id>`) is what APIs pass around.
+/// A position in the newest-first order of runs (creation time, then run id, then resource,
+/// all descending): just after the run created at `created_at_ms` with key (`resource_id`,
+/// `run_id`). Its text form, what APIs pass around, is
+/// `<created_at_ms>.<resource length in bytes>.<resource><run_id>` (length 0 and no resource
+/// for a run without one).
+///
+/// ```
+/// use askloop_core::store::RunCursor;
+/// use askloop_core::{RunId, RunKey};
+///
+/// let cursor = RunCursor::after_run(17, RunKey::new(Some("t-a".into()), RunId::new("r.1")));
+/// assert_eq!(cursor.to_string(), "17.3.t-ar.1");
+/// assert_eq!("17.3.t-ar.1".parse::<RunCursor>(), Ok(cursor));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RunCursor {
     /// Creation time of the last run of the previous page, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
     /// Id of the last run of the previous page.
     pub run_id: RunId,
+    /// Its resource.
+    pub resource_id: Option<ResourceId>,
 }
 
 impl RunCursor {
     /// The position just after this run.
-    pub fn after_run(created_at_ms: u64, run_id: RunId) -> Self {
+    pub fn after_run(created_at_ms: u64, run: RunKey) -> Self {
         Self {
             created_at_ms,
-            run_id,
+            run_id: run.run_id,
+            resource_id: run.resource_id,
         }
     }
 
-    /// Whether a run at (`created_at_ms`, `run_id`) comes after this position in the
+    /// The key column value of the cursor's resource (see [`RunKey::scope`]).
+    pub fn scope(&self) -> &str {
+        self.resource_id.as_ref().map_or("", ResourceId::as_str)
+    }
+
+    /// Whether a run at (`created_at_ms`, `run`) comes after this position in the
     /// newest-first order.
-    pub fn is_before(&self, created_at_ms: u64, run_id: &RunId) -> bool {
-        (created_at_ms, run_id) < (self.created_at_ms, &self.run_id)
+    pub fn is_before(&self, created_at_ms: u64, run: &RunKey) -> bool {
+        (created_at_ms, run.run_id.as_str(), run.scope())
+            < (self.created_at_ms, self.run_id.as_str(), self.scope())
     }
 }
 
 impl fmt::Display for RunCursor {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "{}.{}", self.created_at_ms, self.run_id)
+        let scope = self.scope();
+        write!(
+            formatter,
+            "{}.{}.{scope}{}",
+            self.created_at_ms,
+            scope.len(),
+            self.run_id
+        )
     }
 }
 
-/// A cursor text that is not `<created_at_ms>.<run_id>`.
+/// A cursor text that is not `<created_at_ms>.<resource length>.<resource><run_id>`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid cursor {given:?}; expected the nextCursor of a previous page")]
 pub struct InvalidCursor {
@@ -149,14 +247,23 @@ impl FromStr for RunCursor {
         let invalid = || InvalidCursor {
             given: text.to_owned(),
         };
-        let (created, run_id) = text.split_once('.').ok_or_else(invalid)?;
+        let (created, rest) = text.split_once('.').ok_or_else(invalid)?;
+        let (length_text, rest) = rest.split_once('.').ok_or_else(invalid)?;
         let created_at_ms = created.parse().map_err(|_| invalid())?;
+        let length: usize = length_text.parse().map_err(|_| invalid())?;
+        // Written canonically (no sign, no leading zero), as Display writes it.
+        if length.to_string() != length_text {
+            return Err(invalid());
+        }
+        let scope = rest.get(..length).ok_or_else(invalid)?;
+        let run_id = rest.get(length..).ok_or_else(invalid)?;
         if run_id.is_empty() {
             return Err(invalid());
         }
         Ok(Self {
             created_at_ms,
             run_id: RunId::new(run_id),
+            resource_id: (!scope.is_empty()).then(|| ResourceId::new(scope)),
         })
     }
 }
@@ -172,6 +279,8 @@ pub enum ListedRun {
     Unreadable {
         /// The run.
         run_id: RunId,
+        /// Its resource (with `run_id`, its key).
+        resource_id: Option<ResourceId>,
         /// Creation time, milliseconds since the Unix epoch.
         created_at_ms: u64,
         /// Why it cannot be read ([`StoreError::Corrupt`] or [`StoreError::UnsupportedFormat`]).
@@ -185,6 +294,18 @@ impl ListedRun {
         match self {
             Self::Run(summary) => &summary.run_id,
             Self::Unreadable { run_id, .. } => run_id,
+        }
+    }
+
+    /// The run's key.
+    pub fn key(&self) -> RunKey {
+        match self {
+            Self::Run(summary) => summary.key(),
+            Self::Unreadable {
+                run_id,
+                resource_id,
+                ..
+            } => RunKey::new(resource_id.clone(), run_id.clone()),
         }
     }
 
@@ -223,7 +344,7 @@ impl RunPage {
             Some(limit) if runs.len() > limit => {
                 runs.truncate(limit);
                 runs.last()
-                    .map(|last| RunCursor::after_run(last.created_at_ms(), last.run_id().clone()))
+                    .map(|last| RunCursor::after_run(last.created_at_ms(), last.key()))
             }
             _ => None,
         };
@@ -235,21 +356,36 @@ impl RunPage {
 mod tests {
     use super::*;
 
+    fn key(resource: Option<&str>, run: &str) -> RunKey {
+        RunKey::new(resource.map(ResourceId::new), RunId::new(run))
+    }
+
     #[test]
     fn cursors_round_trip_through_text_and_reject_garbage() {
-        let cursor = RunCursor::after_run(17, RunId::new("0193-ab.c"));
-        assert_eq!(cursor.to_string().parse::<RunCursor>(), Ok(cursor));
-        for bad in ["", "17", "x.r", "17.", "-1.r"] {
+        for cursor in [
+            RunCursor::after_run(17, key(None, "0193-ab.c")),
+            RunCursor::after_run(17, key(Some("t.1é"), "12.x")),
+        ] {
+            assert_eq!(cursor.to_string().parse::<RunCursor>(), Ok(cursor));
+        }
+        assert_eq!(RunCursor::after_run(5, key(None, "r")).to_string(), "5.0.r");
+        for bad in [
+            "", "17", "x.0.r", "17.0.", "-1.0.r", "17.r", "17.3.ab", "17.01.ar", "17.+1.ar",
+            "17.9.r",
+        ] {
             assert!(bad.parse::<RunCursor>().is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn newest_first_order_puts_older_runs_after_the_cursor() {
-        let cursor = RunCursor::after_run(10, RunId::new("m"));
-        assert!(cursor.is_before(9, &RunId::new("z")));
-        assert!(cursor.is_before(10, &RunId::new("a")));
-        assert!(!cursor.is_before(10, &RunId::new("m")));
-        assert!(!cursor.is_before(11, &RunId::new("a")));
+        let cursor = RunCursor::after_run(10, key(Some("m"), "m"));
+        assert!(cursor.is_before(9, &key(None, "z")));
+        assert!(cursor.is_before(10, &key(None, "a")));
+        assert!(cursor.is_before(10, &key(None, "m")));
+        assert!(cursor.is_before(10, &key(Some("a"), "m")));
+        assert!(!cursor.is_before(10, &key(Some("m"), "m")));
+        assert!(!cursor.is_before(10, &key(Some("n"), "m")));
+        assert!(!cursor.is_before(11, &key(None, "a")));
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{RunId, RunKey, ThreadKey};
 use crate::run::{RunState, RunStatus, RunSummary};
 use crate::store::codec::{decode_run, encode_head, encode_new_messages};
 use crate::store::{
@@ -13,9 +13,9 @@ use crate::store::{
     StoredRun, ThreadHistory, notifies,
 };
 
-/// A [`RunStore`] in memory: the same semantics as the durable stores (versions,
-/// compare-and-swap, delta commits, completion sequences, leases, listing), nothing survives
-/// the process.
+/// A [`RunStore`] in memory: the same semantics as the durable stores (keys per resource,
+/// versions, compare-and-swap, one running run per thread, delta commits, completion
+/// sequences, leases, listing), nothing survives the process.
 ///
 /// Like the durable stores it keeps each run as the texts of [`crate::store::codec`] (a head
 /// and one text per message, appended), so a state that would not survive a database does
@@ -30,7 +30,7 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    runs: HashMap<RunId, Entry>,
+    runs: HashMap<RunKey, Entry>,
     /// The last completion sequence given.
     last_completion: u64,
 }
@@ -66,6 +66,7 @@ impl MemoryStore {
     fn notify(&self, before: Option<RunStatus>, state: &RunState) {
         if notifies(before, state.status) {
             self.changes.send(RunChange::Run {
+                resource_id: state.resource_id.clone(),
                 run_id: state.run_id.clone(),
                 status: state.status,
             });
@@ -78,6 +79,42 @@ impl Inner {
         self.last_completion += 1;
         self.last_completion
     }
+
+    /// Refuses to make `state` running while another run of its thread is running (the
+    /// one-turn rule, checked under the lock).
+    fn check_turn(&self, state: &RunState) -> Result<(), StoreError> {
+        if state.status != RunStatus::Running {
+            return Ok(());
+        }
+        let running = self.runs.iter().find(|(key, entry)| {
+            entry.summary.status == RunStatus::Running
+                && !state.is(key)
+                && key.resource_id == state.resource_id
+                && entry.summary.thread_id == state.thread_id
+        });
+        match running {
+            Some((key, _)) => Err(StoreError::ThreadBusy {
+                thread_id: state.thread_id.clone(),
+                running_run_id: Some(key.run_id.clone()),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A run's place in the listing order: creation time, run id, resource (`""` for none).
+fn listing_order(summary: &RunSummary) -> (u64, &str, &str) {
+    (
+        summary.created_at_ms,
+        summary.run_id.as_str(),
+        summary.resource_id.as_ref().map_or("", |id| id.as_str()),
+    )
+}
+
+/// Whether a run in `status` has ended and joins its thread's history (gets a completion
+/// sequence).
+fn ends(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Completed | RunStatus::Cancelled)
 }
 
 #[async_trait]
@@ -85,16 +122,17 @@ impl RunStore for MemoryStore {
     async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
         let head = encode_head(state)?;
         let messages = encode_new_messages(state, 0)?;
+        let key = state.key();
         let mut inner = self.lock();
-        if inner.runs.contains_key(&state.run_id) {
+        if inner.runs.contains_key(&key) {
             return Err(StoreError::AlreadyExists {
                 run_id: state.run_id.clone(),
             });
         }
-        let completion_seq =
-            (state.status == RunStatus::Completed).then(|| inner.next_completion());
+        inner.check_turn(state)?;
+        let completion_seq = ends(state.status).then(|| inner.next_completion());
         inner.runs.insert(
-            state.run_id.clone(),
+            key,
             Entry {
                 summary: state.summary(),
                 head,
@@ -116,9 +154,10 @@ impl RunStore for MemoryStore {
         lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
         let head = encode_head(state)?;
+        let key = state.key();
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let Some(entry) = inner.runs.get_mut(&state.run_id) else {
+        let Some(entry) = inner.runs.get(&key) else {
             return Err(StoreError::NotFound {
                 run_id: state.run_id.clone(),
             });
@@ -130,7 +169,15 @@ impl RunStore for MemoryStore {
             });
         }
         let new_messages = encode_new_messages(state, entry.messages.len())?;
-        if state.status == RunStatus::Completed && entry.completion_seq.is_none() {
+        if entry.summary.status != RunStatus::Running {
+            inner.check_turn(state)?;
+        }
+        let Some(entry) = inner.runs.get_mut(&key) else {
+            return Err(StoreError::NotFound {
+                run_id: state.run_id.clone(),
+            });
+        };
+        if ends(state.status) && entry.completion_seq.is_none() {
             inner.last_completion += 1;
             entry.completion_seq = Some(inner.last_completion);
         }
@@ -148,19 +195,19 @@ impl RunStore for MemoryStore {
 
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
         let mut inner = self.lock();
-        let Some(entry) = inner.runs.get_mut(run_id) else {
+        let Some(entry) = inner.runs.get_mut(run) else {
             return Err(StoreError::NotFound {
-                run_id: run_id.clone(),
+                run_id: run.run_id.clone(),
             });
         };
         if entry.version != expected_version {
             return Err(StoreError::Conflict {
-                run_id: run_id.clone(),
+                run_id: run.run_id.clone(),
                 expected_version,
             });
         }
@@ -168,10 +215,11 @@ impl RunStore for MemoryStore {
         Ok(())
     }
 
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
+        let run_id = &run.run_id;
         let (head, messages, version, lease) = {
             let inner = self.lock();
-            let entry = inner.runs.get(run_id).ok_or_else(|| StoreError::NotFound {
+            let entry = inner.runs.get(run).ok_or_else(|| StoreError::NotFound {
                 run_id: run_id.clone(),
             })?;
             (
@@ -196,14 +244,13 @@ impl RunStore for MemoryStore {
                 .values()
                 .filter(|entry| filter.matches(&entry.summary))
                 .filter(|entry| {
-                    filter.is_after_cursor(entry.summary.created_at_ms, &entry.summary.run_id)
+                    filter.is_after_cursor(entry.summary.created_at_ms, &entry.summary.key())
                 })
                 .map(|entry| (entry.summary.clone(), entry.head.clone()))
                 .collect()
         };
-        rows.sort_by(|(a, _), (b, _)| {
-            (b.created_at_ms, &b.run_id).cmp(&(a.created_at_ms, &a.run_id))
-        });
+        // Newest first: creation time, then run id, then resource ("" for none), descending.
+        rows.sort_by(|(a, _), (b, _)| listing_order(b).cmp(&listing_order(a)));
         if let Some(limit) = filter.limit {
             rows.truncate(limit.saturating_add(1));
         }
@@ -215,6 +262,7 @@ impl RunStore for MemoryStore {
                     Ok(state) => ListedRun::Run(state.summary()),
                     Err(error) => ListedRun::Unreadable {
                         run_id: summary.run_id,
+                        resource_id: summary.resource_id,
                         created_at_ms: summary.created_at_ms,
                         error,
                     },
@@ -230,7 +278,7 @@ impl RunStore for MemoryStore {
 
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
         let mut shares: Vec<(u64, RunId, String, Vec<String>)> = {
@@ -238,7 +286,10 @@ impl RunStore for MemoryStore {
             inner
                 .runs
                 .values()
-                .filter(|entry| &entry.summary.thread_id == thread_id)
+                .filter(|entry| {
+                    entry.summary.thread_id == thread.thread_id
+                        && entry.summary.resource_id == thread.resource_id
+                })
                 .filter_map(|entry| {
                     let seq = entry.completion_seq?;
                     through.is_none_or(|through| seq <= through).then(|| {

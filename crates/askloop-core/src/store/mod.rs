@@ -16,10 +16,10 @@ pub use crate::run::{RunState, RunSummary, UnfinishedCall};
 pub use crate::run_loop::clock::lease_now_ms;
 pub use changes::{ChangeFeed, RunChange, RunChanges, notifies};
 pub use counts::RunCounts;
-pub use filter::{InvalidCursor, ListedRun, RunCursor, RunFilter, RunPage};
+pub use filter::{InvalidCursor, ListedRun, ResourceFilter, RunCursor, RunFilter, RunPage};
 pub use memory::MemoryStore;
 
-use crate::ids::{LeaseHolder, RunId, ThreadId};
+use crate::ids::{LeaseHolder, RunId, RunKey, ThreadId, ThreadKey};
 use crate::message::Message;
 
 /// A run as loaded from a store, with the version its next update must name and its lease.
@@ -144,6 +144,16 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// The write would leave a second run of one thread `running` (a thread has one turn at a
+    /// time, [`RunStore`]'s contract): nothing was written.
+    #[error("thread {thread_id} has a turn running{}", running_text(running_run_id.as_ref()))]
+    ThreadBusy {
+        /// The thread (within the resource of the run written).
+        thread_id: ThreadId,
+        /// The run of the thread that is running, as read after the refusal (`None` when it
+        /// stopped running meanwhile).
+        running_run_id: Option<RunId>,
+    },
     /// The store was opened read-only and was asked to write.
     #[error("the store is open read-only")]
     ReadOnly,
@@ -156,6 +166,11 @@ pub enum StoreError {
     },
 }
 
+/// `" (run R)"` for a known running run.
+pub(crate) fn running_text(running_run_id: Option<&RunId>) -> String {
+    running_run_id.map_or_else(String::new, |run_id| format!(" (run {run_id})"))
+}
+
 impl StoreError {
     /// A backend failure with this cause.
     pub fn backend(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
@@ -163,6 +178,40 @@ impl StoreError {
             source: source.into(),
         }
     }
+}
+
+/// Every key under which `store` holds a run with this id (one per resource that uses it, in
+/// listing order): how a bare run id is resolved. Unreadable rows count (their key is listed).
+///
+/// # Errors
+/// [`StoreError::Backend`].
+pub async fn keys_of_run(store: &dyn RunStore, run_id: &RunId) -> Result<Vec<RunKey>, StoreError> {
+    let mut filter = RunFilter::new().run(run_id.clone()).limit(COUNT_PAGE);
+    let mut keys = Vec::new();
+    loop {
+        let page = store.list_runs(&filter).await?;
+        keys.extend(page.runs.iter().map(ListedRun::key));
+        match page.next_cursor {
+            Some(cursor) => filter = filter.after(cursor),
+            None => return Ok(keys),
+        }
+    }
+}
+
+/// The run of `thread` that is running now, if any (what a [`StoreError::ThreadBusy`] names;
+/// stores read it after refusing a write).
+///
+/// # Errors
+/// [`StoreError::Backend`].
+pub async fn running_run_of(
+    store: &dyn RunStore,
+    thread: &ThreadKey,
+) -> Result<Option<RunId>, StoreError> {
+    let filter = RunFilter::in_thread(thread)
+        .status(crate::RunStatus::Running)
+        .limit(1);
+    let page = store.list_runs(&filter).await?;
+    Ok(page.runs.first().map(|run| run.run_id().clone()))
 }
 
 /// Page size of [`RunStore::run_counts`]'s default implementation.
@@ -173,6 +222,13 @@ const COUNT_PAGE: usize = 500;
 /// # Contract
 /// What the agent loop promises, and what every implementation must do (the conformance suite
 /// checks each point on every store):
+/// - **Keys.** A run is named by its [`RunKey`] (resource and id; [`RunState::key`]), a
+///   thread by its [`ThreadKey`] ([`RunState::thread_key`]): the same run id or thread id in two
+///   resources names two runs or two threads, and `None` is the namespace of runs without a
+///   resource. Every read and write of a run takes its key; every thread query (history,
+///   listing by [`RunFilter::in_thread`], the one-turn rule) is scoped by the thread's key.
+///   The ids in a key pass [`crate::IdKind::check`], so `""` is never a resource id and a store
+///   may keep "no resource" as `""` in a key column.
 /// - **Commit before emit.** The loop commits a run's state with [`RunStore::insert_run`] or
 ///   [`RunStore::update_run`] and only then emits the chunks that announce it (a
 ///   `tool-call-suspended` chunk is never seen for a state that is not stored).
@@ -181,6 +237,12 @@ const COUNT_PAGE: usize = 500;
 ///   one. Of any number of updates naming the same version, across processes, at most one
 ///   succeeds; the others get [`StoreError::Conflict`] and change nothing. The loop claims a
 ///   suspended call this way before any tool or model work on resume.
+/// - **One turn at a time per thread.** At most one run of a [`ThreadKey`] is
+///   [`crate::RunStatus::Running`]: an insert of a running run, or an update that makes a run
+///   running that was not, while another run of its thread is running, is refused with
+///   [`StoreError::ThreadBusy`] (naming that run) and changes nothing. The check is part of the
+///   write's transaction (exact under any concurrency, across processes); a run that stays
+///   running is not checked again.
 /// - **Opaque state, delta commits.** Stores keep a [`RunState`] as its head
 ///   ([`codec::encode_head`]) and its messages, one text each ([`codec::encode_message`]), and
 ///   rebuild it with [`codec::decode_run`]; they may index the fields of [`RunState::summary`].
@@ -190,40 +252,47 @@ const COUNT_PAGE: usize = 500;
 ///   a commit costs what changed, not the whole conversation, and an update that conflicts
 ///   appends nothing.
 /// - **Threads, in completion-sequence order.** The store keeps one completion sequence for
-///   all its runs, strictly increasing in commit order: the insert or update that makes a run
-///   [`crate::RunStatus::Completed`] gives it the next one, in the same transaction (once; a
-///   completed run keeps its sequence). [`RunStore::thread_history`] returns the own messages
-///   of a thread's completed runs in that order (not creation order), up to a given sequence.
+///   all its runs, strictly increasing in commit order: the insert or update that ends a run —
+///   makes it [`crate::RunStatus::Completed`] or [`crate::RunStatus::Cancelled`] — gives it the
+///   next one, in the same transaction (once; the run keeps its sequence).
+///   [`RunStore::thread_history`] returns the own messages of a thread's ended runs (completed
+///   and cancelled) in that order (not creation order), up to a given sequence: the next turn
+///   sees what was cancelled too.
 /// - **Leases.** Every insert and update sets the run's lease to the one given (`Some` while
 ///   the run is running: its driver and expiry; `None` when it suspends, completes or fails);
 ///   [`RunStore::renew_lease`] extends it without changing the version. The lease is kept
 ///   beside the state (columns), returned by [`RunStore::load_run`] in [`StoredRun::lease`].
 ///   Stores do not interpret it: the loop refuses to take over a run whose lease is live.
-/// - **Listing** is newest first (creation time, then run id, both descending), with a cursor,
-///   filtered by agent, status, thread and resource; it returns summaries (never whole
-///   states: the pending questions' payloads come from the head or a column) and never fails
-///   because of one bad row: an unreadable run is listed as [`ListedRun::Unreadable`].
+/// - **Listing** is newest first (creation time, then run id, then resource, all descending),
+///   with a cursor, filtered by agent, status, thread, resource and exact run id; it returns
+///   summaries (never whole states: the pending questions' payloads come from the head or a
+///   column) and never fails because of one bad row: an unreadable run is listed as
+///   [`ListedRun::Unreadable`], with its key.
 /// - Every method either fully happens or leaves the store unchanged; after an error the store
 ///   is as it was before the call. A newer-format row is refused
 ///   ([`StoreError::UnsupportedFormat`]) and left untouched.
 #[async_trait]
 pub trait RunStore: Send + Sync {
-    /// Stores a new run at version 1 with this lease (a run inserted as completed gets its
-    /// completion sequence).
+    /// Stores a new run at version 1 under its key ([`RunState::key`]) with this lease (a run
+    /// inserted as completed or cancelled gets its completion sequence).
     ///
     /// # Errors
-    /// [`StoreError::AlreadyExists`] if the id is taken; [`StoreError::Encode`];
-    /// [`StoreError::ReadOnly`]; [`StoreError::Backend`].
+    /// [`StoreError::AlreadyExists`] if the key is taken (the same id in another resource is
+    /// another run); [`StoreError::ThreadBusy`] for a running run whose thread has a running
+    /// run; [`StoreError::Encode`]; [`StoreError::ReadOnly`]; [`StoreError::Backend`].
     async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError>;
 
-    /// Compare-and-swap on the version: if the run is still at `expected_version`, writes the
-    /// head, appends the messages past those stored, sets the lease to `lease`, and — when the
-    /// state becomes completed — assigns the run the next completion sequence, all in one
-    /// transaction; returns the new version (`expected_version + 1`).
+    /// Compare-and-swap on the version of the run `state.key()`: if it is still at
+    /// `expected_version`, writes the head, appends the messages past those stored, sets the
+    /// lease to `lease`, and — when the state becomes completed or cancelled — assigns the run
+    /// the next completion sequence, all in one transaction; returns the new version
+    /// (`expected_version + 1`).
     ///
     /// # Errors
     /// [`StoreError::Conflict`] if the version moved on; [`StoreError::NotFound`];
-    /// [`StoreError::Encode`]; [`StoreError::ReadOnly`]; [`StoreError::Backend`].
+    /// [`StoreError::ThreadBusy`] when the update makes the run running while another run of
+    /// its thread is; [`StoreError::Encode`]; [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
     async fn update_run(
         &self,
         state: &RunState,
@@ -239,17 +308,18 @@ pub trait RunStore: Send + Sync {
     /// version); [`StoreError::NotFound`]; [`StoreError::ReadOnly`]; [`StoreError::Backend`].
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError>;
 
-    /// Loads a run, its version and its lease.
+    /// Loads the run `run` (exactly that key: the same id in another resource is another
+    /// run), its version and its lease.
     ///
     /// # Errors
     /// [`StoreError::NotFound`]; [`StoreError::UnsupportedFormat`]; [`StoreError::Corrupt`];
     /// [`StoreError::Backend`].
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError>;
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError>;
 
     /// Lists summaries of the runs matching `filter`, newest first, one page at a time.
     ///
@@ -283,15 +353,16 @@ pub trait RunStore: Send + Sync {
         }
     }
 
-    /// The own messages of the thread's completed runs whose completion sequence is at most
-    /// `through` (all of them when `None`), in completion-sequence order, and the highest
-    /// sequence included (`None` when none is).
+    /// The own messages of the thread's ended runs (completed or cancelled: those with a
+    /// completion sequence) whose completion sequence is at most `through` (all of them when
+    /// `None`), in completion-sequence order, and the highest sequence included (`None` when
+    /// none is). Only the runs of `thread`'s resource count.
     ///
     /// # Errors
     /// [`StoreError::Corrupt`] for a bad row; [`StoreError::Backend`].
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError>;
 
@@ -329,14 +400,14 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
     }
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
-        (**self).renew_lease(run_id, expected_version, lease).await
+        (**self).renew_lease(run, expected_version, lease).await
     }
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
-        (**self).load_run(run_id).await
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
+        (**self).load_run(run).await
     }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         (**self).list_runs(filter).await
@@ -346,10 +417,10 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
     }
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
-        (**self).thread_history(thread_id, through).await
+        (**self).thread_history(thread, through).await
     }
     async fn watch_changes(&self) -> Option<RunChanges> {
         (**self).watch_changes().await

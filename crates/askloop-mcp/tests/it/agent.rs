@@ -86,7 +86,12 @@ async fn mcp_tools_wait_for_approval_and_a_decline_never_writes() {
         .unwrap();
     assert_eq!(done.text, "Done.");
     assert!(!declined_path.exists(), "a declined call never writes");
-    let stored = agent.store().load_run(&output.run_id).await.unwrap().state;
+    let stored = agent
+        .store()
+        .load_run(&output.run_key())
+        .await
+        .unwrap()
+        .state;
     let result = stored
         .messages()
         .iter()

@@ -11,7 +11,7 @@ use askloop_core::model::{Message, ToolResult};
 use askloop_core::store::MemoryStore;
 use askloop_core::testing::{ScriptStep, ScriptToolCall, ScriptedModel};
 use askloop_core::{
-    Agent, DynTool, PendingToolCall, ResumeError, RunId, RunOutcome, RunOutput, ToolCallId,
+    Agent, DynTool, PendingToolCall, ResumeError, RunId, RunKey, RunOutcome, RunOutput, ToolCallId,
 };
 use askloop_mcp::{McpServerConfig, McpToolset};
 use serde_json::{Value, json};
@@ -121,7 +121,7 @@ async fn answer(agent: &Agent, run_id: &RunId, answer: Value) -> RunOutput {
 
 /// The result of the run's (only) tool call.
 async fn tool_result(agent: &Agent, run_id: &RunId) -> ToolResult {
-    let stored = agent.store().load_run(run_id).await.unwrap().state;
+    let stored = agent.store().load_run(&RunKey::new(None, run_id.clone())).await.unwrap().state;
     stored
         .messages()
         .iter()
@@ -329,7 +329,7 @@ async fn issue31_an_answer_that_does_not_fit_is_refused_before_anything_changes(
     let agent = agent(&tools, &store, calls("book_table", restaurant()));
     let output = agent.generate("Book a table").await.unwrap();
     pending(&output);
-    let before = agent.store().load_run(&output.run_id).await.unwrap();
+    let before = agent.store().load_run(&output.run_key()).await.unwrap();
     for wrong in [
         json!({"action": "accept"}),
         json!({"action": "accept", "content": {"time": "18:00", "people": 2}}),
@@ -347,7 +347,7 @@ async fn issue31_an_answer_that_does_not_fit_is_refused_before_anything_changes(
             "{wrong}: {error:?}"
         );
     }
-    let after = agent.store().load_run(&output.run_id).await.unwrap();
+    let after = agent.store().load_run(&output.run_key()).await.unwrap();
     assert_eq!(after.version, before.version);
     assert_eq!(log.of("call").len(), 1, "{:?}", log.events());
     tools.close().await;

@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 
 use askloop_core::store::{RunFilter, StoredRun};
-use askloop_core::{AgentId, ResumeError, RunId, RunOptions, RunStatus, StoreError, ToolCallId};
+use askloop_core::{AgentId, ResumeError, RunOptions, RunStatus, ToolCallId};
 use axum::Json;
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -19,7 +18,7 @@ use crate::keys::Caller;
 use crate::metrics::StreamKind;
 use crate::routes::{
     Body, Params, PathParam, State, agent_for_caller, agent_of_run, check_answer, check_id,
-    check_text, check_thread_visible, check_tool_call_id, visible_run,
+    check_text, check_tool_call_id, resource_of, visible_run,
 };
 use crate::sse;
 
@@ -72,7 +71,7 @@ pub(crate) async fn get_agent(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "Another agent or resource than the key's", body = ErrorBody),
         (status = 404, description = "agent_not_found", body = ErrorBody),
-        (status = 409, description = "conflict: the run id is taken", body = ErrorBody),
+        (status = 409, description = "thread_busy: the thread has a turn running (details: threadId, runningRunId; nothing was stored); conflict: the caller's resource already has a run with this id (another resource's run with the same id is another run)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
 pub(crate) async fn stream(
@@ -90,23 +89,14 @@ pub(crate) async fn stream(
         .filter(|text| !askloop_core::is_blank(text))
         .ok_or_else(|| ApiError::bad_request("messages holds no user message with text"))?;
     check_text("the message", &input, state.limits.message_bytes)?;
+    // The run and its thread live in the caller's resource: the same run id or thread id of
+    // another resource is another run or thread, so nothing here can reach another tenant's.
     let mut options = RunOptions::new();
-    let resource = match (caller.resource(), request.resource()) {
-        (Some(own), Some(given)) if own.as_str() != given => {
-            return Err(ApiError::forbidden(
-                "resourceId differs from the API key's resource",
-            ));
-        }
-        (Some(own), _) => Some(own.as_str().to_owned()),
-        (None, given) => given.map(str::to_owned),
-    };
-    if let Some(resource) = resource {
-        check_id("resourceId", &resource)?;
+    if let Some(resource) = resource_of(&caller, request.resource())? {
         options = options.resource(resource);
     }
     if let Some(thread) = request.thread() {
         check_id("threadId", thread)?;
-        check_thread_visible(&state, &caller, thread).await?;
         options = options.thread(thread);
     }
     if let Some(by) = caller.by() {
@@ -114,24 +104,18 @@ pub(crate) async fn stream(
     }
     if let Some(run_id) = &request.run_id {
         check_id("runId", run_id)?;
-        match state.store.load_run(&RunId::new(run_id.as_str())).await {
-            Err(StoreError::NotFound { .. }) => {}
-            Ok(_) => {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "conflict",
-                    format!("run {run_id} already exists"),
-                ));
-            }
-            Err(error) => return Err(error.into()),
-        }
         options = options.run_id(run_id.as_str());
     }
-    let run = agent.stream_with(input, options);
-    Ok(sse::chunks_response(
-        state.hub.spawn(run, &agent_id, StreamKind::Cycle(started)),
-        state.closing.grace_over(),
-    ))
+    // Answered once the run holds its thread's turn (or was refused: 409, nothing stored).
+    let chunks = state
+        .hub
+        .start(
+            agent.stream_with(input, options),
+            &agent_id,
+            StreamKind::Cycle(started),
+        )
+        .await?;
+    Ok(sse::chunks_response(chunks, state.closing.grace_over()))
 }
 
 /// The stored run behind a resume of `agent_id`'s run: visible to the caller, of this agent.
@@ -140,6 +124,7 @@ async fn run_of_agent(
     caller: &Caller,
     agent_id: &AgentId,
     run_id: &str,
+    resource: Option<&str>,
 ) -> Result<StoredRun, ApiError> {
     if !caller.may_use(agent_id) {
         return Err(ApiError::forbidden(format!(
@@ -147,7 +132,7 @@ async fn run_of_agent(
             agent_id.as_str()
         )));
     }
-    let stored = visible_run(state, caller, run_id).await?;
+    let stored = visible_run(state, caller, run_id, resource).await?;
     if stored.state.agent_id() != agent_id {
         return Err(ApiError::run_not_found(run_id));
     }
@@ -199,7 +184,7 @@ fn allowed_labels(stored: &StoredRun, tool_call_id: &str) -> Option<Vec<String>>
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, agent_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -211,15 +196,22 @@ pub(crate) async fn resume_stream(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let agent_id = AgentId::new(agent_id);
-    let stored = run_of_agent(&state, &caller, &agent_id, &request.run_id).await?;
+    let stored = run_of_agent(
+        &state,
+        &caller,
+        &agent_id,
+        &request.run_id,
+        request.resource_id.as_deref(),
+    )
+    .await?;
     check_answer(&state, &request.resume_data)?;
     if let Some(id) = &request.tool_call_id {
         check_tool_call_id(id)?;
     }
     let agent = agent_of_run(&state, &stored).await?;
-    let run_id = RunId::new(request.run_id.as_str());
-    // The claim starts from the copy just checked: one store read per resume, not two.
-    let mut respond = agent.respond(&run_id).loaded(stored.clone());
+    // The claim names the exact run and starts from the copy just checked: one store read
+    // per resume, not two.
+    let mut respond = agent.respond(stored.state.key()).loaded(stored.clone());
     if let Some(by) = caller.by() {
         respond = respond.by(by);
     }
@@ -246,16 +238,23 @@ async fn approval(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let agent_id = AgentId::new(agent_id);
-    let stored = run_of_agent(&state, &caller, &agent_id, &request.run_id).await?;
+    let stored = run_of_agent(
+        &state,
+        &caller,
+        &agent_id,
+        &request.run_id,
+        request.resource_id.as_deref(),
+    )
+    .await?;
     check_tool_call_id(&request.tool_call_id)?;
     if let Some(reason) = &request.reason {
         check_text("reason", reason, state.limits.answer_bytes)?;
     }
     let agent = agent_of_run(&state, &stored).await?;
-    let run_id = RunId::new(request.run_id.as_str());
     let tool_call_id = ToolCallId::new(request.tool_call_id.as_str());
-    // The claim starts from the copy just checked: one store read per resume, not two.
-    let mut respond = agent.respond(&run_id).loaded(stored.clone());
+    // The claim names the exact run and starts from the copy just checked: one store read
+    // per resume, not two.
+    let mut respond = agent.respond(stored.state.key()).loaded(stored.clone());
     if let Some(by) = caller.by() {
         respond = respond.by(by);
     }
@@ -284,7 +283,7 @@ async fn approval(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -307,7 +306,7 @@ pub(crate) async fn approve_tool_call(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -360,6 +359,7 @@ pub(crate) async fn suspended_runs(
     }
     match (caller.resource(), &query.resource_id) {
         (Some(own), Some(given)) if own.as_str() != given => {
+            check_id("resourceId", given)?;
             return Ok(Json(SuspendedRunList {
                 runs: Vec::new(),
                 total: 0,

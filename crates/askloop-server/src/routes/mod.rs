@@ -1,6 +1,6 @@
 //! The router: every route and its layers, the extractors that turn their failures into
-//! `ApiError` JSON (never axum's plain-text rejections), and the checks routes share (may the
-//! caller see this run, use this agent; are ids and sizes acceptable).
+//! `ApiError` JSON (never axum's plain-text rejections), and the checks routes share (which run
+//! a caller names and may see, which agent it may use; are ids and sizes acceptable).
 
 mod agents;
 mod docs;
@@ -8,8 +8,8 @@ mod runs;
 
 use std::sync::Arc;
 
-use askloop_core::store::{RunFilter, StoredRun};
-use askloop_core::{Agent, AgentId, RunId, StoreError};
+use askloop_core::store::{StoredRun, keys_of_run};
+use askloop_core::{Agent, AgentId, IdProblem, ResourceId, RunId, RunKey, StoreError};
 use axum::Router;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -172,31 +172,32 @@ async fn json_errors(request: Request, next: Next) -> Response {
     response
 }
 
-/// The longest id accepted (run, thread, resource), bytes.
-const MAX_ID_BYTES: usize = 256;
-
 /// The longest tool call id accepted, bytes: providers make their own ids, some of several
 /// hundred bytes, and every route takes what any provider may send.
 pub(crate) const MAX_TOOL_CALL_ID_BYTES: usize = 4096;
 
-/// Checks an id from a request: not empty, at most 256 bytes, no NUL or control characters.
+/// Checks an id from a request (run, thread, resource, agent): the core's rule for ids
+/// ([`IdProblem::of`]: not blank, no control characters, at most 256 bytes), or 400 naming the
+/// field. Every route checks every id it is given with this (tool call ids with
+/// [`check_tool_call_id`]), before anything else.
 pub(crate) fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
-    check_id_within(field, id, MAX_ID_BYTES)
-}
-
-/// Checks a tool call id from a request, the same way on every route: not empty, at most
-/// [`MAX_TOOL_CALL_ID_BYTES`], no control characters; one error (400 `bad_request`) otherwise.
-pub(crate) fn check_tool_call_id(id: &str) -> Result<(), ApiError> {
-    check_id_within("toolCallId", id, MAX_TOOL_CALL_ID_BYTES)
-}
-
-fn check_id_within(field: &str, id: &str, max: usize) -> Result<(), ApiError> {
-    if id.is_empty() || id.len() > max || id.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(format!(
-            "{field} must be 1 to {max} bytes without control characters"
-        )));
+    match IdProblem::of(id) {
+        None => Ok(()),
+        Some(problem) => Err(ApiError::bad_request(format!("{field} {problem}"))),
     }
-    Ok(())
+}
+
+/// Checks a tool call id from a request, the same way on every route: the core's rule for ids
+/// but up to [`MAX_TOOL_CALL_ID_BYTES`]; one error (400 `bad_request`) otherwise.
+pub(crate) fn check_tool_call_id(id: &str) -> Result<(), ApiError> {
+    match IdProblem::of(id) {
+        None => Ok(()),
+        Some(IdProblem::TooLong { bytes }) if bytes <= MAX_TOOL_CALL_ID_BYTES => Ok(()),
+        Some(IdProblem::TooLong { bytes }) => Err(ApiError::bad_request(format!(
+            "toolCallId is {bytes} bytes; at most {MAX_TOOL_CALL_ID_BYTES} are accepted"
+        ))),
+        Some(problem) => Err(ApiError::bad_request(format!("toolCallId {problem}"))),
+    }
 }
 
 /// Checks a text from a request: at most `max` bytes (413), no NUL (stores reject it).
@@ -233,31 +234,57 @@ pub(crate) fn check_answer(state: &AppState, answer: &serde_json::Value) -> Resu
     Ok(())
 }
 
-/// Refuses a thread whose runs the caller may not see (another tenant's thread is "not found",
-/// as its runs are): a new message to a thread supersedes its waiting questions and reads its
-/// history, so only its owner may post to it.
-pub(crate) async fn check_thread_visible(
+/// The resource whose runs and threads a request acts on: the key's for a keyed caller (a
+/// `resourceId` given that differs is 403), else the one given (checked), else none.
+pub(crate) fn resource_of(
+    caller: &Caller,
+    given: Option<&str>,
+) -> Result<Option<ResourceId>, ApiError> {
+    match (caller.resource(), given) {
+        (Some(own), Some(given)) if own.as_str() != given => Err(ApiError::forbidden(
+            "resourceId differs from the API key's resource",
+        )),
+        (Some(own), _) => Ok(Some(own.clone())),
+        (None, Some(given)) => {
+            check_id("resourceId", given)?;
+            Ok(Some(ResourceId::new(given)))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// The exact run a request names by `run_id` (and, on a server without keys, optionally a
+/// `resourceId`): a keyed caller names a run of its own resource (another `resourceId` names
+/// nothing: 404); a caller without key names the run of the resource given, or, without one,
+/// the one run with this id (404 none, 409 `ambiguous_run` when several resources use it,
+/// naming them).
+pub(crate) async fn run_key_for(
     state: &AppState,
     caller: &Caller,
-    thread: &str,
-) -> Result<(), ApiError> {
-    let page = state
-        .store
-        .list_runs(&RunFilter::new().thread(thread).limit(1))
-        .await?;
-    let visible = page.runs.iter().all(|listed| {
-        listed
-            .summary()
-            .is_some_and(|summary| caller.may_see(summary.resource_id.as_ref(), &summary.agent_id))
-    });
-    if visible {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "thread_not_found",
-            format!("thread {thread} not found"),
-        ))
+    run_id: &str,
+    resource: Option<&str>,
+) -> Result<RunKey, ApiError> {
+    check_id("runId", run_id)?;
+    let run = RunId::new(run_id);
+    match (caller.resource(), resource) {
+        (Some(own), Some(given)) if own.as_str() != given => Err(ApiError::run_not_found(run_id)),
+        (Some(own), _) => Ok(RunKey::new(Some(own.clone()), run)),
+        (None, Some(given)) => {
+            check_id("resourceId", given)?;
+            Ok(RunKey::new(Some(ResourceId::new(given)), run))
+        }
+        (None, None) => {
+            let mut keys = keys_of_run(state.store.as_ref(), &run).await?;
+            match keys.len() {
+                0 => Err(ApiError::run_not_found(run_id)),
+                1 => Ok(keys.remove(0)),
+                _ => Err(askloop_core::ResumeError::AmbiguousRun {
+                    run_id: run,
+                    resources: keys.into_iter().map(|key| key.resource_id).collect(),
+                }
+                .into()),
+            }
+        }
     }
 }
 
@@ -279,14 +306,17 @@ pub(crate) async fn agent_for_caller(
     Ok(state.agents.agent(agent_id).await?)
 }
 
-/// The stored run, if the caller may see it: another tenant's run is 404, like a missing one.
+/// The stored run a request names ([`run_key_for`]), if the caller may see it: another
+/// tenant's run is 404, like a missing one (a keyed caller only ever names runs of its own
+/// resource; a key restricted to some agents sees only their runs).
 pub(crate) async fn visible_run(
     state: &AppState,
     caller: &Caller,
     run_id: &str,
+    resource: Option<&str>,
 ) -> Result<StoredRun, ApiError> {
-    check_id("runId", run_id).map_err(|_| ApiError::run_not_found(run_id))?;
-    let stored = match state.store.load_run(&RunId::new(run_id)).await {
+    let key = run_key_for(state, caller, run_id, resource).await?;
+    let stored = match state.store.load_run(&key).await {
         Ok(stored) => stored,
         Err(StoreError::NotFound { .. }) => return Err(ApiError::run_not_found(run_id)),
         Err(error) => return Err(error.into()),

@@ -10,14 +10,16 @@ use askloop_core::store::{
     lease_now_ms,
 };
 use askloop_core::{
-    AgentId, Chunk, PendingKind, RunId, RunStatus, Suspension, ToolCallId, approval_schema, wire,
+    AgentId, Chunk, PendingKind, RunKey, RunStatus, Suspension, ToolCallId, approval_schema, wire,
 };
 use axum::Json;
 use axum::response::Response;
 use axum::response::sse::Event;
 use futures::StreamExt;
 
-use crate::api::{CancelledBody, ResponsesRequest, RunDetail, RunList, RunSummaryBody, RunsQuery};
+use crate::api::{
+    CancelledBody, ResponsesRequest, RunDetail, RunList, RunQuery, RunSummaryBody, RunsQuery,
+};
 use crate::error::{ApiError, ErrorBody};
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
@@ -113,6 +115,7 @@ pub(crate) async fn list_runs(
     }
     match (caller.resource(), &query.resource_id) {
         (Some(own), Some(given)) if own.as_str() != given => {
+            check_id("resourceId", given)?;
             return Ok(Json(RunList {
                 runs: Vec::new(),
                 next_cursor: None,
@@ -150,39 +153,44 @@ pub(crate) async fn list_runs(
 
 /// `GET /api/runs/{runId}`: a run's summary, pending calls and messages.
 #[utoipa::path(get, path = "/api/runs/{runId}", tag = "runs",
-    params(("runId" = String, Path, description = "The run")),
+    params(("runId" = String, Path, description = "The run"), RunQuery),
     responses(
         (status = 200, description = "The run", body = RunDetail),
+        (status = 400, description = "bad_request (resourceId)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found (also another tenant's run)", body = ErrorBody),
+        (status = 409, description = "ambiguous_run: without keys, several resources use the run id (details: resources); give resourceId", body = ErrorBody),
     ))]
 pub(crate) async fn get_run(
     state: State,
     caller: Caller,
     PathParam(run_id): PathParam<String>,
+    Params(query): Params<RunQuery>,
 ) -> Result<Json<RunDetail>, ApiError> {
-    let stored = visible_run(&state, &caller, &run_id).await?;
+    let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
     Ok(Json(RunDetail::of(&stored.state)?))
 }
 
 /// `POST /api/runs/{runId}/cancel`: cancels a run; its waiting calls get cancelled results.
 #[utoipa::path(post, path = "/api/runs/{runId}/cancel", tag = "runs",
-    params(("runId" = String, Path, description = "The run")),
+    params(("runId" = String, Path, description = "The run"), RunQuery),
     responses(
         (status = 200, description = "The run is cancelled", body = CancelledBody),
+        (status = 400, description = "bad_request (resourceId)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
-        (status = 409, description = "not_cancellable, in_progress, conflict", body = ErrorBody),
+        (status = 409, description = "not_cancellable, in_progress, conflict, ambiguous_run", body = ErrorBody),
     ))]
 pub(crate) async fn cancel_run(
     state: State,
     caller: Caller,
     PathParam(run_id): PathParam<String>,
+    Params(query): Params<RunQuery>,
 ) -> Result<Json<CancelledBody>, ApiError> {
-    let stored = visible_run(&state, &caller, &run_id).await?;
+    let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
     let agent = agent_of_run(&state, &stored).await?;
     agent
-        .cancel_run(stored.state.run_id(), caller.by())
+        .cancel_run(stored.state.key(), caller.by())
         .await
         .map_err(|error| resume_refused(error, &stored, None))?;
     Ok(Json(CancelledBody {
@@ -193,22 +201,24 @@ pub(crate) async fn cancel_run(
 
 /// `POST /api/runs/{runId}/continue`: continues a failed (or abandoned running) run.
 #[utoipa::path(post, path = "/api/runs/{runId}/continue", tag = "runs",
-    params(("runId" = String, Path, description = "The run")),
+    params(("runId" = String, Path, description = "The run"), RunQuery),
     responses(
         (status = 200, description = "SSE of the continued run", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 400, description = "bad_request (resourceId)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
-        (status = 409, description = "not_continuable, in_progress, conflict", body = ErrorBody),
+        (status = 409, description = "not_continuable, in_progress, conflict, thread_busy (another turn of the thread runs), ambiguous_run", body = ErrorBody),
     ))]
 pub(crate) async fn continue_run(
     state: State,
     caller: Caller,
     PathParam(run_id): PathParam<String>,
+    Params(query): Params<RunQuery>,
 ) -> Result<Response, ApiError> {
-    let stored = visible_run(&state, &caller, &run_id).await?;
+    let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
     let agent = agent_of_run(&state, &stored).await?;
     let run = agent
-        .continue_stream(stored.state.run_id())
+        .continue_stream(stored.state.key())
         .await
         .map_err(|error| resume_refused(error, &stored, None))?;
     Ok(sse::chunks_response(
@@ -222,14 +232,14 @@ pub(crate) async fn continue_run(
 /// `POST /api/runs/{runId}/responses`: answers, approvals and declines of several waiting
 /// calls in one commit (all or none).
 #[utoipa::path(post, path = "/api/runs/{runId}/responses", tag = "runs",
-    params(("runId" = String, Path, description = "The run")),
+    params(("runId" = String, Path, description = "The run"), RunQuery),
     request_body = ResponsesRequest,
     responses(
         (status = 200, description = "SSE of the run from the answered calls on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "invalid_answer, bad_request, duplicate_tool_call, empty_batch", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered, in_progress", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -237,16 +247,18 @@ pub(crate) async fn respond(
     state: State,
     caller: Caller,
     PathParam(run_id): PathParam<String>,
+    Params(query): Params<RunQuery>,
     Body(request): Body<ResponsesRequest>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let stored = visible_run(&state, &caller, &run_id).await?;
+    let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
     if request.responses.is_empty() {
         return Err(ApiError::bad_request("responses is empty"));
     }
     let agent = agent_of_run(&state, &stored).await?;
-    // The claim starts from the copy just checked: one store read, not two.
-    let mut respond = agent.respond(stored.state.run_id()).loaded(stored.clone());
+    // The claim names the exact run and starts from the copy just checked: one store read,
+    // not two.
+    let mut respond = agent.respond(stored.state.key()).loaded(stored.clone());
     if let Some(by) = caller.by() {
         respond = respond.by(by);
     }
@@ -299,19 +311,22 @@ pub(crate) async fn respond(
 /// Ends at the server's shutdown ([`crate::closing`]): at once while it waits for a run another
 /// process drives, else as every run stream.
 #[utoipa::path(get, path = "/api/runs/{runId}/stream", tag = "runs",
-    params(("runId" = String, Path, description = "The run")),
+    params(("runId" = String, Path, description = "The run"), RunQuery),
     responses(
         (status = 200, description = "SSE: a live run's chunks so far then the live ones; a run another process drives: keep-alives until it stops running (its live chunks are not relayed), then as for a settled run; a suspended run's pending calls re-announced; a finished run's `finish` (or `error`); then `data: [DONE]`", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 400, description = "bad_request (resourceId)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
+        (status = 409, description = "ambiguous_run", body = ErrorBody),
     ))]
 pub(crate) async fn reattach(
     state: State,
     caller: Caller,
     PathParam(run_id): PathParam<String>,
+    Params(query): Params<RunQuery>,
 ) -> Result<Response, ApiError> {
-    let stored = visible_run(&state, &caller, &run_id).await?;
-    let id = RunId::new(run_id.as_str());
+    let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
+    let id = stored.state.key();
     if let Some(live) = state.hub.subscribe(&id) {
         return Ok(sse::chunks_response(live, state.closing.grace_over()));
     }
@@ -348,7 +363,7 @@ fn settled_chunk_texts(stored: &StoredRun) -> Vec<Arc<str>> {
 /// it runs there; then the live chunks if this server took it over, else where it stands.
 fn follow_elsewhere(
     state: Arc<AppState>,
-    run_id: RunId,
+    run_id: RunKey,
     mut stored: StoredRun,
 ) -> impl futures::Stream<Item = Arc<str>> + Send + 'static {
     async_stream::stream! {
@@ -384,7 +399,7 @@ fn follow_elsewhere(
 /// Waits until the run may have changed: without notifications, [`REATTACH_POLL`]; with them,
 /// a change of this run, a resync, or [`REATTACH_SAFETY`] (a driver that died renews its lease
 /// no more, which is notified by nobody). A store that stops notifying is polled from then on.
-async fn wait_for_run(changes: &mut Option<RunChanges>, run_id: &RunId) {
+async fn wait_for_run(changes: &mut Option<RunChanges>, run: &RunKey) {
     let Some(feed) = changes else {
         tokio::time::sleep(REATTACH_POLL).await;
         return;
@@ -392,9 +407,7 @@ async fn wait_for_run(changes: &mut Option<RunChanges>, run_id: &RunId) {
     let waited = tokio::time::timeout(REATTACH_SAFETY, async {
         loop {
             match feed.next().await {
-                Some(RunChange::Run {
-                    run_id: changed, ..
-                }) if &changed != run_id => {}
+                Some(change @ RunChange::Run { .. }) if change.key().as_ref() != Some(run) => {}
                 Some(_) => return true,
                 None => return false,
             }

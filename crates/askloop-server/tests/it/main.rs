@@ -15,3 +15,4 @@ mod scenarios;
 mod socket;
 mod support;
 mod waits;
+mod tenancy;

@@ -588,10 +588,8 @@ async fn keys_isolate_tenants_and_agents(backend: Backend) {
 
     let run_id = start_ask(&router, Some(&alice), None).await;
     assert_eq!(
-        store
-            .load_run(&run_id.as_str().into())
+        load(&store, &run_id)
             .await
-            .unwrap()
             .state
             .resource_id()
             .unwrap()
@@ -609,17 +607,15 @@ async fn keys_isolate_tenants_and_agents(backend: Backend) {
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(error["code"], "forbidden");
 
-    // Bob cannot post to Alice's thread (it would supersede her question and read her
-    // history): 404, and her run still waits.
-    let thread = store
-        .load_run(&run_id.as_str().into())
+    // Bob posting to Alice's thread id posts to a thread of his own: it supersedes nothing of
+    // hers and reads none of her history; her run still waits.
+    let thread = load(&store, &run_id)
         .await
-        .unwrap()
         .state
         .thread_id()
         .as_str()
         .to_owned();
-    let (status, _, error) = stream(
+    let (status, chunks, error) = stream(
         &router,
         "POST",
         "/api/agents/assistant/stream",
@@ -627,9 +623,17 @@ async fn keys_isolate_tenants_and_agents(backend: Backend) {
         Some(&bob),
     )
     .await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
-    assert_eq!(error["code"], "thread_not_found");
-    let waiting = store.load_run(&run_id.as_str().into()).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{error}");
+    assert_eq!(types(&chunks).last(), Some(&"tool-call-suspended"));
+    let bobs = load(&store, chunks[0]["runId"].as_str().unwrap()).await;
+    assert_eq!(bobs.state.resource_id().map(|id| id.as_str()), Some("bob"));
+    assert_eq!(bobs.state.thread_id().as_str(), thread);
+    assert_eq!(
+        bobs.state.history_through(),
+        None,
+        "none of Alice's history"
+    );
+    let waiting = load(&store, &run_id).await;
     assert_eq!(waiting.state.status(), askloop_core::RunStatus::Suspended);
 
     // Bob sees nothing of Alice's run: 404 everywhere, never 403.
@@ -669,8 +673,12 @@ async fn keys_isolate_tenants_and_agents(backend: Backend) {
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // Bob's lists hold his own run only.
     let (_, page) = call(&router, "GET", "/api/runs", None, Some(&bob)).await;
-    assert_eq!(page["runs"], json!([]));
+    let listed: Vec<&Value> = page["runs"].as_array().unwrap().iter().collect();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["resourceId"], "bob");
+    assert_ne!(listed[0]["runId"], run_id.as_str());
     let (_, page) = call(
         &router,
         "GET",
@@ -688,7 +696,8 @@ async fn keys_isolate_tenants_and_agents(backend: Backend) {
         Some(&bob),
     )
     .await;
-    assert_eq!(suspended["total"], 0);
+    assert_eq!(suspended["total"], 1);
+    assert_ne!(suspended["runs"][0]["runId"], run_id.as_str());
     let (_, page) = call(&router, "GET", "/api/runs", None, Some(&alice)).await;
     assert_eq!(page["runs"][0]["runId"], run_id.as_str());
 

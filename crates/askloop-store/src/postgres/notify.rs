@@ -9,8 +9,9 @@
 //! trigger's `pg_notify` inside the commit capped commits that notify at one flush each
 //! (measured with pgbench, 64 clients, every update notifying: ~390 commits/s in the commit
 //! against ~7,400/s without; ~4,000/s with the notification as a statement of its own, which
-//! writes no WAL). The payload is `{"schema": ..., "run": ..., "status": ...}`, the schema
-//! telling the stores of several schemas in one database apart. A process that dies between
+//! writes no WAL). The payload is `{"schema": ..., "resource": ..., "run": ..., "status": ...}`
+//! (`resource` null for a run without one), the schema telling the stores of several schemas in
+//! one database apart. A process that dies between
 //! its commit and the notification leaves that change unnotified: watchers also look at the
 //! store on a timer (the inbox every 5 s). Notifications of different processes are not
 //! ordered with each other; watchers re-read the store anyway.
@@ -24,19 +25,18 @@
 
 use std::time::Duration;
 
-use askloop_core::RunId;
-use askloop_core::RunStatus;
 use askloop_core::store::{ChangeFeed, RunChange};
+use askloop_core::{RunId, RunKey, RunStatus};
 use sqlx::postgres::{PgListener, PgNotification, PgPool};
 use tokio::sync::{OnceCell, watch};
 
 /// The channel of the notifications.
 pub(crate) const CHANNEL: &str = "askloop_runs";
 
-/// The notification of one commit: the channel, then the run and its status; the schema is the
-/// session's (the store's tables' schema).
+/// The notification of one commit: the channel, then the run's resource, id and status; the
+/// schema is the session's (the store's tables' schema).
 const NOTIFY: &str = "SELECT pg_notify($1, json_build_object('schema', current_schema(), \
-    'run', $2::text, 'status', $3::text)::text)";
+    'resource', $2::text, 'run', $3::text, 'status', $4::text)::text)";
 
 /// How long the session waits after a failed reconnection before it tries again.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
@@ -77,17 +77,18 @@ impl Notifications {
     }
 }
 
-/// Notifies the commit that left `run_id` in `status`. A failure is logged, not returned: the
+/// Notifies the commit that left `run` in `status`. A failure is logged, not returned: the
 /// commit happened, and watchers look at the store on a timer too.
-pub(crate) async fn announce(pool: &PgPool, run_id: &RunId, status: RunStatus) {
+pub(crate) async fn announce(pool: &PgPool, run: &RunKey, status: RunStatus) {
     let sent = sqlx::query(NOTIFY)
         .bind(CHANNEL)
-        .bind(run_id.as_str())
+        .bind(run.resource_id.as_ref().map(|id| id.as_str()))
+        .bind(run.run_id.as_str())
         .bind(status.as_str())
         .execute(pool)
         .await;
     if let Err(error) = sent {
-        tracing::warn!(run_id = %run_id, error = %error, "store notifications: a commit was not notified");
+        tracing::warn!(run_id = %run.run_id, error = %error, "store notifications: a commit was not notified");
     }
 }
 
@@ -136,12 +137,18 @@ fn change_of(notification: &PgNotification, schema: &str) -> Option<RunChange> {
         return None;
     }
     let run_id = payload.get("run").and_then(serde_json::Value::as_str);
+    let resource_id = match payload.get("resource") {
+        None | Some(serde_json::Value::Null) => Some(None),
+        Some(serde_json::Value::String(resource)) => Some(Some(resource.as_str().into())),
+        Some(_) => None,
+    };
     let status = payload
         .get("status")
         .and_then(serde_json::Value::as_str)
         .and_then(|status| status.parse::<RunStatus>().ok());
-    Some(match (run_id, status) {
-        (Some(run_id), Some(status)) => RunChange::Run {
+    Some(match (resource_id, run_id, status) {
+        (Some(resource_id), Some(run_id), Some(status)) => RunChange::Run {
+            resource_id,
             run_id: RunId::new(run_id),
             status,
         },

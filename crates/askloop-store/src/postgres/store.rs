@@ -1,9 +1,10 @@
 //! The [`RunStore`] implementation of [`PgStore`]: one statement per operation.
 //!
-//! Commits call the SQL functions of `migrations/postgres/0001_runs.sql`
-//! (`askloop_insert_run`, `askloop_update_run`), so the compare-and-swap, the appended
-//! messages, the lease and the completion sequence travel in one round trip and commit as one
-//! statement. Reads are single statements too, so each sees one snapshot. A commit that
+//! Commits call the SQL functions of the migrations (`askloop_insert_run`,
+//! `askloop_update_run`, as `0002_resource_keys.sql` defines them), so the compare-and-swap,
+//! the one-turn-per-thread check, the appended messages, the lease and the completion sequence
+//! travel in one round trip and commit as one statement. Every run is named by its key: the
+//! `scope` column (its resource id, `''` for none) and its id. Reads are single statements too, so each sees one snapshot. A commit that
 //! [`notifies`] is followed by its notification (`notify.rs`).
 
 use async_trait::async_trait;
@@ -16,45 +17,51 @@ use askloop_core::store::{
     Lease, ListedRun, RunChanges, RunCounts, RunFilter, RunPage, RunState, StoredRun,
     ThreadHistory, notifies,
 };
-use askloop_core::{LeaseHolder, RunId, RunStatus, RunStore, StoreError, ThreadId};
+use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, RunStore, StoreError, ThreadKey};
 
 use crate::postgres::error::{backend, map_pg_error};
 use crate::postgres::{PgStore, notify};
 
-/// `askloop_update_run`'s answers besides a new version.
+/// `askloop_update_run`'s (and `askloop_insert_run`'s) answers besides a new version.
 const UPDATE_CONFLICT: i64 = 0;
 const UPDATE_NOT_FOUND: i64 = -1;
 const UPDATE_MESSAGES_GAP: i64 = -2;
+const THREAD_BUSY: i64 = -3;
 
 const INSERT_RUN: &str =
     "SELECT askloop_insert_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
-const UPDATE_RUN: &str = "SELECT askloop_update_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const UPDATE_RUN: &str = "SELECT askloop_update_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 // The lease alone: the version is the condition, never changed. The second column tells a
 // conflict from a missing run without another round trip (it reads the statement's snapshot,
 // which is enough to know the run exists).
 const RENEW_LEASE: &str = "WITH renewed AS ( \
-        UPDATE runs SET lease_holder = $3, lease_expires_at_ms = $4 \
-        WHERE id = $1 AND version = $2 RETURNING 1) \
-    SELECT EXISTS (SELECT 1 FROM renewed), EXISTS (SELECT 1 FROM runs WHERE id = $1)";
+        UPDATE runs SET lease_holder = $4, lease_expires_at_ms = $5 \
+        WHERE scope = $1 AND id = $2 AND version = $3 RETURNING 1) \
+    SELECT EXISTS (SELECT 1 FROM renewed), \
+        EXISTS (SELECT 1 FROM runs WHERE scope = $1 AND id = $2)";
 
-/// The run's row and its messages from position `$2` on (those the store does not hold
+/// The run's row and its messages from position `$3` on (those the store does not hold
 /// decoded already), in one statement.
 const LOAD_RUN: &str = "SELECT version, head, lease_holder, lease_expires_at_ms, message_count, \
-        ARRAY(SELECT body FROM run_messages WHERE run_id = $1 AND seq >= $2 ORDER BY seq) \
-          AS messages \
-    FROM runs WHERE id = $1";
+        ARRAY(SELECT body FROM run_messages \
+               WHERE scope = $1 AND run_id = $2 AND seq >= $3 ORDER BY seq) AS messages \
+    FROM runs WHERE scope = $1 AND id = $2";
 
 /// The listing's columns (the head carries the summary: never the messages); its conditions
 /// are added by [`list_query`].
-const LIST_RUNS: &str = "SELECT id, created_at_ms, head FROM runs WHERE TRUE";
+const LIST_RUNS: &str = "SELECT id, scope, created_at_ms, head FROM runs WHERE TRUE";
 
 const THREAD_HISTORY: &str = "SELECT r.id, r.completion_seq, m.body \
-    FROM runs r LEFT JOIN run_messages m ON m.run_id = r.id \
-    WHERE r.thread_id = $1 AND r.completion_seq IS NOT NULL \
-      AND ($2::bigint IS NULL OR r.completion_seq <= $2) \
+    FROM runs r LEFT JOIN run_messages m ON m.scope = r.scope AND m.run_id = r.id \
+    WHERE r.scope = $1 AND r.thread_id = $2 AND r.completion_seq IS NOT NULL \
+      AND ($3::bigint IS NULL OR r.completion_seq <= $3) \
     ORDER BY r.completion_seq, m.seq";
+
+/// The running run of a thread, read after a write was refused for it.
+const RUNNING_OF_THREAD: &str =
+    "SELECT id FROM runs WHERE scope = $1 AND thread_id = $2 AND status = 'running' LIMIT 1";
 
 /// A millisecond time or count as PostgreSQL's BIGINT (times past year 292 million saturate).
 fn to_bigint(value: u64) -> i64 {
@@ -86,12 +93,13 @@ fn lease_columns(lease: Option<&Lease>) -> (Option<&str>, Option<i64>) {
 impl RunStore for PgStore {
     async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
         let run_id = state.run_id();
+        let key = state.key();
         let messages = encode_new_messages(state, 0)?;
         let (holder, expires) = lease_columns(lease);
-        sqlx::query(INSERT_RUN)
+        let outcome: i64 = sqlx::query_scalar(INSERT_RUN)
+            .bind(key.scope())
             .bind(run_id.as_str())
             .bind(state.thread_id().as_str())
-            .bind(state.resource_id().map(|id| id.as_str()))
             .bind(state.agent_id().as_str())
             .bind(state.status().as_str())
             .bind(to_bigint(state.created_at_ms()))
@@ -100,13 +108,16 @@ impl RunStore for PgStore {
             .bind(&messages)
             .bind(holder)
             .bind(expires)
-            .bind(state.status() == RunStatus::Completed)
-            .execute(&self.pool)
+            .bind(ends(state.status()))
+            .fetch_one(&self.pool)
             .await
             .map_err(|error| map_pg_error(run_id, error))?;
+        if outcome == THREAD_BUSY {
+            return Err(self.thread_busy(&state.thread_key()).await);
+        }
         self.known.stored(state, 0, 1);
         if notifies(None, state.status()) {
-            notify::announce(&self.pool, run_id, state.status()).await;
+            notify::announce(&self.pool, &key, state.status()).await;
         }
         Ok(1)
     }
@@ -118,15 +129,17 @@ impl RunStore for PgStore {
         lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
         let run_id = state.run_id();
+        let key = state.key();
         let head = encode_head(state)?;
         let (holder, expires) = lease_columns(lease);
-        let mut first = self.known.count_at(run_id, expected_version).unwrap_or(0);
+        let mut first = self.known.count_at(&key, expected_version).unwrap_or(0);
         // The status committed at `expected_version`, if this store committed or loaded it
         // (the driver of a run always has): unknown, the commit is notified.
-        let before = self.known.status_at(run_id, expected_version);
+        let before = self.known.status_at(&key, expected_version);
         loop {
             let messages = encode_new_messages(state, first)?;
             let outcome: i64 = sqlx::query_scalar(UPDATE_RUN)
+                .bind(key.scope())
                 .bind(run_id.as_str())
                 .bind(to_bigint(expected_version))
                 .bind(state.status().as_str())
@@ -136,24 +149,25 @@ impl RunStore for PgStore {
                 .bind(&messages)
                 .bind(holder)
                 .bind(expires)
-                .bind(state.status() == RunStatus::Completed)
+                .bind(ends(state.status()))
                 .fetch_one(&self.pool)
                 .await
                 .map_err(|error| map_pg_error(run_id, error))?;
             match outcome {
                 UPDATE_CONFLICT => {
-                    self.known.forget(run_id);
+                    self.known.forget(&key);
                     return Err(StoreError::Conflict {
                         run_id: run_id.clone(),
                         expected_version,
                     });
                 }
                 UPDATE_NOT_FOUND => {
-                    self.known.forget(run_id);
+                    self.known.forget(&key);
                     return Err(StoreError::NotFound {
                         run_id: run_id.clone(),
                     });
                 }
+                THREAD_BUSY => return Err(self.thread_busy(&state.thread_key()).await),
                 // The cache was wrong (it never should be): send every message once.
                 UPDATE_MESSAGES_GAP if first > 0 => first = 0,
                 version if version > 0 => {
@@ -162,7 +176,7 @@ impl RunStore for PgStore {
                     // what it held before is not known, so nothing remembered is kept.
                     self.known.stored(state, first, version);
                     if before.is_none_or(|before| notifies(Some(before), state.status())) {
-                        notify::announce(&self.pool, run_id, state.status()).await;
+                        notify::announce(&self.pool, &key, state.status()).await;
                     }
                     return Ok(version);
                 }
@@ -178,11 +192,13 @@ impl RunStore for PgStore {
 
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
+        let run_id = &run.run_id;
         let (renewed, exists): (bool, bool) = sqlx::query_as(RENEW_LEASE)
+            .bind(run.scope())
             .bind(run_id.as_str())
             .bind(to_bigint(expected_version))
             .bind(lease.holder.as_str())
@@ -202,17 +218,18 @@ impl RunStore for PgStore {
         }
     }
 
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
+        let run_id = &run.run_id;
         let map = |error| map_pg_error(run_id, error);
         // Only the messages past those this store holds decoded are read and decoded.
-        let mut known = self.known.messages(run_id);
-        let mut row = self.load_row(run_id, known.len()).await?;
+        let mut known = self.known.messages(run);
+        let mut row = self.load_row(run, known.len()).await?;
         let mut message_count: i32 = row.try_get("message_count").map_err(map)?;
         if usize::try_from(message_count).unwrap_or(0) < known.len() {
             // Fewer messages than remembered: not the run remembered (never expected).
-            self.known.forget(run_id);
+            self.known.forget(run);
             known = Vec::new();
-            row = self.load_row(run_id, 0).await?;
+            row = self.load_row(run, 0).await?;
             message_count = row.try_get("message_count").map_err(map)?;
         }
         let from = known.len();
@@ -222,10 +239,10 @@ impl RunStore for PgStore {
         let holder: Option<String> = row.try_get("lease_holder").map_err(map)?;
         let expires: Option<i64> = row.try_get("lease_expires_at_ms").map_err(map)?;
         let state = decode_run_after(run_id, &head, known, &messages)?;
-        if usize::try_from(message_count).ok() == Some(state.messages().len()) {
+        if usize::try_from(message_count).ok() == Some(state.messages().len()) && state.is(run) {
             self.known.stored(&state, from, version);
         } else {
-            self.known.forget(run_id);
+            self.known.forget(run);
         }
         let lease = holder
             .zip(expires)
@@ -263,11 +280,12 @@ impl RunStore for PgStore {
 
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
         let rows = sqlx::query(THREAD_HISTORY)
-            .bind(thread_id.as_str())
+            .bind(thread.scope())
+            .bind(thread.thread_id.as_str())
             .bind(through.map(to_bigint))
             .fetch_all(&self.pool)
             .await
@@ -304,17 +322,42 @@ impl RunStore for PgStore {
 
 impl PgStore {
     /// The run's row with its messages from position `from` on.
-    async fn load_row(&self, run_id: &RunId, from: usize) -> Result<PgRow, StoreError> {
+    async fn load_row(&self, run: &RunKey, from: usize) -> Result<PgRow, StoreError> {
         sqlx::query(LOAD_RUN)
-            .bind(run_id.as_str())
+            .bind(run.scope())
+            .bind(run.run_id.as_str())
             .bind(to_integer(from))
             .fetch_optional(&self.pool)
             .await
-            .map_err(|error| map_pg_error(run_id, error))?
+            .map_err(|error| map_pg_error(&run.run_id, error))?
             .ok_or_else(|| StoreError::NotFound {
-                run_id: run_id.clone(),
+                run_id: run.run_id.clone(),
             })
     }
+
+    /// The refusal of a write that would have made a second run of `thread` running, naming
+    /// the running run as read now (best effort: a failed read names none).
+    async fn thread_busy(&self, thread: &ThreadKey) -> StoreError {
+        let running: Option<String> = sqlx::query_scalar(RUNNING_OF_THREAD)
+            .bind(thread.scope())
+            .bind(thread.thread_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::debug!(error = %error, "reading a thread's running run failed");
+                None
+            });
+        StoreError::ThreadBusy {
+            thread_id: thread.thread_id.clone(),
+            running_run_id: running.map(RunId::new),
+        }
+    }
+}
+
+/// Whether a run in `status` has ended: it gets a completion sequence and joins its thread's
+/// history.
+fn ends(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Completed | RunStatus::Cancelled)
 }
 
 /// The listing statement for `filter`: only the conditions it sets, so each shape of listing is
@@ -330,23 +373,26 @@ fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> 
             .push(" AND thread_id = ")
             .push_bind(thread_id.as_str());
     }
-    if let Some(resource_id) = &filter.resource_id {
-        query
-            .push(" AND resource_id = ")
-            .push_bind(resource_id.as_str());
+    if let Some(scope) = filter.resource.scope() {
+        query.push(" AND scope = ").push_bind(scope.to_owned());
+    }
+    if let Some(run_id) = &filter.run_id {
+        query.push(" AND id = ").push_bind(run_id.as_str());
     }
     if let Some(agent_id) = &filter.agent_id {
         query.push(" AND agent_id = ").push_bind(agent_id.as_str());
     }
     if let Some(cursor) = &filter.cursor {
         query
-            .push(" AND (created_at_ms, id) < (")
+            .push(" AND (created_at_ms, id, scope) < (")
             .push_bind(to_bigint(cursor.created_at_ms))
             .push(", ")
             .push_bind(cursor.run_id.as_str())
+            .push(", ")
+            .push_bind(cursor.scope().to_owned())
             .push(")");
     }
-    query.push(" ORDER BY created_at_ms DESC, id DESC");
+    query.push(" ORDER BY created_at_ms DESC, id DESC, scope DESC");
     if let Some(limit) = limit {
         query.push(" LIMIT ").push_bind(limit);
     }
@@ -357,12 +403,14 @@ fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> 
 /// row as unreadable when the head does not decode (a newer format, damaged text).
 fn listed_run(row: &PgRow) -> Result<ListedRun, StoreError> {
     let run_id = RunId::new(row.try_get::<String, _>("id").map_err(backend)?);
+    let scope: String = row.try_get("scope").map_err(backend)?;
     let created_at_ms = from_bigint(row.try_get("created_at_ms").map_err(backend)?);
     let head: String = row.try_get("head").map_err(backend)?;
     Ok(match decode_run(&run_id, &head, [""; 0]) {
         Ok(state) => ListedRun::Run(state.summary()),
         Err(error) => ListedRun::Unreadable {
             run_id,
+            resource_id: (!scope.is_empty()).then(|| scope.into()),
             created_at_ms,
             error,
         },

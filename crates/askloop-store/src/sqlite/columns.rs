@@ -27,7 +27,8 @@ pub(super) struct Head {
     pub(super) pending: Option<String>,
     pub(super) lease_holder: Option<String>,
     pub(super) lease_expires_at_ms: Option<i64>,
-    pub(super) completed: bool,
+    /// Whether the run has ended (completed or cancelled): it gets a completion sequence.
+    pub(super) ended: bool,
 }
 
 impl Head {
@@ -44,7 +45,7 @@ impl Head {
             pending: pending_column(state)?,
             lease_holder: lease.map(|lease| lease.holder.as_str().to_owned()),
             lease_expires_at_ms: lease.map(|lease| millis(lease.expires_at_ms)),
-            completed: state.status() == RunStatus::Completed,
+            ended: matches!(state.status(), RunStatus::Completed | RunStatus::Cancelled),
         })
     }
 }

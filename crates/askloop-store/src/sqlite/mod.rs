@@ -25,7 +25,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use askloop_core::store::codec;
 use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
-use askloop_core::{RunId, RunStore, StoreError, ThreadId};
+use askloop_core::{RunKey, RunStore, StoreError, ThreadKey};
 
 use crate::error::{OpenError, is_read_only_refusal, sqlite_open_cause};
 use crate::known::KnownRuns;
@@ -354,9 +354,8 @@ impl RunStore for SqliteStore {
     async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
         let writer = self.writer()?;
         let write = Write::Insert {
-            run_id: state.run_id().clone(),
+            key: state.key(),
             thread_id: state.thread_id().as_str().to_owned(),
-            resource_id: state.resource_id().map(|id| id.as_str().to_owned()),
             agent_id: state.agent_id().as_str().to_owned(),
             created_at_ms: millis(state.created_at_ms()),
             head: Head::of(state, lease)?,
@@ -374,6 +373,7 @@ impl RunStore for SqliteStore {
         lease: Option<&Lease>,
     ) -> Result<u64, StoreError> {
         let writer = self.writer()?;
+        let key = state.key();
         let run_id = state.run_id();
         let expected = i64::try_from(expected_version).unwrap_or(i64::MAX);
         // The stored message count, to encode only the new messages: known from this store's
@@ -381,10 +381,10 @@ impl RunStore for SqliteStore {
         // write checks it in the same transaction as the version (the count changes only with
         // the version, so a count known at the expected version is right when that check
         // passes).
-        let stored_count = match self.inner.known.count_at(run_id, expected_version) {
+        let stored_count = match self.inner.known.count_at(&key, expected_version) {
             Some(count) => i64::try_from(count).unwrap_or(i64::MAX),
             None => {
-                match self.point_read(|connection| read::version_and_count(connection, run_id))? {
+                match self.point_read(|connection| read::version_and_count(connection, &key))? {
                     None => {
                         return Err(StoreError::NotFound {
                             run_id: run_id.clone(),
@@ -401,7 +401,7 @@ impl RunStore for SqliteStore {
             }
         };
         let write = Write::Update {
-            run_id: run_id.clone(),
+            key: key.clone(),
             expected_version: expected,
             stored_count,
             head: Head::of(state, lease)?,
@@ -414,7 +414,7 @@ impl RunStore for SqliteStore {
             Ok(version) => version,
             Err(error) => {
                 if matches!(error, StoreError::Conflict { .. }) {
-                    self.inner.known.forget(run_id);
+                    self.inner.known.forget(&key);
                 }
                 return Err(error);
             }
@@ -429,12 +429,12 @@ impl RunStore for SqliteStore {
 
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
         let write = Write::Renew {
-            run_id: run_id.clone(),
+            key: run.clone(),
             expected_version: i64::try_from(expected_version).unwrap_or(i64::MAX),
             holder: lease.holder.as_str().to_owned(),
             expires_at_ms: millis(lease.expires_at_ms),
@@ -442,30 +442,30 @@ impl RunStore for SqliteStore {
         self.writer()?.write(write).await.map(|_| ())
     }
 
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
         // The messages this store already holds decoded (only a writing store remembers):
         // only those past them are read and decoded.
         let known = match self.inner.writer {
-            Some(_) => self.inner.known.messages(run_id),
+            Some(_) => self.inner.known.messages(run),
             None => Vec::new(),
         };
         let mut from = known.len();
-        let mut row = self.point_read(|connection| read::load_run(connection, run_id, from))?;
+        let mut row = self.point_read(|connection| read::load_run(connection, run, from))?;
         let known = if row.message_count < from {
             // Fewer messages than remembered: not the run remembered (never expected).
-            self.inner.known.forget(run_id);
+            self.inner.known.forget(run);
             from = 0;
-            row = self.point_read(|connection| read::load_run(connection, run_id, 0))?;
+            row = self.point_read(|connection| read::load_run(connection, run, 0))?;
             Vec::new()
         } else {
             known
         };
-        let state = codec::decode_run_after(run_id, &row.head, known, &row.messages)?;
+        let state = codec::decode_run_after(&run.run_id, &row.head, known, &row.messages)?;
         if self.inner.writer.is_some() {
-            if state.messages().len() == row.message_count {
+            if state.messages().len() == row.message_count && state.is(run) {
                 self.inner.known.stored(&state, from, row.version);
             } else {
-                self.inner.known.forget(run_id);
+                self.inner.known.forget(run);
             }
         }
         Ok(StoredRun::new(state, row.version, row.lease))
@@ -483,10 +483,10 @@ impl RunStore for SqliteStore {
 
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
-        self.point_read(|connection| read::thread_history(connection, thread_id, through))
+        self.point_read(|connection| read::thread_history(connection, thread, through))
     }
 
     async fn close(&self) {

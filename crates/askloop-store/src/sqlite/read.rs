@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use askloop_core::store::codec;
 use askloop_core::store::{Lease, ListedRun, RunCounts, RunFilter, RunPage, ThreadHistory};
-use askloop_core::{LeaseHolder, RunId, RunStatus, StoreError, ThreadId};
+use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, StoreError, ThreadKey};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
 
@@ -140,16 +140,18 @@ impl Readers {
 /// The run's stored version and message count, if it exists.
 pub(super) fn version_and_count(
     connection: &Connection,
-    run_id: &RunId,
+    run: &RunKey,
 ) -> Result<Option<(i64, i64)>, StoreError> {
     connection
-        .prepare_cached("SELECT version, message_count FROM runs WHERE id = ?1")
+        .prepare_cached("SELECT version, message_count FROM runs WHERE scope = ?1 AND id = ?2")
         .and_then(|mut select| {
             select
-                .query_row([run_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))
+                .query_row(params![run.scope(), run.run_id.as_str()], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
                 .optional()
         })
-        .map_err(|error| map_sqlite_error(run_id, error))
+        .map_err(|error| map_sqlite_error(&run.run_id, error))
 }
 
 /// A run's row as read: version, head, lease, message count, and the message texts past
@@ -168,21 +170,25 @@ pub(super) struct RunRow {
 /// read by one statement (one snapshot). Decoding is left to the caller, off the connection.
 pub(super) fn load_run(
     connection: &Connection,
-    run_id: &RunId,
+    run: &RunKey,
     from: usize,
 ) -> Result<RunRow, StoreError> {
+    let run_id = &run.run_id;
     let map = |error| map_sqlite_error(run_id, error);
     let mut select = connection
         .prepare_cached(
             "SELECT r.version, r.head, r.lease_holder, r.lease_expires_at_ms, r.message_count, \
                m.body \
              FROM runs r LEFT JOIN run_messages m \
-               ON m.run_id = r.id AND m.seq >= ?2 AND m.seq < r.message_count \
-             WHERE r.id = ?1 ORDER BY m.seq",
+               ON m.scope = r.scope AND m.run_id = r.id AND m.seq >= ?3 \
+              AND m.seq < r.message_count \
+             WHERE r.scope = ?1 AND r.id = ?2 ORDER BY m.seq",
         )
         .map_err(map)?;
     let from = i64::try_from(from).unwrap_or(i64::MAX);
-    let mut rows = select.query(params![run_id.as_str(), from]).map_err(map)?;
+    let mut rows = select
+        .query(params![run.scope(), run_id.as_str(), from])
+        .map_err(map)?;
     let Some(first) = rows.next().map_err(map)? else {
         return Err(StoreError::NotFound {
             run_id: run_id.clone(),
@@ -214,7 +220,6 @@ pub(super) fn load_run(
     })
 }
 
-/// The own messages of the thread's completed runs up to `through`, in completion order.
 /// Runs by status: one `GROUP BY` over the status index; a status the core does not know
 /// counts as unreadable.
 pub(super) fn run_counts(connection: &Connection) -> Result<RunCounts, StoreError> {
@@ -234,23 +239,26 @@ pub(super) fn run_counts(connection: &Connection) -> Result<RunCounts, StoreErro
     Ok(counts)
 }
 
+/// The own messages of the thread's ended runs up to `through`, in completion order.
 pub(super) fn thread_history(
     connection: &Connection,
-    thread_id: &ThreadId,
+    thread: &ThreadKey,
     through: Option<u64>,
 ) -> Result<ThreadHistory, StoreError> {
     let mut select = connection
         .prepare_cached(
             "SELECT r.id, r.completion_seq, m.body FROM runs r \
-             LEFT JOIN run_messages m ON m.run_id = r.id AND m.seq < r.message_count \
-             WHERE r.thread_id = ?1 AND r.completion_seq IS NOT NULL \
-               AND r.completion_seq <= ?2 \
+             LEFT JOIN run_messages m \
+               ON m.scope = r.scope AND m.run_id = r.id AND m.seq < r.message_count \
+             WHERE r.scope = ?1 AND r.thread_id = ?2 AND r.completion_seq IS NOT NULL \
+               AND r.completion_seq <= ?3 \
              ORDER BY r.completion_seq, m.seq",
         )
         .map_err(backend)?;
     let mut rows = select
         .query(params![
-            thread_id.as_str(),
+            thread.scope(),
+            thread.thread_id.as_str(),
             through.map_or(i64::MAX, millis)
         ])
         .map_err(backend)?;
@@ -294,19 +302,23 @@ pub(super) fn list_runs(
                 pending: row.get(7).map_err(backend)?,
             };
             let current: bool = row.get(8).map_err(backend)?;
-            let run_id = RunId::new(columns.run_id.clone());
+            let key = RunKey::new(
+                columns.resource_id.clone().map(Into::into),
+                RunId::new(columns.run_id.clone()),
+            );
             let created_at_ms = unsigned(columns.created_at_ms);
             let listed = if current {
                 summary(columns)
             } else {
-                older_or_newer(connection, &run_id)
+                older_or_newer(connection, &key)
             };
             runs.push(match listed {
                 Ok(summary) => ListedRun::Run(summary),
                 Err(
                     error @ (StoreError::Corrupt { .. } | StoreError::UnsupportedFormat { .. }),
                 ) => ListedRun::Unreadable {
-                    run_id,
+                    run_id: key.run_id,
+                    resource_id: key.resource_id,
                     created_at_ms,
                     error,
                 },
@@ -321,19 +333,22 @@ pub(super) fn list_runs(
 /// codec's error says whether it is newer or damaged.
 fn older_or_newer(
     connection: &Connection,
-    run_id: &RunId,
+    run: &RunKey,
 ) -> Result<askloop_core::store::RunSummary, StoreError> {
+    let run_id = &run.run_id;
     let head: String = connection
-        .prepare_cached("SELECT head FROM runs WHERE id = ?1")
-        .and_then(|mut select| select.query_row([run_id.as_str()], |row| row.get(0)))
+        .prepare_cached("SELECT head FROM runs WHERE scope = ?1 AND id = ?2")
+        .and_then(|mut select| {
+            select.query_row(params![run.scope(), run_id.as_str()], |row| row.get(0))
+        })
         .map_err(|error| map_sqlite_error(run_id, error))?;
     codec::decode_run(run_id, &head, std::iter::empty::<&str>()).map(|state| state.summary())
 }
 
-/// The listed columns, then whether the head is of the current format and well-formed JSON
-/// (checked inside SQLite, without decoding it).
-const LISTED_COLUMNS: &str = "id, thread_id, resource_id, agent_id, status, created_at_ms, \
-    updated_at_ms, pending, substr(head, 1, 19) = ?1 AND json_valid(head)";
+/// The listed columns (the resource is the scope, `''` read as none), then whether the head is
+/// of the current format and well-formed JSON (checked inside SQLite, without decoding it).
+const LISTED_COLUMNS: &str = "id, thread_id, NULLIF(scope, ''), agent_id, status, \
+    created_at_ms, updated_at_ms, pending, substr(head, 1, 19) = ?1 AND json_valid(head)";
 
 /// The listing statement for `filter` (only the conditions it uses, so that SQLite picks the
 /// index of the filter; one cached statement per combination) and its parameters.
@@ -357,17 +372,19 @@ fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
             SqlValue::Text(thread_id.as_str().to_owned()),
         );
     }
-    if let Some(resource_id) = &filter.resource_id {
-        condition(
-            "resource_id = ?",
-            SqlValue::Text(resource_id.as_str().to_owned()),
-        );
+    if let Some(scope) = filter.resource.scope() {
+        condition("scope = ?", SqlValue::Text(scope.to_owned()));
+    }
+    if let Some(run_id) = &filter.run_id {
+        condition("id = ?", SqlValue::Text(run_id.as_str().to_owned()));
     }
     if let Some(cursor) = &filter.cursor {
         values.push(SqlValue::Integer(millis(cursor.created_at_ms)));
         values.push(SqlValue::Text(cursor.run_id.as_str().to_owned()));
+        values.push(SqlValue::Text(cursor.scope().to_owned()));
         conditions.push(format!(
-            "(created_at_ms, id) < (?{}, ?{})",
+            "(created_at_ms, id, scope) < (?{}, ?{}, ?{})",
+            values.len() - 2,
             values.len() - 1,
             values.len()
         ));
@@ -376,7 +393,7 @@ fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
         sql.push_str(" WHERE ");
         sql.push_str(&conditions.join(" AND "));
     }
-    sql.push_str(" ORDER BY created_at_ms DESC, id DESC");
+    sql.push_str(" ORDER BY created_at_ms DESC, id DESC, scope DESC");
     if let Some(limit) = filter.limit {
         // One row more than asked for says whether there is a next page.
         values.push(SqlValue::Integer(
@@ -403,10 +420,15 @@ mod tests {
             RunFilter::new().thread("t").limit(50),
             RunFilter::new().resource("u").limit(50),
             RunFilter::new()
+                .resource_filter(askloop_core::store::ResourceFilter::Without)
+                .limit(50),
+            RunFilter::new().run("r").limit(50),
+            RunFilter::in_thread(&ThreadKey::new(Some("u".into()), "t".into())).limit(50),
+            RunFilter::new()
                 .status(RunStatus::Suspended)
                 .after(askloop_core::store::RunCursor::after_run(
                     5,
-                    RunId::new("r"),
+                    RunKey::new(Some("u".into()), RunId::new("r")),
                 ))
                 .limit(50),
         ] {

@@ -11,9 +11,10 @@ use rusqlite_migration::{HookError, HookResult, M, Migrations};
 use super::columns::{Head, millis};
 
 /// The schema version this build reads and writes.
-pub(super) const SCHEMA_VERSION: i64 = 2;
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
-/// The migrations, in order: version 1 is the format-1 schema, version 2 the current one.
+/// The migrations, in order: version 1 is the format-1 schema, version 2 the first of format
+/// 2 (one namespace of runs), version 3 the current one (runs and threads keyed by resource).
 static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
     Migrations::new(vec![
         M::up(include_str!("../../migrations/sqlite/v1.sql")),
@@ -21,6 +22,7 @@ static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
             include_str!("../../migrations/sqlite/v2.sql"),
             upgrade_v1_rows,
         ),
+        M::up(include_str!("../../migrations/sqlite/v3.sql")),
     ])
 });
 

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
-use askloop_core::{RunId, StoreError};
+use askloop_core::{RunId, RunKey, StoreError, ThreadId};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -30,9 +30,8 @@ const MAX_BATCH: usize = 512;
 pub(super) enum Write {
     /// A new run at version 1 with its messages.
     Insert {
-        run_id: RunId,
+        key: RunKey,
         thread_id: String,
-        resource_id: Option<String>,
         agent_id: String,
         created_at_ms: i64,
         head: Head,
@@ -41,7 +40,7 @@ pub(super) enum Write {
     /// A compare-and-swap update: the run must be at `expected_version` and hold
     /// `stored_count` messages; `new_messages` are appended from there.
     Update {
-        run_id: RunId,
+        key: RunKey,
         expected_version: i64,
         stored_count: i64,
         head: Head,
@@ -49,7 +48,7 @@ pub(super) enum Write {
     },
     /// A lease renewal at `expected_version` (the version does not change).
     Renew {
-        run_id: RunId,
+        key: RunKey,
         expected_version: i64,
         holder: String,
         expires_at_ms: i64,
@@ -57,11 +56,9 @@ pub(super) enum Write {
 }
 
 impl Write {
-    fn run_id(&self) -> &RunId {
+    fn key(&self) -> &RunKey {
         match self {
-            Self::Insert { run_id, .. }
-            | Self::Update { run_id, .. }
-            | Self::Renew { run_id, .. } => run_id,
+            Self::Insert { key, .. } | Self::Update { key, .. } | Self::Renew { key, .. } => key,
         }
     }
 }
@@ -372,6 +369,53 @@ fn apply_in_savepoint(connection: &Connection, write: &Write) -> Result<u64, Sto
     }
 }
 
+/// The run of the thread (`scope`, `thread_id`) that is running, other than `run_id`: the one
+/// that makes a write into `running` of `run_id` a second turn.
+fn other_running(
+    connection: &Connection,
+    scope: &str,
+    thread_id: &str,
+    run_id: &str,
+) -> rusqlite::Result<Option<String>> {
+    connection
+        .prepare_cached(
+            "SELECT id FROM runs WHERE scope = ?1 AND thread_id = ?2 AND status = 'running' \
+             AND id <> ?3 LIMIT 1",
+        )?
+        .query_row(params![scope, thread_id, run_id], |row| row.get(0))
+        .optional()
+}
+
+/// For an update of `key` at `expected_version` into `running`: the thread and the run that
+/// runs in it already, when the run is at that version and not running yet (a run that stays
+/// running is not checked again, and a stale update fails on its version instead).
+fn busy_for_update(
+    connection: &Connection,
+    key: &RunKey,
+    expected_version: i64,
+) -> rusqlite::Result<Option<(String, String)>> {
+    connection
+        .prepare_cached(
+            "SELECT r.thread_id, o.id FROM runs r JOIN runs o \
+               ON o.scope = r.scope AND o.thread_id = r.thread_id AND o.status = 'running' \
+              AND o.id <> r.id \
+             WHERE r.scope = ?1 AND r.id = ?2 AND r.version = ?3 AND r.status <> 'running' \
+             LIMIT 1",
+        )?
+        .query_row(
+            params![key.scope(), key.run_id.as_str(), expected_version],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()
+}
+
+fn thread_busy(thread_id: String, running: String) -> StoreError {
+    StoreError::ThreadBusy {
+        thread_id: ThreadId::new(thread_id),
+        running_run_id: Some(RunId::new(running)),
+    }
+}
+
 /// The next completion sequence: one more than the highest given.
 fn next_completion_seq(connection: &Connection) -> rusqlite::Result<i64> {
     let highest: Option<i64> = connection
@@ -386,14 +430,15 @@ fn next_completion_seq(connection: &Connection) -> rusqlite::Result<i64> {
 
 fn append_messages(
     connection: &Connection,
-    run_id: &RunId,
+    key: &RunKey,
     first_seq: i64,
     messages: &[String],
 ) -> rusqlite::Result<()> {
-    let mut insert = connection
-        .prepare_cached("INSERT INTO run_messages (run_id, seq, body) VALUES (?1, ?2, ?3)")?;
+    let mut insert = connection.prepare_cached(
+        "INSERT INTO run_messages (scope, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)",
+    )?;
     for (seq, body) in (first_seq..).zip(messages) {
-        insert.execute(params![run_id.as_str(), seq, body])?;
+        insert.execute(params![key.scope(), key.run_id.as_str(), seq, body])?;
     }
     Ok(())
 }
@@ -401,12 +446,17 @@ fn append_messages(
 /// Why a compare-and-swap changed nothing: the run is missing, or at another version.
 fn cas_failure(
     connection: &Connection,
-    run_id: &RunId,
+    key: &RunKey,
     expected_version: i64,
 ) -> Result<u64, StoreError> {
+    let run_id = &key.run_id;
     let exists = connection
-        .prepare_cached("SELECT 1 FROM runs WHERE id = ?1")
-        .and_then(|mut select| select.query_row([run_id.as_str()], |_| Ok(())).optional())
+        .prepare_cached("SELECT 1 FROM runs WHERE scope = ?1 AND id = ?2")
+        .and_then(|mut select| {
+            select
+                .query_row(params![key.scope(), run_id.as_str()], |_| Ok(()))
+                .optional()
+        })
         .map_err(backend)?;
     Err(match exists {
         Some(()) => StoreError::Conflict {
@@ -421,34 +471,40 @@ fn cas_failure(
 
 /// Runs one request's statements.
 fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
-    let map = |error| map_sqlite_error(write.run_id(), error);
+    let map = |error| map_sqlite_error(&write.key().run_id, error);
     match write {
         Write::Insert {
-            run_id,
+            key,
             thread_id,
-            resource_id,
             agent_id,
             created_at_ms,
             head,
             messages,
         } => {
-            let completion_seq = if head.completed {
+            if head.status == "running"
+                && let Some(running) =
+                    other_running(connection, key.scope(), thread_id, key.run_id.as_str())
+                        .map_err(map)?
+            {
+                return Err(thread_busy(thread_id.clone(), running));
+            }
+            let completion_seq = if head.ended {
                 Some(next_completion_seq(connection).map_err(map)?)
             } else {
                 None
             };
             connection
                 .prepare_cached(
-                    "INSERT INTO runs (id, thread_id, resource_id, agent_id, status, version, \
+                    "INSERT INTO runs (scope, id, thread_id, agent_id, status, version, \
                      created_at_ms, updated_at_ms, head, message_count, pending, lease_holder, \
                      lease_expires_at_ms, completion_seq) \
                      VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 )
                 .and_then(|mut insert| {
                     insert.execute(params![
-                        run_id.as_str(),
+                        key.scope(),
+                        key.run_id.as_str(),
                         thread_id,
-                        resource_id,
                         agent_id,
                         head.status,
                         created_at_ms,
@@ -462,17 +518,23 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
                     ])
                 })
                 .map_err(map)?;
-            append_messages(connection, run_id, 0, messages).map_err(map)?;
+            append_messages(connection, key, 0, messages).map_err(map)?;
             Ok(1)
         }
         Write::Update {
-            run_id,
+            key,
             expected_version,
             stored_count,
             head,
             new_messages,
         } => {
-            let completion_seq = if head.completed {
+            if head.status == "running"
+                && let Some((thread_id, running)) =
+                    busy_for_update(connection, key, *expected_version).map_err(map)?
+            {
+                return Err(thread_busy(thread_id, running));
+            }
+            let completion_seq = if head.ended {
                 Some(next_completion_seq(connection).map_err(map)?)
             } else {
                 None
@@ -485,7 +547,7 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
                     "UPDATE runs SET status = ?1, version = version + 1, updated_at_ms = ?2, \
                      head = ?3, message_count = ?4, pending = ?5, lease_holder = ?6, \
                      lease_expires_at_ms = ?7, completion_seq = COALESCE(completion_seq, ?8) \
-                     WHERE id = ?9 AND version = ?10 AND message_count = ?11",
+                     WHERE scope = ?9 AND id = ?10 AND version = ?11 AND message_count = ?12",
                 )
                 .and_then(|mut update| {
                     update.execute(params![
@@ -497,20 +559,21 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
                         head.lease_holder,
                         head.lease_expires_at_ms,
                         completion_seq,
-                        run_id.as_str(),
+                        key.scope(),
+                        key.run_id.as_str(),
                         expected_version,
                         stored_count,
                     ])
                 })
                 .map_err(map)?;
             if updated == 0 {
-                return cas_failure(connection, run_id, *expected_version);
+                return cas_failure(connection, key, *expected_version);
             }
-            append_messages(connection, run_id, *stored_count, new_messages).map_err(map)?;
+            append_messages(connection, key, *stored_count, new_messages).map_err(map)?;
             Ok(u64::try_from(*expected_version).unwrap_or(0) + 1)
         }
         Write::Renew {
-            run_id,
+            key,
             expected_version,
             holder,
             expires_at_ms,
@@ -518,19 +581,20 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
             let updated = connection
                 .prepare_cached(
                     "UPDATE runs SET lease_holder = ?1, lease_expires_at_ms = ?2 \
-                     WHERE id = ?3 AND version = ?4",
+                     WHERE scope = ?3 AND id = ?4 AND version = ?5",
                 )
                 .and_then(|mut update| {
                     update.execute(params![
                         holder,
                         expires_at_ms,
-                        run_id.as_str(),
+                        key.scope(),
+                        key.run_id.as_str(),
                         expected_version
                     ])
                 })
                 .map_err(map)?;
             if updated == 0 {
-                return cas_failure(connection, run_id, *expected_version);
+                return cas_failure(connection, key, *expected_version);
             }
             Ok(u64::try_from(*expected_version).unwrap_or(0))
         }

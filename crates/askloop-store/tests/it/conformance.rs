@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
-use askloop_core::{RunId, RunStore, StoreError, ThreadId};
+use askloop_core::{RunKey, RunStore, StoreError, ThreadKey};
 use askloop_store::{SqliteStore, Synchronous};
 use async_trait::async_trait;
 
@@ -30,16 +30,14 @@ impl RunStore for TempSqlite {
     }
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
-        self.store
-            .renew_lease(run_id, expected_version, lease)
-            .await
+        self.store.renew_lease(run, expected_version, lease).await
     }
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
-        self.store.load_run(run_id).await
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
+        self.store.load_run(run).await
     }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         self.store.list_runs(filter).await
@@ -49,10 +47,10 @@ impl RunStore for TempSqlite {
     }
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
-        self.store.thread_history(thread_id, through).await
+        self.store.thread_history(thread, through).await
     }
     async fn close(&self) {
         self.store.close().await;

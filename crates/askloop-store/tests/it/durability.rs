@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use askloop_core::store::{ListedRun, RunFilter};
 use askloop_core::testing::ScriptedModel;
-use askloop_core::{Agent, AskUser, RunId, RunOutcome, RunStatus, RunStore, StoreError};
+use askloop_core::{Agent, AskUser, RunId, RunKey, RunOutcome, RunStatus, RunStore, StoreError};
 use askloop_store::{OpenOptions, SqliteStore, StoreUrl, Synchronous, open_store};
 use serde_json::json;
 
@@ -51,7 +51,7 @@ async fn suspended_run_resumes_through_a_second_store_on_the_same_file() {
     assert_eq!(resumed.text, "Summary of main.");
     assert_eq!(
         second
-            .load_run(&output.run_id)
+            .load_run(&output.run_key())
             .await
             .unwrap()
             .state
@@ -88,7 +88,7 @@ async fn corrupt_and_future_rows_are_typed_errors_and_left_untouched() {
     let path = dir.path().join("x.db");
     let store = SqliteStore::open(&path, Synchronous::Normal).await.unwrap();
     let output = agent(Arc::new(store.clone())).generate("hi").await.unwrap();
-    let RunOutcome::Suspended { pending } = output.status else {
+    let RunOutcome::Suspended { ref pending } = output.status else {
         panic!("{:?}", output.status);
     };
 
@@ -96,7 +96,7 @@ async fn corrupt_and_future_rows_are_typed_errors_and_left_untouched() {
     let future = head.replace("\"formatVersion\":2", "\"formatVersion\":99");
     assert_ne!(future, head);
     set_head(&path, &output.run_id, &future);
-    let error = store.load_run(&output.run_id).await.unwrap_err();
+    let error = store.load_run(&output.run_key()).await.unwrap_err();
     assert!(
         matches!(
             error,
@@ -121,9 +121,12 @@ async fn corrupt_and_future_rows_are_typed_errors_and_left_untouched() {
     assert_eq!(stored_head(&path, &output.run_id), future);
 
     set_head(&path, &output.run_id, "not json");
-    let error = store.load_run(&output.run_id).await.unwrap_err();
+    let error = store.load_run(&output.run_key()).await.unwrap_err();
     assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
-    let error = store.load_run(&RunId::new("missing")).await.unwrap_err();
+    let error = store
+        .load_run(&RunKey::new(None, RunId::new("missing")))
+        .await
+        .unwrap_err();
     assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
     store.close().await;
 }
@@ -197,7 +200,7 @@ async fn concurrent_commits_share_groups_and_one_conflict_aborts_no_other() {
     let mut runs = Vec::new();
     for index in 0..32 {
         let output = agent.generate(format!("run {index}")).await.unwrap();
-        runs.push(store.load_run(&output.run_id).await.unwrap());
+        runs.push(store.load_run(&output.run_key()).await.unwrap());
     }
     // Every run updated at once, each twice: once with its version (wins), once with a stale
     // one (conflicts); whatever groups they land in, each winner is stored.
@@ -220,12 +223,12 @@ async fn concurrent_commits_share_groups_and_one_conflict_aborts_no_other() {
         assert!(matches!(lost, Err(StoreError::Conflict { .. })), "{lost:?}");
     }
     for stored in &runs {
-        let now = store.load_run(stored.state.run_id()).await.unwrap();
+        let now = store.load_run(&stored.state.key()).await.unwrap();
         assert_eq!(now.version, stored.version + 1);
         assert_eq!(now.state, stored.state);
     }
     store.close().await;
-    let error = store.load_run(runs[0].state.run_id()).await;
+    let error = store.load_run(&runs[0].state.key()).await;
     assert!(error.is_err(), "a closed store refuses reads");
 }
 
@@ -287,7 +290,7 @@ pub(crate) async fn stores_taking_turns_load_what_the_other_appended(
     let one = asking_agent(first.clone());
     let two = asking_agent(second.clone());
     let output = one.generate("Ask me three things").await.unwrap();
-    let run_id = output.run_id;
+    let run_id = output.run_key();
     // The second store loads the run (and remembers its messages)...
     let seen = second.load_run(&run_id).await.unwrap();
     assert_eq!(seen, first.load_run(&run_id).await.unwrap());

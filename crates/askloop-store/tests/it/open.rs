@@ -64,7 +64,7 @@ async fn issue7_fault6_a_read_only_store_reads_and_refuses_writes() {
     .unwrap();
     let runs = reader.list_runs(&RunFilter::default()).await.unwrap();
     assert_eq!(runs.runs.len(), 1);
-    let stored = reader.load_run(runs.runs[0].run_id()).await.unwrap();
+    let stored = reader.load_run(&runs.runs[0].key()).await.unwrap();
     let error = reader
         .update_run(&stored.state, stored.version, None)
         .await

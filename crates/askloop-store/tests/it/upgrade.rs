@@ -1,14 +1,19 @@
 //! A format-1 database (`tests/fixtures/format1.db`, made by askloop's former sqlx store; see
 //! `tests/fixtures/README.md`) is upgraded in place when opened for writing, and its runs go
 //! on: the suspended run with a copied thread history is answered, the run left `resuming` is
-//! continued, the thread's history keeps its completion order.
+//! continued, the thread's history keeps its completion order. A schema-2 database
+//! (`tests/fixtures/schema2.db`) is keyed by resource in place (schema 3): every run kept
+//! byte for byte under its key, one thread per resource, and runs go on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop_core::store::RunFilter;
+use askloop_core::store::{RunFilter, codec};
 use askloop_core::testing::ScriptedModel;
-use askloop_core::{Agent, AskUser, RunId, RunStatus, RunStore, StoreError, ThreadId};
+use askloop_core::{
+    Agent, AgentError, AskUser, ResourceId, RunId, RunKey, RunOptions, RunStatus, RunStore,
+    StoreError, ThreadId, ThreadKey,
+};
 use askloop_store::{OpenError, OpenOptions, SqliteStore, Synchronous};
 use serde_json::json;
 
@@ -27,6 +32,21 @@ const THREAD_SCRIPT: &str = r#"{"steps":[
 const ASK_SCRIPT: &str = r#"{"steps":[
   {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?"}}]},
   {"text":"Summary."}]}"#;
+
+/// The fixture's thread of resource `user-1`.
+fn thread_1() -> ThreadKey {
+    ThreadKey::new(Some("user-1".into()), ThreadId::new("thread-1"))
+}
+
+/// The key of a fixture run of resource `user-1`.
+fn user_1(run_id: &str) -> RunKey {
+    RunKey::new(Some("user-1".into()), RunId::new(run_id))
+}
+
+/// The key of a fixture run without resource.
+fn no_resource(run_id: &str) -> RunKey {
+    RunKey::new(None, RunId::new(run_id))
+}
 
 /// A copy of the fixture in a fresh folder.
 fn fixture_copy() -> (tempfile::TempDir, PathBuf) {
@@ -78,7 +98,7 @@ async fn issue9_a_format1_database_is_upgraded_in_place_and_its_runs_go_on() {
     let shared: Arc<dyn RunStore> = Arc::new(store.clone());
     assert_eq!(
         tables(&path),
-        (2, vec!["run_messages".to_owned(), "runs".to_owned()])
+        (3, vec!["run_messages".to_owned(), "runs".to_owned()])
     );
 
     let page = store.list_runs(&RunFilter::new()).await.unwrap();
@@ -108,21 +128,15 @@ async fn issue9_a_format1_database_is_upgraded_in_place_and_its_runs_go_on() {
     );
 
     // The thread's history: both completed runs' own messages, in completion order.
-    let history = store
-        .thread_history(&ThreadId::new("thread-1"), None)
-        .await
-        .unwrap();
+    let history = store.thread_history(&thread_1(), None).await.unwrap();
     assert_eq!(history.messages.len(), 4);
     assert_eq!(history.through, Some(2));
-    let first_only = store
-        .thread_history(&ThreadId::new("thread-1"), Some(1))
-        .await
-        .unwrap();
+    let first_only = store.thread_history(&thread_1(), Some(1)).await.unwrap();
     assert_eq!(first_only.messages, history.messages[..2]);
     assert_eq!(first_only.through, Some(1));
 
     // The suspended run kept its copied history inline, and only its own messages as its own.
-    let loaded = store.load_run(&RunId::new(SUSPENDED)).await.unwrap();
+    let loaded = store.load_run(&user_1(SUSPENDED)).await.unwrap();
     assert_eq!(loaded.version, 2);
     assert_eq!(loaded.lease, None);
     assert_eq!(loaded.state.messages().len(), 2);
@@ -147,16 +161,13 @@ async fn issue9_a_format1_database_is_upgraded_in_place_and_its_runs_go_on() {
         .await
         .unwrap();
     assert_eq!(output.text, "Lisbon it is.");
-    let history = store
-        .thread_history(&ThreadId::new("thread-1"), None)
-        .await
-        .unwrap();
+    let history = store.thread_history(&thread_1(), None).await.unwrap();
     assert_eq!(history.through, Some(3));
     assert_eq!(history.messages.len(), 4 + 4);
 
     // The run a resume had claimed (its result never recorded) is continued with the kept
     // answer (ask_user is idempotent).
-    let resuming = store.load_run(&RunId::new(RESUMING)).await.unwrap();
+    let resuming = store.load_run(&no_resource(RESUMING)).await.unwrap();
     assert_eq!(resuming.state.unfinished_calls().len(), 1);
     assert_eq!(
         resuming.state.unfinished_calls()[0].answer,
@@ -171,7 +182,7 @@ async fn issue9_a_format1_database_is_upgraded_in_place_and_its_runs_go_on() {
         .unwrap();
     assert_eq!(output.text, "Summary.");
 
-    let failed = store.load_run(&RunId::new(FAILED)).await.unwrap();
+    let failed = store.load_run(&no_resource(FAILED)).await.unwrap();
     assert_eq!(failed.state.status(), RunStatus::Failed);
     store.close().await;
 
@@ -200,7 +211,7 @@ async fn issue9_a_format1_database_opened_read_only_is_refused_and_left_as_it_is
             error,
             OpenError::SchemaVersion {
                 found: 0,
-                supported: 2,
+                supported: 3,
                 ..
             }
         ),
@@ -238,7 +249,7 @@ async fn issue9_a_format1_row_that_does_not_upgrade_is_kept_verbatim() {
     drop(connection);
 
     let store = SqliteStore::open(&path, Synchronous::Full).await.unwrap();
-    let error = store.load_run(&RunId::new(FAILED)).await.unwrap_err();
+    let error = store.load_run(&no_resource(FAILED)).await.unwrap_err();
     assert!(
         matches!(
             error,
@@ -249,7 +260,7 @@ async fn issue9_a_format1_row_that_does_not_upgrade_is_kept_verbatim() {
         ),
         "{error:?}"
     );
-    let error = store.load_run(&RunId::new(COMPLETED_1)).await.unwrap_err();
+    let error = store.load_run(&user_1(COMPLETED_1)).await.unwrap_err();
     assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
     let page = store.list_runs(&RunFilter::new()).await.unwrap();
     assert_eq!(page.runs.len(), 5);
@@ -268,4 +279,140 @@ async fn issue9_a_format1_row_that_does_not_upgrade_is_kept_verbatim() {
         })
         .unwrap();
     assert_eq!(kept, newer);
+}
+
+/// The script the fixture `schema2.db`'s thread-1 runs of user-1 were made with.
+const SCHEMA2_SCRIPT: &str = r#"{"steps":[
+  {"text":"Hello there."},
+  {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Where to?","options":[{"label":"Lisbon"},{"label":"Porto"}]}}]},
+  {"text":"Lisbon it is."}]}"#;
+const SCHEMA2_SUSPENDED: &str = "01a24568-b185-7341-af8e-6ffeeeaa7409";
+const SCHEMA2_OTHER_TENANT: &str = "01a30000-0000-7000-8000-00000000000c";
+const SCHEMA2_RUNNING: [&str; 2] = [
+    "01a30000-0000-7000-8000-0000000000e1",
+    "01a30000-0000-7000-8000-0000000000e2",
+];
+
+/// A copy of `tests/fixtures/schema2.db` in a fresh folder.
+fn schema2_copy() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("schema2.db");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2.db"),
+        &path,
+    )
+    .unwrap();
+    (dir, path)
+}
+
+#[tokio::test]
+async fn issue31_a_schema2_database_is_keyed_by_resource_in_place_and_its_runs_go_on() {
+    let (_dir, path) = schema2_copy();
+    assert_eq!(tables(&path).0, 2, "the fixture is of schema 2");
+    let store = SqliteStore::open(&path, Synchronous::Full).await.unwrap();
+    let shared: Arc<dyn RunStore> = Arc::new(store.clone());
+    assert_eq!(
+        tables(&path),
+        (3, vec!["run_messages".to_owned(), "runs".to_owned()])
+    );
+
+    // Every run is where its resource puts it, byte for byte as schema 2 held it.
+    let expected: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema2.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(expected.len(), 7);
+    for (run_id, run) in &expected {
+        let resource = run["state"]["resourceId"].as_str().map(ResourceId::from);
+        let key = RunKey::new(resource, RunId::new(run_id.as_str()));
+        let loaded = store.load_run(&key).await.unwrap();
+        assert_eq!(Some(loaded.version), run["version"].as_u64(), "{key}");
+        let state: serde_json::Value =
+            serde_json::from_str(&codec::encode_state(&loaded.state).unwrap()).unwrap();
+        assert_eq!(state, run["state"], "{key}");
+    }
+    let listed = store.list_runs(&RunFilter::new()).await.unwrap();
+    assert_eq!(listed.runs.len(), 7);
+    let user_2 = store
+        .list_runs(&RunFilter::new().resource("user-2"))
+        .await
+        .unwrap();
+    assert_eq!(user_2.runs.len(), 1);
+    assert_eq!(user_2.runs[0].run_id().as_str(), SCHEMA2_OTHER_TENANT);
+
+    // thread-1 of user-1 and thread-1 of user-2 are two threads now.
+    let mine = store.thread_history(&thread_1(), None).await.unwrap();
+    assert_eq!((mine.messages.len(), mine.through), (2, Some(1)));
+    let theirs = store
+        .thread_history(
+            &ThreadKey::new(Some("user-2".into()), ThreadId::new("thread-1")),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!((theirs.messages.len(), theirs.through), (2, Some(2)));
+    // A run cancelled under schema 2 keeps no sequence.
+    let cancelled = store
+        .thread_history(
+            &ThreadKey::new(Some("user-1".into()), ThreadId::new("thread-3")),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(cancelled.messages.is_empty());
+
+    // The waiting run is answered by its key; its model sees its own thread only (the
+    // script's third step: one earlier answer of thread-1, none of user-2's).
+    let output = agent(shared.clone(), SCHEMA2_SCRIPT)
+        .resume_stream(json!("Lisbon"), &user_1(SCHEMA2_SUSPENDED), None)
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "Lisbon it is.");
+
+    // thread-4 held two running runs: a new message waits until neither runs.
+    let text_agent = agent(
+        shared.clone(),
+        r#"{"steps":[{"text":"Done."},{"text":"Again."}]}"#,
+    );
+    let new_message = || {
+        text_agent
+            .stream_with("Once more", RunOptions::new().thread("thread-4"))
+            .started()
+    };
+    let error = new_message().await.unwrap_err();
+    assert!(matches!(error, AgentError::ThreadBusy { .. }), "{error:?}");
+    text_agent
+        .cancel_run(&no_resource(SCHEMA2_RUNNING[0]), Some("cli".into()))
+        .await
+        .unwrap();
+    let error = new_message().await.unwrap_err();
+    assert!(
+        matches!(&error, AgentError::ThreadBusy { running_run_id: Some(id), .. } if id.as_str() == SCHEMA2_RUNNING[1]),
+        "{error:?}"
+    );
+    let continued = text_agent
+        .continue_stream(&no_resource(SCHEMA2_RUNNING[1]))
+        .await
+        .unwrap()
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(continued.text, "Done.");
+    let output = new_message().await.unwrap().collect_output().await.unwrap();
+    assert_eq!(output.text, "Again.");
+    store.close().await;
+
+    // Opening it again changes nothing more.
+    let again = SqliteStore::open(&path, Synchronous::Full).await.unwrap();
+    assert_eq!(
+        again.list_runs(&RunFilter::new()).await.unwrap().runs.len(),
+        8
+    );
+    again.close().await;
 }

@@ -73,13 +73,13 @@ pub(super) async fn approvals_gate_side_effects(store: Arc<dyn RunStore>) {
         "a model-written approval is ignored"
     );
     assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Suspended);
     let pending = stored.pending_tool_calls();
     assert_eq!(pending[0].kind, PendingKind::Approval);
 
     // An answer of the wrong shape is refused and changes nothing.
-    let before = store.load_run(&run_id).await.unwrap();
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
     let error = agent
         .resume_stream(json!("yes"), &run_id, Some(&ToolCallId::new("k1")))
         .await
@@ -88,7 +88,7 @@ pub(super) async fn approvals_gate_side_effects(store: Arc<dyn RunStore>) {
         matches!(error, ResumeError::InvalidAnswer { .. }),
         "{error:?}"
     );
-    assert_eq!(store.load_run(&run_id).await.unwrap(), before);
+    assert_eq!(store.load_run(&unowned(&run_id)).await.unwrap(), before);
 
     let chunks = chunks_of(
         agent
@@ -140,7 +140,7 @@ pub(super) async fn approvals_gate_side_effects(store: Arc<dyn RunStore>) {
     assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
 
     // The audit trail is kept with the results.
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     let audits: Vec<_> = stored
         .messages()
         .iter()
@@ -227,7 +227,7 @@ pub(super) async fn answers_to_several_questions_land_on_their_calls(store: Arc<
         .filter(|output| matches!(output.status, RunOutcome::Finished { .. }))
         .count();
     assert_eq!(finished, 1, "the later of the two finishes the run");
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Completed);
     assert_eq!(
         results_of(stored.messages()),
@@ -260,7 +260,7 @@ pub(super) async fn batch_answers_apply_all_or_none(store: Arc<dyn RunStore>) {
     ]));
     let agent = agent(&store, &model, &Counter::default(), &Gate::default());
     let run_id = agent.generate("order a shirt").await.unwrap().run_id;
-    let before = store.load_run(&run_id).await.unwrap();
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
     let (q1, q2) = (ToolCallId::new("q1"), ToolCallId::new("q2"));
     let error = agent
         .respond(&run_id)
@@ -274,7 +274,7 @@ pub(super) async fn batch_answers_apply_all_or_none(store: Arc<dyn RunStore>) {
         "{error:?}"
     );
     assert_eq!(
-        store.load_run(&run_id).await.unwrap(),
+        store.load_run(&unowned(&run_id)).await.unwrap(),
         before,
         "nothing changed"
     );
@@ -300,7 +300,7 @@ pub(super) async fn batch_answers_apply_all_or_none(store: Arc<dyn RunStore>) {
     )
     .await;
     assert!(has_finish(&chunks));
-    let stored = store.load_run(&run_id).await.unwrap();
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap();
     assert_eq!(
         stored.version,
         before.version + 2,
@@ -384,7 +384,11 @@ pub(super) async fn expired_questions_are_swept_once(store: Arc<dyn RunStore>) {
             .unwrap()
             .is_empty()
     );
-    let stored = store.load_run(&output.run_id).await.unwrap().state;
+    let stored = store
+        .load_run(&unowned(&output.run_id))
+        .await
+        .unwrap()
+        .state;
     let results: Vec<_> = stored
         .messages()
         .iter()
@@ -421,7 +425,7 @@ pub(super) async fn new_message_supersedes_waiting_questions(store: Arc<dyn RunS
         .await
         .unwrap();
     assert_eq!(second.text, "Rust it is.");
-    let old = store.load_run(&first.run_id).await.unwrap().state;
+    let old = store.load_run(&unowned(&first.run_id)).await.unwrap().state;
     assert_eq!(old.status, RunStatus::Completed);
     assert_eq!(old.finish_reason(), Some(FinishReason::Superseded));
     let results = results_of(old.messages());
@@ -475,7 +479,7 @@ pub(super) async fn cancelled_runs_refuse_resumes(store: Arc<dyn RunStore>) {
     let agent = agent(&store, &model, &Counter::default(), &Gate::default());
     let run_id: RunId = agent.generate("start").await.unwrap().run_id;
     agent.cancel_run(&run_id, Some("cli".into())).await.unwrap();
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Cancelled);
     assert!(stored.pending_tool_calls().is_empty());
     let results: Vec<_> = stored

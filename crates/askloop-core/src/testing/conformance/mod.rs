@@ -20,6 +20,7 @@ mod hitl;
 mod store;
 pub mod support;
 mod waits;
+mod tenancy;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{RunId, RunKey, ThreadKey};
 use crate::store::{
     Lease, RunFilter, RunPage, RunState, RunStore, StoreError, StoredRun, ThreadHistory,
 };
@@ -74,6 +75,14 @@ macro_rules! store_conformance_tests {
             issue31_expired_approvals_are_swept_once,
             new_message_supersedes_waiting_questions,
             cancelled_runs_refuse_resumes,
+            issue31_run_ids_are_per_resource,
+            issue31_one_running_run_per_thread,
+            issue31_threads_are_per_resource,
+            issue31_first_messages_of_two_resources_race_on_one_thread_id,
+            issue31_a_new_message_while_a_turn_runs_is_refused,
+            issue31_a_resume_racing_a_new_message_never_runs_beside_it,
+            issue31_cancelled_runs_join_the_thread_history,
+            issue31_bare_run_ids_resolve_when_unique,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {
@@ -148,7 +157,18 @@ pub async fn run_change_scenario(writer: Arc<dyn RunStore>, watcher: Arc<dyn Run
         let seen = tokio::time::timeout(std::time::Duration::from_secs(5), async {
             loop {
                 match changes.next().await {
-                    Some(RunChange::Run { run_id, status }) if run_id == id => return status,
+                    Some(RunChange::Run {
+                        resource_id,
+                        run_id,
+                        status,
+                    }) if run_id == id => {
+                        assert_eq!(
+                            resource_id.as_ref().map(|id| id.as_str()),
+                            Some(support::TENANT),
+                            "a change names the run's resource"
+                        );
+                        return status;
+                    }
                     Some(_) => {}
                     None => panic!("the store stopped notifying"),
                 }
@@ -212,21 +232,18 @@ impl RunStore for YieldingStore {
     }
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
-        let result = self
-            .inner
-            .renew_lease(run_id, expected_version, lease)
-            .await;
+        let result = self.inner.renew_lease(run, expected_version, lease).await;
         tokio::task::yield_now().await;
         result
     }
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
         tokio::task::yield_now().await;
-        let result = self.inner.load_run(run_id).await;
+        let result = self.inner.load_run(run).await;
         tokio::task::yield_now().await;
         result
     }
@@ -244,11 +261,11 @@ impl RunStore for YieldingStore {
     }
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
         tokio::task::yield_now().await;
-        let result = self.inner.thread_history(thread_id, through).await;
+        let result = self.inner.thread_history(thread, through).await;
         tokio::task::yield_now().await;
         result
     }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use futures::StreamExt;
 use serde_json::json;
 
-use crate::ids::{RunId, ThreadId, ToolCallId};
+use crate::ids::{RunId, ThreadId, ThreadKey, ToolCallId};
 use crate::model::{Message, ModelError};
 use crate::run::RunStatus;
 use crate::store::{RunFilter, RunStore, StoreError};
@@ -20,6 +20,7 @@ use crate::testing::conformance::Scenario;
 use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::support::*;
 use crate::testing::conformance::waits::*;
+use crate::testing::conformance::tenancy::*;
 use crate::{Agent, AgentError, AskUser, Chunk, ResumeError, RunOptions};
 
 macro_rules! scenarios {
@@ -67,18 +68,26 @@ scenarios![
     issue31_expired_approvals_are_swept_once,
     new_message_supersedes_waiting_questions,
     cancelled_runs_refuse_resumes,
+    issue31_run_ids_are_per_resource,
+    issue31_one_running_run_per_thread,
+    issue31_threads_are_per_resource,
+    issue31_first_messages_of_two_resources_race_on_one_thread_id,
+    issue31_a_new_message_while_a_turn_runs_is_refused,
+    issue31_a_resume_racing_a_new_message_never_runs_beside_it,
+    issue31_cancelled_runs_join_the_thread_history,
+    issue31_bare_run_ids_resolve_when_unique,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
     let original = state("r1", "t1", RunStatus::Running, 1);
     assert_eq!(store.insert_run(&original, None).await.unwrap(), 1);
-    let loaded = store.load_run(&RunId::new("r1")).await.unwrap();
+    let loaded = store.load_run(&owned("r1")).await.unwrap();
     assert_eq!(loaded.version, 1);
     assert_eq!(loaded.state, original);
 }
 
 async fn load_of_unknown_run_is_not_found(store: Arc<dyn RunStore>) {
-    let error = store.load_run(&RunId::new("nope")).await.unwrap_err();
+    let error = store.load_run(&owned("nope")).await.unwrap_err();
     assert!(
         matches!(error, StoreError::NotFound { ref run_id } if run_id.as_str() == "nope"),
         "{error:?}"
@@ -100,7 +109,7 @@ async fn insert_of_existing_id_is_refused(store: Arc<dyn RunStore>) {
     );
     assert_eq!(
         store
-            .load_run(&RunId::new("r1"))
+            .load_run(&owned("r1"))
             .await
             .unwrap()
             .state
@@ -128,7 +137,7 @@ async fn stale_update_conflicts_and_changes_nothing(store: Arc<dyn RunStore>) {
         ),
         "{error:?}"
     );
-    let loaded = store.load_run(&RunId::new("r1")).await.unwrap();
+    let loaded = store.load_run(&owned("r1")).await.unwrap();
     assert_eq!(
         (loaded.version, loaded.state.status),
         (2, RunStatus::Suspended)
@@ -168,7 +177,7 @@ async fn run_counts_count_each_status(store: Arc<dyn RunStore>) {
     assert_eq!(counts.get(RunStatus::Cancelled), 0);
     assert_eq!((counts.total(), counts.unreadable), (6, 0));
     // A commit moves a run from one count to another.
-    let mut moved = store.load_run(&RunId::new("a")).await.unwrap();
+    let mut moved = store.load_run(&owned("a")).await.unwrap();
     moved.state.status = RunStatus::Completed;
     store
         .update_run(&moved.state, moved.version, None)
@@ -272,7 +281,7 @@ async fn thread_gets_messages_of_completed_runs_once(store: Arc<dyn RunStore>) {
     store.insert_run(&run, None).await.unwrap();
     assert!(
         store
-            .thread_history(&"t1".into(), None)
+            .thread_history(&owned_thread("t1"), None)
             .await
             .unwrap()
             .messages
@@ -286,14 +295,14 @@ async fn thread_gets_messages_of_completed_runs_once(store: Arc<dyn RunStore>) {
     run.touch();
     store.update_run(&run, 2, None).await.unwrap();
     let messages = store
-        .thread_history(&"t1".into(), None)
+        .thread_history(&owned_thread("t1"), None)
         .await
         .unwrap()
         .messages;
     assert_eq!(messages, run.messages, "appended once, in order");
     assert!(
         store
-            .thread_history(&"unknown".into(), None)
+            .thread_history(&owned_thread("unknown"), None)
             .await
             .unwrap()
             .messages
@@ -317,7 +326,7 @@ async fn concurrent_updates_have_one_winner(store: Arc<dyn RunStore>) {
                 assert!(matches!(error, StoreError::Conflict { .. }), "{error:?}");
             }
         }
-        assert_eq!(store.load_run(&RunId::new(id)).await.unwrap().version, 2);
+        assert_eq!(store.load_run(&owned(&id)).await.unwrap().version, 2);
     }
 }
 
@@ -332,7 +341,7 @@ async fn commit_happens_before_suspended_chunk(store: Arc<dyn RunStore>) {
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.unwrap();
         if let Chunk::ToolCallSuspended { call, .. } = &chunk {
-            let stored = store.load_run(&run_id).await.unwrap().state;
+            let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
             assert_eq!(
                 stored.status,
                 RunStatus::Suspended,
@@ -424,7 +433,7 @@ async fn repeated_answers_by_id_never_land_on_a_later_question(store: Arc<dyn Ru
     for winner in winners {
         chunks_of(winner).await;
     }
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     let pending = stored.pending_tool_calls();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].tool_call_id.as_str(), "q2");
@@ -457,7 +466,10 @@ async fn repeated_answers_by_id_never_land_on_a_later_question(store: Arc<dyn Ru
         ),
         "{error:?}"
     );
-    assert_eq!(store.load_run(&run_id).await.unwrap().state, stored);
+    assert_eq!(
+        store.load_run(&unowned(&run_id)).await.unwrap().state,
+        stored
+    );
 }
 
 async fn resume_errors_change_nothing(store: Arc<dyn RunStore>) {
@@ -469,7 +481,7 @@ async fn resume_errors_change_nothing(store: Arc<dyn RunStore>) {
     let gate = Gate::default();
     let agent = agent(&store, &model, &Counter::default(), &gate);
     let run_id = agent.generate("x").await.unwrap().run_id;
-    let before = store.load_run(&run_id).await.unwrap();
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
 
     let error = agent
         .resume_stream(json!("a"), &RunId::new("no-such-run"), None)
@@ -506,7 +518,7 @@ async fn resume_errors_change_nothing(store: Arc<dyn RunStore>) {
         .await
         .unwrap_err();
     assert!(matches!(error, ResumeError::WrongAgent { .. }), "{error:?}");
-    assert_eq!(store.load_run(&run_id).await.unwrap(), before);
+    assert_eq!(store.load_run(&unowned(&run_id)).await.unwrap(), before);
     assert_eq!(model.calls(), 1, "no model work on refused resumes");
 
     chunks_of(
@@ -516,7 +528,7 @@ async fn resume_errors_change_nothing(store: Arc<dyn RunStore>) {
             .unwrap(),
     )
     .await;
-    let completed = store.load_run(&run_id).await.unwrap();
+    let completed = store.load_run(&unowned(&run_id)).await.unwrap();
     let error = agent
         .resume_stream(json!("a"), &run_id, None)
         .await
@@ -539,7 +551,7 @@ async fn resume_errors_change_nothing(store: Arc<dyn RunStore>) {
         matches!(error, ResumeError::AlreadyAnswered { .. }),
         "{error:?}"
     );
-    assert_eq!(store.load_run(&run_id).await.unwrap(), completed);
+    assert_eq!(store.load_run(&unowned(&run_id)).await.unwrap(), completed);
     assert_eq!(gate.resumes.load(Ordering::SeqCst), 0);
 }
 
@@ -549,11 +561,13 @@ async fn later_runs_of_a_thread_see_its_history(store: Arc<dyn RunStore>) {
         json!({"text": "second answer"}),
     ]));
     let agent = agent(&store, &model, &Counter::default(), &Gate::default());
-    let thread = ThreadId::new("conversation-1");
-    let options = RunOptions::new().thread(thread.clone()).resource("user-7");
+    let thread = ThreadKey::new(Some("user-7".into()), ThreadId::new("conversation-1"));
+    let options = RunOptions::new()
+        .thread(thread.thread_id.clone())
+        .resource("user-7");
     chunks_of(agent.stream_with("hello", options.clone())).await;
     let second = agent.stream_with("and again", options);
-    let second_id = second.run_id().clone();
+    let second_id = second.run_key().clone();
     chunks_of(second).await;
     let request = model.last_request();
     assert_eq!(request.messages.len(), 3, "{:?}", request.messages);
@@ -593,7 +607,7 @@ async fn failed_model_call_after_resume_keeps_the_answer(store: Arc<dyn RunStore
         }
     }
     assert!(matches!(error, Some(AgentError::Model(_))), "{error:?}");
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Failed);
     assert!(
         matches!(stored.messages.last(), Some(Message::Tool { results }) if results[0].result["content"] == "User answered: my answer")
@@ -626,7 +640,12 @@ async fn failed_model_call_after_resume_keeps_the_answer(store: Arc<dyn RunStore
         matches!(request.messages.last(), Some(Message::Tool { results }) if results[0].result["content"] == "User answered: my answer")
     );
     assert_eq!(
-        store.load_run(&run_id).await.unwrap().state.status,
+        store
+            .load_run(&unowned(&run_id))
+            .await
+            .unwrap()
+            .state
+            .status,
         RunStatus::Completed
     );
 }
@@ -659,7 +678,7 @@ async fn cancelled_model_call_fails_the_run_and_can_continue(store: Arc<dyn RunS
         matches!(error, Some(AgentError::Model(ModelError::Cancelled))),
         "{error:?}"
     );
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Failed);
     assert_eq!(
         stored.error.as_ref().map(|failure| failure.code.as_str()),
@@ -715,7 +734,7 @@ async fn crash_after_resume_never_reruns_a_side_effecting_resume(store: Arc<dyn 
     }
     drop(stream);
     assert_eq!(gate.resumes.load(Ordering::SeqCst), 1);
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Running);
     let journal = stored.pending_step.as_ref().expect("the step's journal");
     assert!(
@@ -751,14 +770,18 @@ async fn complete(store: &Arc<dyn RunStore>, run: &mut crate::run::RunState, ver
 }
 
 async fn thread_history_follows_completion_order(store: Arc<dyn RunStore>) {
-    // Created first, completed last: the thread reads it last.
-    let mut first = state("first", "t", RunStatus::Running, 1);
-    let mut second = state("second", "t", RunStatus::Running, 2);
+    // Created first, completed last: the thread reads it last. (Suspended: a thread has one
+    // running run at a time.)
+    let mut first = state("first", "t", RunStatus::Suspended, 1);
+    let mut second = state("second", "t", RunStatus::Suspended, 2);
     store.insert_run(&first, None).await.unwrap();
     store.insert_run(&second, None).await.unwrap();
     complete(&store, &mut second, 1).await;
     complete(&store, &mut first, 1).await;
-    let history = store.thread_history(&"t".into(), None).await.unwrap();
+    let history = store
+        .thread_history(&owned_thread("t"), None)
+        .await
+        .unwrap();
     let mut expected = second.messages.clone();
     expected.extend(first.messages.clone());
     assert_eq!(
@@ -770,18 +793,27 @@ async fn thread_history_follows_completion_order(store: Arc<dyn RunStore>) {
     first.touch();
     store.update_run(&first, 2, None).await.unwrap();
     assert_eq!(
-        store.thread_history(&"t".into(), None).await.unwrap(),
+        store
+            .thread_history(&owned_thread("t"), None)
+            .await
+            .unwrap(),
         history
     );
 }
 
 async fn thread_history_stops_at_through(store: Arc<dyn RunStore>) {
-    let empty = store.thread_history(&"t".into(), None).await.unwrap();
+    let empty = store
+        .thread_history(&owned_thread("t"), None)
+        .await
+        .unwrap();
     assert!(empty.messages.is_empty() && empty.through.is_none());
     let mut a = state("a", "t", RunStatus::Running, 1);
     store.insert_run(&a, None).await.unwrap();
     complete(&store, &mut a, 1).await;
-    let after_a = store.thread_history(&"t".into(), None).await.unwrap();
+    let after_a = store
+        .thread_history(&owned_thread("t"), None)
+        .await
+        .unwrap();
     let through_a = after_a.through.expect("a completed");
     // Another thread's completion and a later one of this thread.
     let mut other = state("other", "u", RunStatus::Running, 2);
@@ -790,11 +822,14 @@ async fn thread_history_stops_at_through(store: Arc<dyn RunStore>) {
     let mut b = state("b", "t", RunStatus::Running, 3);
     store.insert_run(&b, None).await.unwrap();
     complete(&store, &mut b, 1).await;
-    let all = store.thread_history(&"t".into(), None).await.unwrap();
+    let all = store
+        .thread_history(&owned_thread("t"), None)
+        .await
+        .unwrap();
     assert!(all.through.unwrap() > through_a, "sequences increase");
     assert_eq!(all.messages.len(), 4);
     let up_to_a = store
-        .thread_history(&"t".into(), Some(through_a))
+        .thread_history(&owned_thread("t"), Some(through_a))
         .await
         .unwrap();
     assert_eq!(
@@ -802,7 +837,7 @@ async fn thread_history_stops_at_through(store: Arc<dyn RunStore>) {
         "a run started after a sees a's history only"
     );
     let up_to_other = store
-        .thread_history(&"u".into(), all.through)
+        .thread_history(&owned_thread("u"), all.through)
         .await
         .unwrap();
     assert_eq!(up_to_other.messages, other.messages);
@@ -810,7 +845,10 @@ async fn thread_history_stops_at_through(store: Arc<dyn RunStore>) {
     let mut inserted = state("inserted", "v", RunStatus::Completed, 4);
     inserted.messages.push(Message::user("more"));
     store.insert_run(&inserted, None).await.unwrap();
-    let history = store.thread_history(&"v".into(), None).await.unwrap();
+    let history = store
+        .thread_history(&owned_thread("v"), None)
+        .await
+        .unwrap();
     assert_eq!(history.messages, inserted.messages);
     assert!(history.through.unwrap() > all.through.unwrap());
 }
@@ -829,7 +867,7 @@ async fn commits_append_only_new_messages(store: Arc<dyn RunStore>) {
         }
         version = store.update_run(&run, version, None).await.unwrap();
     }
-    let loaded = store.load_run(&RunId::new("long")).await.unwrap();
+    let loaded = store.load_run(&owned("long")).await.unwrap();
     assert_eq!(loaded.state, run);
     assert_eq!(loaded.version, version);
     // A stale update with more messages conflicts and appends nothing.
@@ -840,28 +878,19 @@ async fn commits_append_only_new_messages(store: Arc<dyn RunStore>) {
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::Conflict { .. }), "{error:?}");
-    assert_eq!(
-        store.load_run(&RunId::new("long")).await.unwrap().state,
-        run
-    );
+    assert_eq!(store.load_run(&owned("long")).await.unwrap().state, run);
     // The next real commit appends exactly its own new message.
     run.messages.push(Message::user("stored"));
     store.update_run(&run, version, None).await.unwrap();
-    assert_eq!(
-        store.load_run(&RunId::new("long")).await.unwrap().state,
-        run
-    );
+    assert_eq!(store.load_run(&owned("long")).await.unwrap().state, run);
     // An update that adds no message changes only the head.
     run.status = RunStatus::Suspended;
     store.update_run(&run, version + 1, None).await.unwrap();
-    assert_eq!(
-        store.load_run(&RunId::new("long")).await.unwrap().state,
-        run
-    );
+    assert_eq!(store.load_run(&owned("long")).await.unwrap().state, run);
 }
 
 async fn leases_are_kept_renewed_and_cleared(store: Arc<dyn RunStore>) {
-    let id = RunId::new("leased");
+    let id = owned("leased");
     let first = crate::store::Lease::new("holder-a".into(), 1_000);
     let run = state("leased", "t", RunStatus::Running, 1);
     store.insert_run(&run, Some(&first)).await.unwrap();
@@ -899,7 +928,7 @@ async fn leases_are_kept_renewed_and_cleared(store: Arc<dyn RunStore>) {
     store.update_run(&suspended, 2, None).await.unwrap();
     assert_eq!(store.load_run(&id).await.unwrap().lease, None);
     let error = store
-        .renew_lease(&RunId::new("ghost"), 1, &first)
+        .renew_lease(&owned("ghost"), 1, &first)
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
@@ -928,7 +957,7 @@ async fn newer_format_rows_are_refused_and_untouched(store: Arc<dyn RunStore>) {
         .insert_run(&state("today", "t", RunStatus::Suspended, 1), None)
         .await
         .unwrap();
-    let id = RunId::new("future");
+    let id = owned("future");
     let unsupported = |error: &StoreError| {
         matches!(error, StoreError::UnsupportedFormat { format_version, .. }
             if *format_version == crate::run::RUN_FORMAT_VERSION + 1)
@@ -939,7 +968,7 @@ async fn newer_format_rows_are_refused_and_untouched(store: Arc<dyn RunStore>) {
     assert_eq!(page.runs.len(), 2, "one unreadable row hides nothing");
     assert!(
         matches!(&page.runs[0], crate::store::ListedRun::Unreadable { run_id, error, .. }
-            if run_id == &id && unsupported(error))
+            if run_id == &id.run_id && unsupported(error))
     );
     // The agent refuses it without writing.
     let model = RecordingModel::new(&script(vec![json!({"text": "never"})]));
@@ -950,6 +979,8 @@ async fn newer_format_rows_are_refused_and_untouched(store: Arc<dyn RunStore>) {
             .await
             .unwrap_err(),
         agent.continue_stream(&id).await.unwrap_err(),
+        // A bare id finds the unreadable row too.
+        agent.continue_stream(&id.run_id).await.unwrap_err(),
     ] {
         assert!(
             matches!(&error, ResumeError::Store(error) if unsupported(error)),
@@ -1040,7 +1071,7 @@ async fn live_lease_refuses_claims_until_it_expires(store: Arc<dyn RunStore>) {
     };
     let claims = async {
         for _ in 0..4 {
-            let before = store.load_run(&run_id).await.unwrap();
+            let before = store.load_run(&unowned(&run_id)).await.unwrap();
             for error in [
                 other.continue_stream(&run_id).await.unwrap_err(),
                 other
@@ -1055,7 +1086,7 @@ async fn live_lease_refuses_claims_until_it_expires(store: Arc<dyn RunStore>) {
                 );
             }
             assert_eq!(
-                store.load_run(&run_id).await.unwrap().version,
+                store.load_run(&unowned(&run_id)).await.unwrap().version,
                 before.version
             );
             tokio::time::sleep(SHORT_LEASE).await;
@@ -1073,7 +1104,7 @@ async fn live_lease_refuses_claims_until_it_expires(store: Arc<dyn RunStore>) {
         .await
         .unwrap();
     assert_eq!(output.text, "Recovered.");
-    let stored = store.load_run(&run_id).await.unwrap();
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap();
     assert_eq!(stored.state.status, RunStatus::Completed);
     assert_eq!(stored.lease, None, "a completed run holds no lease");
 }
@@ -1093,7 +1124,12 @@ async fn concurrent_takeovers_have_one_winner(store: Arc<dyn RunStore>) {
     drop(stream);
     // Wait for the expiry without claiming.
     loop {
-        let lease = store.load_run(&run_id).await.unwrap().lease.unwrap();
+        let lease = store
+            .load_run(&unowned(&run_id))
+            .await
+            .unwrap()
+            .lease
+            .unwrap();
         if !lease.is_live_at(crate::run_loop::clock::lease_now_ms()) {
             break;
         }
@@ -1187,7 +1223,7 @@ async fn unfinished_side_effect_is_never_repeated(store: Arc<dyn RunStore>) {
         loop {
             // The stream inserts the run on its first poll, which a durable store with several
             // connections may run after this load.
-            let stored = match store.load_run(&run_id).await {
+            let stored = match store.load_run(&unowned(&run_id)).await {
                 Ok(stored) => stored.state,
                 Err(StoreError::NotFound { .. }) => {
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -1239,7 +1275,7 @@ async fn unfinished_side_effect_is_never_repeated(store: Arc<dyn RunStore>) {
         "its result was kept"
     );
     assert_eq!(suspended_payloads(&chunks).len(), 1, "ask_user asks again");
-    let stored = store.load_run(&run_id).await.unwrap().state;
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
     let step = stored.pending_step.as_ref().unwrap();
     let crate::run::CallState::Completed { result } = &step.calls[0].state else {
         panic!("{step:?}")

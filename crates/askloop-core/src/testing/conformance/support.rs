@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::ids::{RunId, ThreadId};
+use crate::ids::{RunId, RunKey, ThreadId, ThreadKey};
 use crate::model::{LanguageModel, Message, ModelError, ModelEventStream, ModelRequest};
 use crate::run::{RunState, RunStatus};
 use crate::store::RunStore;
@@ -199,11 +199,31 @@ pub fn has_finish(chunks: &[Chunk]) -> bool {
         .any(|chunk| matches!(chunk, Chunk::Finish { .. }))
 }
 
+/// The resource of the runs [`state`] makes.
+pub const TENANT: &str = "tenant-1";
+
+/// The key of a run [`state`] made (resource [`TENANT`]).
+pub fn owned(run_id: &str) -> RunKey {
+    RunKey::new(Some(TENANT.into()), RunId::new(run_id))
+}
+
+/// The key of a thread of the runs [`state`] makes (resource [`TENANT`]).
+pub fn owned_thread(thread_id: &str) -> ThreadKey {
+    ThreadKey::new(Some(TENANT.into()), ThreadId::new(thread_id))
+}
+
+/// The key of a run without resource (what the scenarios' agents start by default).
+pub fn unowned(run_id: &RunId) -> RunKey {
+    RunKey::new(None, run_id.clone())
+}
+
+/// A run `run_id` of thread `thread` in `status`, created at `created` (ms), of resource
+/// [`TENANT`], with one user message.
 pub fn state(run_id: &str, thread: &str, status: RunStatus, created: u64) -> RunState {
     let mut state = RunState::new(
         RunId::new(run_id),
         ThreadId::new(thread),
-        Some("tenant-1".into()),
+        Some(TENANT.into()),
         "tester".into(),
         Some("scripted:x.json".into()),
         vec![Message::user("hello")],
@@ -266,5 +286,150 @@ impl LanguageModel for HangingModel {
                 usage: Usage::default(),
             }),
         ])))
+    }
+}
+
+/// The text of a message to `resource`'s thread `thread` for [`TurnModel`]:
+/// `"<resource>/<thread>: <text>"` (`-` for no resource). End `text` with `?` to have the model
+/// ask a question.
+pub fn turn_text(resource: Option<&str>, thread: &str, text: &str) -> String {
+    format!("{}/{thread}: {text}", resource.unwrap_or("-"))
+}
+
+/// A model for races between turns of threads. Every user message is [`turn_text`]; on each
+/// call it records a violation when
+/// - the request holds a user message of another thread or resource than its last one (a
+///   history or a supersede that crossed threads), or
+/// - another call for the same thread is in the model at the same moment, or the store does
+///   not hold exactly one running run of that thread (two turns running side by side).
+///
+/// It answers a question (an `ask_user` call) when the last message is a user message ending
+/// with `?`, else the text `ok`, after `delay` (so that racing turns overlap in it).
+pub struct TurnModel {
+    store: Arc<dyn RunStore>,
+    delay: std::time::Duration,
+    active: Mutex<std::collections::HashMap<String, usize>>,
+    calls: AtomicUsize,
+    requests: Mutex<Vec<ModelRequest>>,
+    violations: Mutex<Vec<String>>,
+}
+
+impl TurnModel {
+    /// A model checking turns against `store`, each call lasting `delay`.
+    pub fn new(store: Arc<dyn RunStore>, delay: std::time::Duration) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            delay,
+            active: Mutex::new(std::collections::HashMap::new()),
+            calls: AtomicUsize::new(0),
+            requests: Mutex::new(Vec::new()),
+            violations: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// How many calls it got.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Every request it got, in order.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// What went wrong so far (empty when every call kept to its thread, one at a time).
+    pub fn violations(&self) -> Vec<String> {
+        self.violations.lock().unwrap().clone()
+    }
+
+    fn violation(&self, text: String) {
+        self.violations.lock().unwrap().push(text);
+    }
+}
+
+/// The `<resource>/<thread>` tag of a [`turn_text`].
+fn turn_tag(text: &str) -> Option<&str> {
+    text.split_once(": ").map(|(tag, _)| tag)
+}
+
+#[async_trait]
+impl LanguageModel for TurnModel {
+    fn provider(&self) -> &str {
+        "test"
+    }
+    fn model_id(&self) -> &str {
+        "turns"
+    }
+    async fn stream(&self, request: ModelRequest) -> Result<ModelEventStream, ModelError> {
+        use crate::model::{FinishReason, ModelEvent, Usage};
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.requests.lock().unwrap().push(request.clone());
+        let users: Vec<&str> = request
+            .messages
+            .iter()
+            .filter_map(|message| match message {
+                Message::User { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let tag = users
+            .last()
+            .and_then(|text| turn_tag(text))
+            .unwrap_or_default()
+            .to_owned();
+        for text in &users {
+            if turn_tag(text) != Some(tag.as_str()) {
+                self.violation(format!("a request of {tag} holds {text:?}"));
+            }
+        }
+        let first = {
+            let mut active = self.active.lock().unwrap();
+            let count = active.entry(tag.clone()).or_insert(0);
+            *count += 1;
+            *count == 1
+        };
+        if !first {
+            self.violation(format!("two turns of {tag} in the model at once"));
+        }
+        if let Some((resource, thread)) = tag.split_once('/') {
+            let key = ThreadKey::new(
+                (resource != "-").then(|| resource.into()),
+                ThreadId::new(thread),
+            );
+            let filter = crate::store::RunFilter::in_thread(&key).status(RunStatus::Running);
+            match self.store.list_runs(&filter).await {
+                Ok(page) if page.runs.len() == 1 => {}
+                Ok(page) => self.violation(format!(
+                    "{} running runs of {tag} during a model call",
+                    page.runs.len()
+                )),
+                Err(error) => self.violation(format!("listing {tag}: {error}")),
+            }
+        }
+        tokio::time::sleep(self.delay).await;
+        if let Some(count) = self.active.lock().unwrap().get_mut(&tag) {
+            *count -= 1;
+        }
+        let asks =
+            matches!(request.messages.last(), Some(Message::User { text }) if text.ends_with('?'));
+        let mut events = Vec::new();
+        if asks {
+            events.push(Ok(ModelEvent::ToolCall(crate::model::ToolCall {
+                id: "q".into(),
+                name: "ask_user".into(),
+                args: crate::model::ToolArgs::Json(json!({"question": "Which one?"})),
+            })));
+        } else {
+            events.push(Ok(ModelEvent::TextDelta("ok".into())));
+        }
+        events.push(Ok(ModelEvent::Finish {
+            reason: if asks {
+                FinishReason::ToolCalls
+            } else {
+                FinishReason::Stop
+            },
+            usage: Usage::default(),
+        }));
+        Ok(Box::pin(futures::stream::iter(events)))
     }
 }

@@ -46,7 +46,7 @@ pub(super) async fn issue31_expired_approvals_are_swept_once(store: Arc<dyn RunS
     };
     assert_eq!(pending[0].kind, PendingKind::Approval);
     let deadline = pending[0].expires_at_ms.unwrap();
-    let stored = store.load_run(&output.run_id).await.unwrap().state;
+    let stored = store.load_run(&output.run_key()).await.unwrap().state;
     assert_eq!(
         stored.pending_tool_calls()[0].expires_at_ms,
         Some(deadline),
@@ -91,7 +91,7 @@ pub(super) async fn issue31_expired_approvals_are_swept_once(store: Arc<dyn RunS
     assert!(results[0].2, "an error result");
     assert_eq!(counter.executions.load(Ordering::SeqCst), 0, "never ran");
 
-    let stored = store.load_run(&output.run_id).await.unwrap();
+    let stored = store.load_run(&output.run_key()).await.unwrap();
     assert_eq!(stored.state.status, RunStatus::Completed);
     let results: Vec<_> = stored
         .state
@@ -122,6 +122,6 @@ pub(super) async fn issue31_expired_approvals_are_swept_once(store: Arc<dyn RunS
         matches!(error, ResumeError::Expired { expired_at_ms, .. } if expired_at_ms == deadline),
         "{error:?}"
     );
-    assert_eq!(store.load_run(&output.run_id).await.unwrap(), stored);
+    assert_eq!(store.load_run(&output.run_key()).await.unwrap(), stored);
     assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
 }

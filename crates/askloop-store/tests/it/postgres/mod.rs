@@ -1,5 +1,6 @@
 //! PostgreSQL: the core conformance suite (here), opening (`open.rs`), what the tables hold
-//! (`tables.rs`), and exactly-once resumes across stores (`race.rs`).
+//! (`tables.rs`), exactly-once resumes across stores (`race.rs`), and the upgrade of a schema
+//! made by an older askloop (`upgrade.rs`).
 //!
 //! Every test works in its own freshly created schema (named in the connection's
 //! `search_path`) of the database at `ASKLOOP_TEST_POSTGRES` (default
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
-use askloop_core::{RunId, RunStore, StoreError, ThreadId};
+use askloop_core::{RunKey, RunStore, StoreError, ThreadKey};
 use askloop_store::{OpenOptions, StoreUrl, open_store};
 use async_trait::async_trait;
 use sqlx::Connection;
@@ -18,6 +19,7 @@ use sqlx::Connection;
 mod open;
 mod race;
 mod tables;
+mod upgrade;
 use sqlx::postgres::PgConnection;
 
 /// The test database's URL.
@@ -139,16 +141,14 @@ impl RunStore for SchemaStore {
     }
     async fn renew_lease(
         &self,
-        run_id: &RunId,
+        run: &RunKey,
         expected_version: u64,
         lease: &Lease,
     ) -> Result<(), StoreError> {
-        self.store
-            .renew_lease(run_id, expected_version, lease)
-            .await
+        self.store.renew_lease(run, expected_version, lease).await
     }
-    async fn load_run(&self, run_id: &RunId) -> Result<StoredRun, StoreError> {
-        self.store.load_run(run_id).await
+    async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
+        self.store.load_run(run).await
     }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         self.store.list_runs(filter).await
@@ -158,10 +158,10 @@ impl RunStore for SchemaStore {
     }
     async fn thread_history(
         &self,
-        thread_id: &ThreadId,
+        thread: &ThreadKey,
         through: Option<u64>,
     ) -> Result<ThreadHistory, StoreError> {
-        self.store.thread_history(thread_id, through).await
+        self.store.thread_history(thread, through).await
     }
     async fn watch_changes(&self) -> Option<askloop_core::store::RunChanges> {
         self.store.watch_changes().await
@@ -205,8 +205,8 @@ async fn changes_through_one_pool_are_notified_to_another() {
     }
 }
 
-/// Starts one run that suspends at its question; returns its id.
-pub(crate) async fn one_suspended_run(store: Arc<dyn RunStore>) -> RunId {
+/// Starts one run that suspends at its question; returns its key.
+pub(crate) async fn one_suspended_run(store: Arc<dyn RunStore>) -> RunKey {
     let output = race::agent(store)
         .generate("Summarize my project")
         .await
@@ -216,5 +216,5 @@ pub(crate) async fn one_suspended_run(store: Arc<dyn RunStore>) -> RunId {
         "{:?}",
         output.status
     );
-    output.run_id
+    output.run_key()
 }

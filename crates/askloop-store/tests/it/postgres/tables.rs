@@ -7,8 +7,8 @@ use std::sync::Arc;
 use askloop_core::model::Message;
 use askloop_core::store::codec::{decode_run, encode_head, encode_message};
 use askloop_core::store::{Lease, ListedRun, RunFilter, RunState};
-use askloop_core::testing::conformance::support::state;
-use askloop_core::{LeaseHolder, RunId, RunStatus, RunStore, StoreError, ThreadId};
+use askloop_core::testing::conformance::support::{owned, owned_thread, state};
+use askloop_core::{LeaseHolder, RunId, RunStatus, RunStore, StoreError};
 use serde_json::Value;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
@@ -17,7 +17,7 @@ use super::TestSchema;
 
 /// `base` with `count` messages and `status` (states are opaque outside the core: they are
 /// built through the codec, as a store reads them).
-fn with_messages(base: &RunState, count: usize, status: RunStatus) -> RunState {
+pub(crate) fn with_messages(base: &RunState, count: usize, status: RunStatus) -> RunState {
     let mut head: Value = serde_json::from_str(&encode_head(base).unwrap()).unwrap();
     head["status"] = Value::String(status.as_str().to_owned());
     let messages: Vec<String> = (0..count)
@@ -82,13 +82,13 @@ async fn commits_append_only_the_new_messages_as_the_codec_writes_them() {
         "the codec's text, byte for byte"
     );
     assert_eq!(count, 4);
-    let loaded = store.load_run(&run_id).await.unwrap();
+    let loaded = store.load_run(&base.key()).await.unwrap();
     assert_eq!((loaded.state, loaded.version), (four, 3));
 
     // A long run: its commits send and write only what is new.
     let long = with_messages(&base, 300, RunStatus::Running);
     assert_eq!(store.update_run(&long, 3, None).await.unwrap(), 4);
-    assert_eq!(store.load_run(&run_id).await.unwrap().state, long);
+    assert_eq!(store.load_run(&base.key()).await.unwrap().state, long);
     assert_eq!(message_rows(&mut sql, &run_id).await.len(), 300);
 }
 
@@ -96,15 +96,16 @@ async fn commits_append_only_the_new_messages_as_the_codec_writes_them() {
 async fn a_thread_is_ordered_by_completion_and_read_through_a_sequence() {
     let schema = TestSchema::create().await;
     let store = schema.open().await;
+    // Suspended: a thread has one running run at a time.
     let older = with_messages(
-        &state("r-older", "t1", RunStatus::Running, 1),
+        &state("r-older", "t1", RunStatus::Suspended, 1),
         2,
-        RunStatus::Running,
+        RunStatus::Suspended,
     );
     let newer = with_messages(
-        &state("r-newer", "t1", RunStatus::Running, 2),
+        &state("r-newer", "t1", RunStatus::Suspended, 2),
         3,
-        RunStatus::Running,
+        RunStatus::Suspended,
     );
     let elsewhere = with_messages(
         &state("r-other", "t2", RunStatus::Running, 3),
@@ -115,7 +116,7 @@ async fn a_thread_is_ordered_by_completion_and_read_through_a_sequence() {
         store.insert_run(run, None).await.unwrap();
     }
     let empty = store
-        .thread_history(&ThreadId::new("t1"), None)
+        .thread_history(&owned_thread("t1"), None)
         .await
         .unwrap();
     assert_eq!((empty.messages.len(), empty.through), (0, None));
@@ -130,7 +131,7 @@ async fn a_thread_is_ordered_by_completion_and_read_through_a_sequence() {
     store.update_run(&completed(&older), 1, None).await.unwrap();
 
     let all = store
-        .thread_history(&ThreadId::new("t1"), None)
+        .thread_history(&owned_thread("t1"), None)
         .await
         .unwrap();
     let expected: Vec<Message> = newer
@@ -141,13 +142,13 @@ async fn a_thread_is_ordered_by_completion_and_read_through_a_sequence() {
         .collect();
     assert_eq!(all.messages, expected);
     let first = store
-        .thread_history(&ThreadId::new("t1"), Some(all.through.unwrap() - 2))
+        .thread_history(&owned_thread("t1"), Some(all.through.unwrap() - 2))
         .await
         .unwrap();
     assert_eq!(first.messages, newer.messages());
     assert_eq!(first.through, Some(all.through.unwrap() - 2));
     let none = store
-        .thread_history(&ThreadId::new("t1"), Some(0))
+        .thread_history(&owned_thread("t1"), Some(0))
         .await
         .unwrap();
     assert_eq!((none.messages.len(), none.through), (0, None));
@@ -165,15 +166,16 @@ async fn concurrent_completions_of_one_thread_each_get_their_own_sequence() {
     }
     let runs: Vec<RunState> = (0..RUNS)
         .map(|index| {
+            // Suspended: a thread has one running run at a time.
             with_messages(
                 &state(
                     &format!("r{index:02}"),
                     "t1",
-                    RunStatus::Running,
+                    RunStatus::Suspended,
                     index as u64,
                 ),
                 2,
-                RunStatus::Running,
+                RunStatus::Suspended,
             )
         })
         .collect();
@@ -203,7 +205,7 @@ async fn concurrent_completions_of_one_thread_each_get_their_own_sequence() {
     distinct.dedup();
     assert_eq!(distinct.len(), RUNS, "{sequences:?}");
     let history = stores[1]
-        .thread_history(&ThreadId::new("t1"), None)
+        .thread_history(&owned_thread("t1"), None)
         .await
         .unwrap();
     assert_eq!(history.messages.len(), RUNS * 2);
@@ -217,18 +219,15 @@ async fn leases_live_in_columns_and_renewals_keep_the_version() {
     let run = state("r1", "t1", RunStatus::Running, 1);
     let lease = Lease::new(LeaseHolder::new("holder-a"), 5_000);
     store.insert_run(&run, Some(&lease)).await.unwrap();
-    assert_eq!(
-        store.load_run(run.run_id()).await.unwrap().lease,
-        Some(lease)
-    );
+    assert_eq!(store.load_run(&run.key()).await.unwrap().lease, Some(lease));
 
     let renewed = Lease::new(LeaseHolder::new("holder-a"), 9_000);
-    store.renew_lease(run.run_id(), 1, &renewed).await.unwrap();
-    let stored = store.load_run(run.run_id()).await.unwrap();
+    store.renew_lease(&run.key(), 1, &renewed).await.unwrap();
+    let stored = store.load_run(&run.key()).await.unwrap();
     assert_eq!((stored.version, stored.lease), (1, Some(renewed.clone())));
 
     let error = store
-        .renew_lease(run.run_id(), 2, &renewed)
+        .renew_lease(&run.key(), 2, &renewed)
         .await
         .unwrap_err();
     assert!(
@@ -242,14 +241,14 @@ async fn leases_live_in_columns_and_renewals_keep_the_version() {
         "{error:?}"
     );
     let error = store
-        .renew_lease(&RunId::new("nobody"), 1, &renewed)
+        .renew_lease(&owned("nobody"), 1, &renewed)
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::NotFound { .. }), "{error:?}");
 
     let suspended = with_messages(&run, 1, RunStatus::Suspended);
     assert_eq!(store.update_run(&suspended, 1, None).await.unwrap(), 2);
-    assert_eq!(store.load_run(run.run_id()).await.unwrap().lease, None);
+    assert_eq!(store.load_run(&run.key()).await.unwrap().lease, None);
 }
 
 #[tokio::test]
@@ -287,7 +286,7 @@ async fn rows_this_build_cannot_read_are_refused_or_listed_unreadable_and_left_a
             .await
             .unwrap();
 
-    let error = store.load_run(&RunId::new("r-newer")).await.unwrap_err();
+    let error = store.load_run(&owned("r-newer")).await.unwrap_err();
     assert!(
         matches!(
             error,
@@ -322,4 +321,60 @@ async fn rows_this_build_cannot_read_are_refused_or_listed_unreadable_and_left_a
             .await
             .unwrap();
     assert_eq!(before, after, "reading changes nothing");
+}
+
+/// Runs of one thread inserted as running at once through different stores (processes): one
+/// holds the turn, every other insert is refused as busy and writes nothing; the same thread id
+/// of another resource is another thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue31_one_running_run_per_thread_across_pools() {
+    const RUNS: usize = 16;
+    let schema = TestSchema::create().await;
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(schema.open().await);
+    }
+    for round in 0..5 {
+        let thread = format!("t{round}");
+        let tasks: Vec<_> = (0..RUNS)
+            .map(|index| {
+                let store: Arc<dyn RunStore> = stores[index % stores.len()].clone();
+                let mut run = state(
+                    &format!("r{round}-{index:02}"),
+                    &thread,
+                    RunStatus::Running,
+                    index as u64,
+                );
+                if index % 4 == 3 {
+                    // Another tenant's thread of the same id.
+                    run = super::upgrade::in_resource(&run, "tenant-2");
+                }
+                tokio::spawn(async move { store.insert_run(&run, None).await })
+            })
+            .collect();
+        let mut won = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(_) => won += 1,
+                Err(StoreError::ThreadBusy { running_run_id, .. }) => {
+                    assert!(running_run_id.is_some());
+                }
+                Err(error) => panic!("round {round}: {error:?}"),
+            }
+        }
+        assert_eq!(won, 2, "round {round}: one turn per tenant's thread");
+        let mut sql = connect(&schema).await;
+        let running: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT scope, COUNT(*) FROM runs WHERE thread_id = $1 GROUP BY scope ORDER BY scope",
+        )
+        .bind(&thread)
+        .fetch_all(&mut sql)
+        .await
+        .unwrap();
+        assert_eq!(
+            running,
+            [("tenant-1".to_owned(), 1), ("tenant-2".to_owned(), 1)],
+            "refused inserts wrote nothing"
+        );
+    }
 }
