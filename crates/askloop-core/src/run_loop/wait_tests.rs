@@ -108,7 +108,7 @@ async fn assert_expired_and_unchanged(
         text.contains(&format!("expired at {}", crate::time::rfc3339(deadline))),
         "{text}"
     );
-    let after = store.load_run(&unowned(&run_id)).await.unwrap();
+    let after = store.load_run(&unowned(run_id)).await.unwrap();
     assert_eq!(&after, before, "a refusal changes nothing");
     assert_eq!(
         codec::encode_state(&after.state).unwrap(),
@@ -299,7 +299,11 @@ async fn issue31_an_expired_approval_tells_the_model_the_tool_did_not_run() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].result, expected);
     // Kept with its audit: an expiry by the sweep.
-    let stored = store.load_run(&unowned(&output.run_id)).await.unwrap().state;
+    let stored = store
+        .load_run(&unowned(&output.run_id))
+        .await
+        .unwrap()
+        .state;
     assert_eq!(stored.status, RunStatus::Completed);
     let results = stored_results(stored.messages());
     assert_eq!(results.len(), 1);

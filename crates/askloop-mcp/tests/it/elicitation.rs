@@ -121,7 +121,12 @@ async fn answer(agent: &Agent, run_id: &RunId, answer: Value) -> RunOutput {
 
 /// The result of the run's (only) tool call.
 async fn tool_result(agent: &Agent, run_id: &RunId) -> ToolResult {
-    let stored = agent.store().load_run(&RunKey::new(None, run_id.clone())).await.unwrap().state;
+    let stored = agent
+        .store()
+        .load_run(&RunKey::new(None, run_id.clone()))
+        .await
+        .unwrap()
+        .state;
     stored
         .messages()
         .iter()

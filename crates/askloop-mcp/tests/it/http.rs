@@ -154,7 +154,12 @@ async fn issue31_an_elicitation_over_streamable_http_is_asked_and_answered() {
         .await
         .unwrap();
     assert_eq!(done.text, "Done.");
-    let stored = agent.store().load_run(&output.run_key()).await.unwrap().state;
+    let stored = agent
+        .store()
+        .load_run(&output.run_key())
+        .await
+        .unwrap()
+        .state;
     let text = serde_json::to_string(stored.messages()).unwrap();
     assert!(text.contains("Name: Grace Hopper"), "{text}");
     tools.close().await;

@@ -14,5 +14,5 @@ mod metrics;
 mod scenarios;
 mod socket;
 mod support;
-mod waits;
 mod tenancy;
+mod waits;

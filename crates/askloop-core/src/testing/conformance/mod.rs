@@ -19,8 +19,8 @@
 mod hitl;
 mod store;
 pub mod support;
-mod waits;
 mod tenancy;
+mod waits;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -19,8 +19,8 @@ use crate::testing::ScriptedModel;
 use crate::testing::conformance::Scenario;
 use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::support::*;
-use crate::testing::conformance::waits::*;
 use crate::testing::conformance::tenancy::*;
+use crate::testing::conformance::waits::*;
 use crate::{Agent, AgentError, AskUser, Chunk, ResumeError, RunOptions};
 
 macro_rules! scenarios {
