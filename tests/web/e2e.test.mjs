@@ -42,7 +42,7 @@ before(async () => {
       },
       slow: {
         script: { steps: [{ text: "Working on it.", toolCalls: [{ id: "l1", name: "trigger-long-running-operation", args: { duration: 4, steps: 4 } }] }, { text: "All done." }] },
-        toml: `[agents.slow.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\n`,
+        toml: `[agents.slow.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = false\n`,
       },
       xss: { script: asks({ question: XSS }, `Output <b>bold?</b> <img src=x onerror="window.__xss = 3">`) },
     },

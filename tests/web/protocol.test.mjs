@@ -23,7 +23,11 @@ before(async () => {
       },
       slow: {
         script: { steps: [{ text: "Working on it.", toolCalls: [{ id: "l1", name: "trigger-long-running-operation", args: { duration: 4, steps: 4 } }] }, { text: "All done." }] },
-        toml: `[agents.slow.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\n`,
+        toml: `[agents.slow.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = false\n`,
+      },
+      gated: {
+        script: { steps: [{ text: "Working on it.", toolCalls: [{ id: "l1", name: "trigger-long-running-operation", args: { duration: 4, steps: 4 } }] }, { text: "All done." }] },
+        toml: `[agents.gated.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = true\n`,
       },
     },
   });
@@ -156,8 +160,9 @@ test("a client reloaded during a running turn resumes it: resumeStream replays t
 
   // The reload: a new client starts from the stored chat, then resumes (useChat({resume: true})).
   const reloaded = new NodeChat({ url: server.url, agentId: "slow", id, key: KEY });
+  // (The store holds the person's message, and the turn's steps as far as they are committed.)
   reloaded.messages = await serverMessages("slow", id);
-  assert.equal(reloaded.messages.length, 2, "the person's message and the turn so far");
+  assert.equal(reloaded.messages[0].role, "user");
   await reloaded.resumeStream();
   await sent;
   assert.equal(reloaded.status, "ready");
@@ -174,4 +179,37 @@ test("a client reloaded during a running turn resumes it: resumeStream replays t
   assert.equal(JSON.stringify(reloaded.messages), finished);
   const none = await fetch(`${server.url}/api/agents/slow/chat/${id}/stream`, { headers: { Authorization: `Bearer ${KEY}` } });
   assert.equal(none.status, 204);
+});
+
+test("a client reloaded during a turn resumed by an approval gets the whole turn, in the message it had", async () => {
+  const id = randomUUID();
+  const first = new NodeChat({ url: server.url, agentId: "gated", id, key: KEY });
+  await first.sendMessage({ text: "Take your time" });
+  const [part] = toolParts(first);
+  assert.equal(part.state, "approval-requested");
+  await first.addToolApprovalResponse({ id: part.approval.id, approved: true });
+  const sent = first.sendMessage();
+  const running = async () => {
+    const response = await fetch(`${server.url}/api/runs?threadId=${id}`, { headers: { Authorization: `Bearer ${KEY}` } });
+    return (await response.json()).runs[0]?.status === "running";
+  };
+  await waitFor(running, 10_000, "the approved call to run");
+
+  const reloaded = new NodeChat({ url: server.url, agentId: "gated", id, key: KEY });
+  reloaded.messages = await serverMessages("gated", id);
+  assert.equal(reloaded.messages.length, 2, "the person's message and the turn so far");
+  const stored = reloaded.messages[1].id;
+  await reloaded.resumeStream();
+  await sent;
+  assert.equal(reloaded.status, "ready");
+  assert.equal(reloaded.messages.length, 2, "the stored turn is rebuilt in place, not added");
+  assert.equal(reloaded.messages[1].id, stored);
+  assert.equal(first.messages.at(-1).id, stored);
+  assert.deepEqual(
+    reloaded.messages[1].parts.map((p) => p.type),
+    first.messages.at(-1).parts.map((p) => p.type),
+  );
+  assert.equal(text(reloaded), "Working on it.All done.");
+  assert.equal(toolParts(reloaded)[0].state, "output-available");
+  assert.deepEqual(toolParts(reloaded)[0].output, toolParts(first)[0].output);
 });

@@ -66,7 +66,12 @@ pub(crate) async fn sweep_once(state: &AppState) {
                     }
                 };
                 // The run as the expiry's claim finds it, for a client told the whole turn.
-                let before = state.store.load_run(&run.key()).await.ok().map(|stored| stored.state);
+                let before = state
+                    .store
+                    .load_run(&run.key())
+                    .await
+                    .ok()
+                    .map(|stored| stored.state);
                 match agent.expire_due(&run, Some(SWEEPER.to_owned())).await {
                     Ok(stream) => drop(state.hub.spawn(
                         stream,
@@ -117,11 +122,12 @@ pub(crate) async fn sweep_once(state: &AppState) {
         match agent.continue_stream(&key).await {
             Ok(stream) => {
                 tracing::info!(run_id = %summary.run_id, "sweep: recovering a run whose process stopped");
-                drop(
-                    state
-                        .hub
-                        .spawn(stream, &summary.agent_id, StreamKind::Other, Some(stored.state)),
-                );
+                drop(state.hub.spawn(
+                    stream,
+                    &summary.agent_id,
+                    StreamKind::Other,
+                    Some(stored.state),
+                ));
             }
             Err(error) => refused("recover", &summary.run_id, &error),
         }

@@ -1,17 +1,9 @@
 //! askloop's own routes: the runs and their inbox (`/api/runs…`, `/api/inbox/events`).
 
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::Duration;
 
-use askloop_core::model::{AssistantPart, FinishReason, Message, ToolArgs, ToolCall};
-use askloop_core::store::{
-    ListedRun, RunChange, RunChanges, RunCursor, RunFilter, RunState, RunSummary, StoredRun,
-    lease_now_ms,
-};
-use askloop_core::{
-    AgentId, Chunk, PendingKind, RunKey, RunStatus, Suspension, ToolCallId, approval_schema, wire,
-};
+use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
+use askloop_core::{AgentId, RunStatus, ToolCallId};
 use axum::Json;
 use axum::response::Response;
 use axum::response::sse::Event;
@@ -23,12 +15,12 @@ use crate::api::{
 use crate::error::{ApiError, ErrorBody};
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
+use crate::replay::{self, Follow};
 use crate::routes::agents::resume_refused;
 use crate::routes::{
     Body, Params, PathParam, State, agent_of_run, check_answer, check_id, check_text,
     check_tool_call_id, visible_run,
 };
-use crate::replay::{self, Follow};
 use crate::server::AppState;
 use crate::sse;
 

@@ -110,7 +110,11 @@ impl Frames {
             if self.done {
                 return None;
             }
-            let frame = self.body.frame().await.expect("the stream ended before [DONE]");
+            let frame = self
+                .body
+                .frame()
+                .await
+                .expect("the stream ended before [DONE]");
             let data = frame.unwrap().into_data().unwrap_or_default();
             self.pending.push_str(std::str::from_utf8(&data).unwrap());
         }
@@ -188,7 +192,9 @@ fn parts(chunks: &[Value]) -> Vec<Value> {
                     .position(|part| part["type"] == kind && part["id"] == chunk["id"])
                 {
                     Some(at) => parts[at]["data"] = chunk["data"].clone(),
-                    None => parts.push(json!({"type": kind, "id": chunk["id"], "data": chunk["data"]})),
+                    None => {
+                        parts.push(json!({"type": kind, "id": chunk["id"], "data": chunk["data"]}))
+                    }
                 }
             }
             _ => {}
@@ -217,7 +223,14 @@ async fn issue31_chat_stream_is_204_while_no_turn_runs(backend: Backend) {
     let (server, hold) = resume_server(&store, Vec::new());
     let router = server.router();
     // A chat never used.
-    let (status, body) = call(&router, "GET", "/api/agents/slow/chat/new/stream", None, None).await;
+    let (status, body) = call(
+        &router,
+        "GET",
+        "/api/agents/slow/chat/new/stream",
+        None,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     assert_eq!(body, json!(""));
     // A suspended turn is not running: the question is in the messages.
@@ -230,8 +243,19 @@ async fn issue31_chat_stream_is_204_while_no_turn_runs(backend: Backend) {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{error}");
-    assert!(chunks.iter().any(|chunk| chunk["type"] == "data-askloop-question"));
-    let (status, _) = call(&router, "GET", "/api/agents/asker/chat/asked/stream", None, None).await;
+    assert!(
+        chunks
+            .iter()
+            .any(|chunk| chunk["type"] == "data-askloop-question")
+    );
+    let (status, _) = call(
+        &router,
+        "GET",
+        "/api/agents/asker/chat/asked/stream",
+        None,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     // A completed turn.
     hold.release.notify_one();
@@ -245,13 +269,34 @@ async fn issue31_chat_stream_is_204_while_no_turn_runs(backend: Backend) {
     .await;
     assert_eq!(status, StatusCode::OK, "{error}");
     assert_eq!(chunks.last().unwrap()["finishReason"], "stop");
-    let (status, _) = call(&router, "GET", "/api/agents/slow/chat/done/stream", None, None).await;
+    let (status, _) = call(
+        &router,
+        "GET",
+        "/api/agents/slow/chat/done/stream",
+        None,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     // An unknown agent is 404; a blank chat id 400, as for `/chat`.
-    let (status, body) = call(&router, "GET", "/api/agents/nobody/chat/done/stream", None, None).await;
+    let (status, body) = call(
+        &router,
+        "GET",
+        "/api/agents/nobody/chat/done/stream",
+        None,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["code"], "agent_not_found");
-    let (status, body) = call(&router, "GET", "/api/agents/slow/chat/%20/stream", None, None).await;
+    let (status, body) = call(
+        &router,
+        "GET",
+        "/api/agents/slow/chat/%20/stream",
+        None,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["code"], "bad_request");
 }
@@ -347,7 +392,14 @@ async fn issue31_chat_stream_replays_a_running_turn_then_follows_it(backend: Bac
     assert_eq!(resumed_all, original_all);
     assert_eq!(types(&resumed_all).last(), Some(&"finish"));
     // Ended: nothing runs any more.
-    let (status, _) = call(&router, "GET", "/api/agents/slow/chat/c1/stream", None, None).await;
+    let (status, _) = call(
+        &router,
+        "GET",
+        "/api/agents/slow/chat/c1/stream",
+        None,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
 }
 
