@@ -330,3 +330,85 @@ fn final_text(state: &RunState) -> String {
         })
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use askloop_core::RunId;
+    use askloop_core::store::codec::decode_state;
+
+    use super::*;
+
+    const COMPLETED: &str = r#"{"formatVersion": 2, "runId": "r1", "threadId": "t",
+      "resourceId": null, "agentId": "assistant", "model": "scripted:demo.json",
+      "status": "completed", "historyThrough": null, "steps": 2, "pendingStep": null,
+      "usage": {"inputTokens": 14, "outputTokens": 9}, "error": null, "finishReason": "stop",
+      "createdAtMs": 1, "updatedAtMs": 2, "messages": [
+        {"role": "user", "text": "Which repo?"},
+        {"role": "assistant", "parts": [{"type": "text", "text": "Let me ask."},
+          {"type": "tool-call", "id": "c1", "name": "ask_user", "args": {"json": {"question": "Which repo?"}}}]},
+        {"role": "tool", "results": [{"toolCallId": "c1", "toolName": "ask_user", "result": "main", "isError": false, "answer": "main"}]},
+        {"role": "assistant", "parts": [{"type": "text", "text": "Summary of main."}]}]}"#;
+
+    const SUSPENDED: &str = r#"{"formatVersion": 2, "runId": "r2", "threadId": "t",
+      "resourceId": null, "agentId": "assistant", "model": "scripted:demo.json",
+      "status": "suspended", "historyThrough": null, "steps": 1,
+      "pendingStep": {"calls": [{"call": {"id": "c1", "name": "ask_user", "args": {"json": {"question": "Which repo?"}}},
+        "state": {"status": "suspended", "suspension": {"payload": {"question": "Which repo?"}, "resumeSchema": {"type": "string"}}}}]},
+      "usage": {"inputTokens": 10, "outputTokens": 5}, "error": null,
+      "createdAtMs": 1, "updatedAtMs": 2, "messages": [
+        {"role": "user", "text": "Summarize my project"},
+        {"role": "assistant", "parts": [{"type": "tool-call", "id": "c1", "name": "ask_user", "args": {"json": {"question": "Which repo?"}}}]}]}"#;
+
+    fn types(chunks: &[Value]) -> Vec<&str> {
+        chunks
+            .iter()
+            .map(|chunk| chunk["type"].as_str().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn stored_steps_are_told_as_their_stream_sent_them() {
+        let state = decode_state(&RunId::new("r1"), COMPLETED).unwrap();
+        let chunks = step_chunks(&state, 0);
+        assert_eq!(
+            types(&chunks),
+            [
+                "step-start",
+                "text-delta",
+                "tool-call",
+                "tool-result",
+                "step-finish",
+                "step-start",
+                "text-delta",
+                "step-finish"
+            ]
+        );
+        assert_eq!(chunks[0]["payload"]["stepNumber"], 1);
+        assert_eq!(chunks[3]["payload"]["args"]["question"], "Which repo?");
+        assert_eq!(chunks[3]["payload"]["result"], "main");
+        assert_eq!(chunks[4]["payload"]["stepResult"]["isContinued"], true);
+        assert_eq!(chunks[7]["payload"]["stepResult"]["reason"], "stop");
+        // From a later message on: the results of the step before, numbered as in the run.
+        let later = step_chunks(&state, 2);
+        assert_eq!(
+            types(&later),
+            [
+                "tool-result",
+                "step-finish",
+                "step-start",
+                "text-delta",
+                "step-finish"
+            ]
+        );
+        assert_eq!(later[2]["payload"]["stepNumber"], 2);
+    }
+
+    #[test]
+    fn a_step_whose_calls_wait_stays_open_and_its_calls_are_announced() {
+        let state = decode_state(&RunId::new("r2"), SUSPENDED).unwrap();
+        assert_eq!(types(&step_chunks(&state, 0)), ["step-start", "tool-call"]);
+        let pending = pending_chunks(&state);
+        assert_eq!(types(&pending), ["tool-call", "tool-call-suspended"]);
+        assert_eq!(pending[1]["payload"]["toolCallId"], "c1");
+    }
+}
