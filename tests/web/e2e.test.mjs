@@ -1,8 +1,9 @@
 // The page in real Chromium (Debian's /usr/bin/chromium, driven by playwright-core) against
 // `askloop serve` with scripted agents: free text, single and multi select (with "Other"),
 // approve and decline, two questions in one submit, the inbox answering another run's
-// question, reload mid-question, a question carrying HTML rendered inert, a rejected answer
-// beside its field, and the whole flow by keyboard. Screenshots go to the artifacts folder;
+// question, reload mid-question and during a running turn (which goes on), a question
+// carrying HTML rendered inert, a rejected answer beside its field, and the whole flow by
+// keyboard. Screenshots go to the artifacts folder;
 // with ASKLOOP_WEB_SCREENSHOT=1 the README's docs/page.png is rewritten too (a tracked file
 // is never changed by a plain test run).
 import { test, before, after } from "node:test";
@@ -38,6 +39,10 @@ before(async () => {
       ops: {
         script: { steps: [{ toolCalls: [{ id: "e1", name: "echo", args: { message: "hello" } }] }, { text: "Done with echo." }] },
         toml: `[agents.ops.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = ["echo"]\n`,
+      },
+      slow: {
+        script: { steps: [{ text: "Working on it.", toolCalls: [{ id: "l1", name: "trigger-long-running-operation", args: { duration: 4, steps: 4 } }] }, { text: "All done." }] },
+        toml: `[agents.slow.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = false\n`,
       },
       xss: { script: asks({ question: XSS }, `Output <b>bold?</b> <img src=x onerror="window.__xss = 3">`) },
     },
@@ -180,6 +185,17 @@ test("reload mid-question shows the same question", async () => {
   await page.getByRole("radio", { name: "main" }).check();
   await page.getByRole("button", { name: "Send answer" }).click();
   await page.getByText("Summary of the repo.").waitFor();
+  await context.close();
+});
+
+test("reload during a running turn shows the turn going on to its end", async () => {
+  const { page, context, problems } = await openChat("slow");
+  await say(page, "Take your time");
+  await page.getByText("Working on it.").waitFor();
+  await page.reload();
+  await page.getByText("All done.").waitFor({ timeout: 15_000 });
+  assert.equal(await page.getByText("Working on it.").count(), 1, "the turn once, not twice");
+  assert.deepEqual(problems, []);
   await context.close();
 });
 

@@ -1,11 +1,12 @@
 // The AI SDK's UI message stream protocol against `askloop serve`, through the `ai` package's
 // own chat client (AbstractChat + DefaultChatTransport: what useChat runs): a question arrives
 // as a tool part awaiting output, addToolOutput + send resumes exactly that call, an approval
-// goes through addToolApprovalResponse, an invalid answer is refused with nothing changed.
+// goes through addToolApprovalResponse, an invalid answer is refused with nothing changed, and
+// a client reloaded during a running turn resumes its stream (resumeStream, useChat's resume).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { NodeChat, asks, everythingServer, startServer } from "./lib.mjs";
+import { NodeChat, asks, everythingServer, startServer, waitFor } from "./lib.mjs";
 
 const KEY = "ak_protocol_test_key";
 let server;
@@ -19,6 +20,14 @@ before(async () => {
       ops: {
         script: { steps: [{ toolCalls: [{ id: "e1", name: "echo", args: { message: "hello" } }] }, { text: "Echoed." }] },
         toml: `[agents.ops.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = ["echo"]\n`,
+      },
+      slow: {
+        script: { steps: [{ text: "Working on it.", toolCalls: [{ id: "l1", name: "trigger-long-running-operation", args: { duration: 4, steps: 4 } }] }, { text: "All done." }] },
+        toml: `[agents.slow.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = false\n`,
+      },
+      gated: {
+        script: { steps: [{ text: "Working on it.", toolCalls: [{ id: "l1", name: "trigger-long-running-operation", args: { duration: 4, steps: 4 } }] }, { text: "All done." }] },
+        toml: `[agents.gated.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = true\n`,
       },
     },
   });
@@ -141,4 +150,66 @@ test("another tenant's chat is not found, and no key is 401", async () => {
     body: JSON.stringify({ id: randomUUID(), messages: [{ id: "m", role: "user", parts: [{ type: "text", text: "hi" }] }], trigger: "submit-message" }),
   });
   assert.equal(chat.status, 401);
+});
+
+test("a client reloaded during a running turn resumes it: resumeStream replays the turn, then follows it", async () => {
+  const id = randomUUID();
+  const first = new NodeChat({ url: server.url, agentId: "slow", id, key: KEY });
+  const sent = first.sendMessage({ text: "Take your time" });
+  await waitFor(() => toolParts(first).some((part) => part.state === "input-available"), 10_000, "the long call to start");
+
+  // The reload: a new client starts from the stored chat, then resumes (useChat({resume: true})).
+  const reloaded = new NodeChat({ url: server.url, agentId: "slow", id, key: KEY });
+  // (The store holds the person's message, and the turn's steps as far as they are committed.)
+  reloaded.messages = await serverMessages("slow", id);
+  assert.equal(reloaded.messages[0].role, "user");
+  await reloaded.resumeStream();
+  await sent;
+  assert.equal(reloaded.status, "ready");
+  assert.equal(reloaded.messages.length, 2, "the resumed turn replaces the stored one, no copy");
+  assert.equal(reloaded.messages.at(-1).id, first.messages.at(-1).id);
+  assert.deepEqual(reloaded.messages.at(-1).parts, first.messages.at(-1).parts);
+  assert.equal(text(reloaded), "Working on it.All done.");
+  assert.equal(toolParts(reloaded)[0].state, "output-available");
+
+  // Nothing runs now: 204, and the client changes nothing.
+  const finished = JSON.stringify(reloaded.messages);
+  await reloaded.resumeStream();
+  assert.equal(reloaded.status, "ready");
+  assert.equal(JSON.stringify(reloaded.messages), finished);
+  const none = await fetch(`${server.url}/api/agents/slow/chat/${id}/stream`, { headers: { Authorization: `Bearer ${KEY}` } });
+  assert.equal(none.status, 204);
+});
+
+test("a client reloaded during a turn resumed by an approval gets the whole turn, in the message it had", async () => {
+  const id = randomUUID();
+  const first = new NodeChat({ url: server.url, agentId: "gated", id, key: KEY });
+  await first.sendMessage({ text: "Take your time" });
+  const [part] = toolParts(first);
+  assert.equal(part.state, "approval-requested");
+  await first.addToolApprovalResponse({ id: part.approval.id, approved: true });
+  const sent = first.sendMessage();
+  const running = async () => {
+    const response = await fetch(`${server.url}/api/runs?threadId=${id}`, { headers: { Authorization: `Bearer ${KEY}` } });
+    return (await response.json()).runs[0]?.status === "running";
+  };
+  await waitFor(running, 10_000, "the approved call to run");
+
+  const reloaded = new NodeChat({ url: server.url, agentId: "gated", id, key: KEY });
+  reloaded.messages = await serverMessages("gated", id);
+  assert.equal(reloaded.messages.length, 2, "the person's message and the turn so far");
+  const stored = reloaded.messages[1].id;
+  await reloaded.resumeStream();
+  await sent;
+  assert.equal(reloaded.status, "ready");
+  assert.equal(reloaded.messages.length, 2, "the stored turn is rebuilt in place, not added");
+  assert.equal(reloaded.messages[1].id, stored);
+  assert.equal(first.messages.at(-1).id, stored);
+  assert.deepEqual(
+    reloaded.messages[1].parts.map((p) => p.type),
+    first.messages.at(-1).parts.map((p) => p.type),
+  );
+  assert.equal(text(reloaded), "Working on it.All done.");
+  assert.equal(toolParts(reloaded)[0].state, "output-available");
+  assert.deepEqual(toolParts(reloaded)[0].output, toolParts(first)[0].output);
 });

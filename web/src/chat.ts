@@ -129,6 +129,14 @@ export class ChatView {
     this.chat.messages = body.messages;
   }
 
+  /**
+   * Follows the chat's running turn, if one runs (the AI SDK's stream resumption, as
+   * `useChat({ resume: true })`): after `load`, so a reload during a turn shows it going on.
+   */
+  async resume(): Promise<void> {
+    await this.chat.resumeStream();
+  }
+
   /** Sends a new user message. */
   async send(text: string): Promise<void> {
     this.status("");

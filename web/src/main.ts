@@ -91,6 +91,7 @@ function start(): void {
     chat = new ChatView(agentId, chatId, byId("messages"), byId("pending"), status);
     try {
       await chat.load();
+      await chat.resume();
     } catch (error) {
       status(`Chat: ${(error as Error).message}`);
     }

@@ -1,6 +1,8 @@
 //! The AI SDK's UI message stream (npm `ai` 7.x, what `useChat` and its `DefaultChatTransport`
-//! speak) over askloop runs: `POST /api/agents/{agentId}/chat` and
-//! `GET /api/agents/{agentId}/chat/{chatId}/messages`.
+//! speak) over askloop runs: `POST /api/agents/{agentId}/chat`,
+//! `GET /api/agents/{agentId}/chat/{chatId}/messages` and the stream resumption
+//! `GET /api/agents/{agentId}/chat/{chatId}/stream` ([`get_stream`]: 204 while no turn of the
+//! chat runs, else the running turn's stream from its start, then live).
 //!
 //! A chat id is an askloop thread id, of the caller's resource (the API key's; none on a server
 //! without keys): two tenants using one chat id have two chats. A request whose last message is
@@ -32,6 +34,12 @@
 //! | end of a suspended stream | `finish` (`finishReason: "tool-calls"`) |
 //!
 //! Text parts are closed (`text-end`, `reasoning-end`) before any other part and at the end.
+//!
+//! A resumed stream ([`get_stream`]) goes through the same [`UiStream`], fed the turn's wire
+//! chunks from its start; its `start` always carries
+//! `messageId: "msg-<runId>"`, the id of the run's assistant message in the messages route, so
+//! the client (which resets the message on a replay's first `start`) rebuilds that message
+//! instead of adding one.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -41,10 +49,10 @@ use std::sync::Arc;
 use askloop_core::PendingKind;
 use askloop_core::form::{Field, FieldKind};
 use askloop_core::model::{AssistantPart, Message};
-use askloop_core::store::{RunFilter, RunState};
+use askloop_core::store::{RunFilter, RunState, running_run_of};
 use askloop_core::{
-    AgentId, CallResponse, ResumeError, RunOptions, RunStatus, ThreadId, ThreadKey, ToolCallId,
-    error_chain_text,
+    AgentId, CallResponse, ResumeError, RunKey, RunOptions, RunStatus, ThreadId, ThreadKey,
+    ToolCallId, error_chain_text,
 };
 use axum::Json;
 use axum::Router;
@@ -60,6 +68,7 @@ use serde_json::{Map, Value, json};
 use crate::error::ApiError;
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
+use crate::replay::{self, Follow};
 use crate::routes::{Body, PathParam, agent_for_caller, check_answer, check_text};
 use crate::server::AppState;
 
@@ -73,6 +82,10 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route(
             "/api/agents/{agent_id}/chat/{chat_id}/messages",
             get(get_messages),
+        )
+        .route(
+            "/api/agents/{agent_id}/chat/{chat_id}/stream",
+            get(get_stream),
         )
 }
 
@@ -223,7 +236,7 @@ pub(crate) async fn post_chat(
         Some(listed) => Some(state.store.load_run(&listed.key()).await?.state),
         None => None,
     };
-    let Some(waiting) = waiting.as_ref() else {
+    let Some(waiting) = waiting else {
         return Err(ApiError::new(
             axum::http::StatusCode::CONFLICT,
             "not_suspended",
@@ -287,9 +300,12 @@ pub(crate) async fn post_chat(
     }
     match respond.stream().await {
         Ok(stream) => {
-            let chunks = state
-                .hub
-                .spawn(stream, &agent_id, StreamKind::Resume(started));
+            let chunks = state.hub.spawn(
+                stream,
+                &agent_id,
+                StreamKind::Resume(started),
+                Some(waiting),
+            );
             let ui = UiStream::new(meta, None, known);
             Ok(ui_response(ui.convert(chunks), state.closing.grace_over()))
         }
@@ -399,6 +415,76 @@ pub(crate) async fn get_messages(
         messages.extend(ui_messages(run));
     }
     Ok(Json(json!({"messages": messages})).into_response())
+}
+
+/// `GET /api/agents/{agentId}/chat/{chatId}/stream`: the AI SDK's stream resumption
+/// (`DefaultChatTransport.reconnectToStream`, what `useChat({resume: true})` and
+/// `Chat.resumeStream()` call). 204 when no turn of the chat runs: none, a suspended one (its
+/// question is in the messages), a run whose driver stopped (the sweep continues it), another
+/// tenant's (existence does not leak). Otherwise the running turn's UI message stream from
+/// its start — `start` with `messageId: "msg-<runId>"`, the id the messages route gives the
+/// run's assistant message, so the client replaces that message — then live until it ends.
+///
+/// The turn's wire chunks go through [`UiStream`] as the `/chat` response's do: a turn this
+/// server drives is [`replay::live_turn`] (the turn before its current stream told from the
+/// state its claim started from, then the stream from its start, then live); one another
+/// server on the store drives (a live lease) is [`replay::follow_elsewhere`] with
+/// [`Follow::Steps`]: its committed steps, each new one as the store gets it, then its end
+/// (that server's live chunks never leave it, so the text comes a step at a time).
+#[utoipa::path(get, path = "/api/agents/{agentId}/chat/{chatId}/stream", tag = "chat",
+    params(("agentId" = String, Path, description = "The agent's id"),
+           ("chatId" = String, Path, description = "The chat's id (its thread id)")),
+    responses(
+        (status = 200, description = "SSE: the running turn's UI message stream v1 from its start, then live (header `x-vercel-ai-ui-message-stream: v1`; `data: [DONE]` last); a turn driven by another server on the store: its committed steps, then each step as the store gets it", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 204, description = "No turn of the chat runs (none, a suspended one, another tenant's chat)"),
+        (status = 400, description = "bad_request (a blank, control-character or over-long chat id)", body = crate::error::ErrorBody),
+        (status = 401, description = "No or bad API key", body = crate::error::ErrorBody),
+        (status = 403, description = "The key may not use this agent", body = crate::error::ErrorBody),
+        (status = 404, description = "agent_not_found", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn get_stream(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    PathParam((agent_id, chat_id)): PathParam<(String, String)>,
+) -> Result<Response, ApiError> {
+    let agent_id = AgentId::from(agent_id);
+    agent_for_caller(&state, &caller, &agent_id).await?;
+    let thread = chat_thread(&caller, &chat_id)?;
+    let no_turn = || axum::http::StatusCode::NO_CONTENT.into_response();
+    let Some(run_id) = running_run_of(state.store.as_ref(), &thread).await? else {
+        return Ok(no_turn());
+    };
+    let key = RunKey::new(thread.resource_id.clone(), run_id);
+    let stored = match state.store.load_run(&key).await {
+        Ok(stored) => stored,
+        // It ended and went (or was never readable) between the listing and the load.
+        Err(askloop_core::StoreError::NotFound { .. }) => return Ok(no_turn()),
+        Err(error) => return Err(error.into()),
+    };
+    if !caller.may_see(stored.state.resource_id(), stored.state.agent_id()) {
+        return Ok(no_turn());
+    }
+    let meta = json!({
+        "threadId": thread.thread_id.as_str(),
+        "agentId": stored.state.agent_id().as_str(),
+        "runId": key.run_id.as_str(),
+    });
+    let ui = UiStream::new(
+        meta,
+        Some(format!("msg-{}", key.run_id.as_str())),
+        HashSet::new(),
+    );
+    if let Some(turn) = replay::live_turn(&state, &key) {
+        return Ok(ui_response(ui.convert(turn), state.closing.grace_over()));
+    }
+    if !replay::driven_elsewhere(&stored) {
+        // Not running, or its driver stopped (the sweep continues it).
+        return Ok(no_turn());
+    }
+    // Nothing of this server's own is relayed: it ends at once at shutdown (the client
+    // resumes through another instance).
+    let turn = replay::follow_elsewhere(state.clone(), key, stored, Follow::Steps);
+    Ok(ui_response(ui.convert(turn), state.closing.begun()))
 }
 
 /// The UI messages of one run: the person's message, then one assistant message with every

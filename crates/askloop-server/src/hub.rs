@@ -3,6 +3,8 @@
 //! in a task of its own and record its chunks (as wire JSON) in a per-run live buffer; HTTP
 //! responses only subscribe to that buffer, so a client that disconnects does not stop the run,
 //! and another can re-attach ([`RunHub::subscribe`]: the chunks so far, then the live ones).
+//! A claimed run's buffer also keeps the state the claim started from, so a client can be told
+//! the run's whole turn, not only this stream's part of it ([`RunHub::subscribe_turn`]).
 //!
 //! Invariants: one buffer per run key (resource and id: the same id in two resources is two
 //! runs; a new stream of the run replaces a finished one); a new run's buffer is known to the
@@ -17,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use askloop_core::store::RunState;
 use askloop_core::{AgentError, AgentId, AgentStream, Chunk, RunKey, error_chain_text, wire};
 use futures::{Stream, StreamExt};
 use tokio::sync::{oneshot, watch};
@@ -40,6 +43,8 @@ struct HubInner {
 
 /// The buffer of one run's current stream.
 struct LiveRun {
+    /// The run as the claim of this stream found it (`None` for a new run).
+    before: Option<RunState>,
     state: Mutex<LiveState>,
     /// Bumped on every chunk and at the end.
     changed: watch::Sender<u64>,
@@ -60,8 +65,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LiveRun {
-    fn new() -> Self {
+    fn new(before: Option<RunState>) -> Self {
         Self {
+            before,
             state: Mutex::new(LiveState::default()),
             changed: watch::Sender::new(0),
         }
@@ -131,14 +137,18 @@ impl RunHub {
 
     /// Drives `stream` (a claimed run: a resume, a continue) to its end in a task of its own,
     /// recording its chunks; returns a subscription attached before the first chunk (it sees
-    /// them all). `kind` says which duration histogram the stream's end goes to.
+    /// them all). `kind` says which duration histogram the stream's end goes to; `before` is
+    /// the run as the claim found it (the state loaded before the claim: its messages and
+    /// waiting calls are the turn before this stream; `None` when unknown, and then a turn's
+    /// subscriber is told this stream's part only).
     pub(crate) fn spawn(
         &self,
         stream: AgentStream,
         agent_id: &AgentId,
         kind: StreamKind,
+        before: Option<RunState>,
     ) -> impl Stream<Item = Arc<str>> + Send + 'static {
-        self.launch(stream, agent_id, kind, None)
+        self.launch(stream, agent_id, kind, None, before)
     }
 
     /// Drives a new run's `stream` as [`RunHub::spawn`] does, once it started: waits for its
@@ -156,7 +166,7 @@ impl RunHub {
         kind: StreamKind,
     ) -> Result<impl Stream<Item = Arc<str>> + Send + 'static, AgentError> {
         let (started, outcome) = oneshot::channel();
-        let subscription = self.launch(stream, agent_id, kind, Some(started));
+        let subscription = self.launch(stream, agent_id, kind, Some(started), None);
         match outcome.await {
             Ok(Err(error)) => Err(error),
             _ => Ok(subscription),
@@ -171,9 +181,10 @@ impl RunHub {
         agent_id: &AgentId,
         kind: StreamKind,
         started: Option<Started>,
+        before: Option<RunState>,
     ) -> impl Stream<Item = Arc<str>> + Send + 'static {
         let key = stream.run_key().clone();
-        let live = Arc::new(LiveRun::new());
+        let live = Arc::new(LiveRun::new(before));
         if started.is_none() {
             lock(&self.inner.runs).insert(key.clone(), live.clone());
         }
@@ -204,11 +215,23 @@ impl RunHub {
         &self,
         run: &RunKey,
     ) -> Option<impl Stream<Item = Arc<str>> + Send + 'static> {
+        self.subscribe_turn(run).map(|(_, chunks)| chunks)
+    }
+
+    /// [`RunHub::subscribe`], with the run as the claim of its current stream found it (`None`
+    /// for a new run's stream, which is the whole turn).
+    pub(crate) fn subscribe_turn(
+        &self,
+        run: &RunKey,
+    ) -> Option<(
+        Option<RunState>,
+        impl Stream<Item = Arc<str>> + Send + 'static,
+    )> {
         let live = lock(&self.inner.runs).get(run).cloned()?;
         if lock(&live.state).done {
             return None;
         }
-        Some(self.attach(run.clone(), live))
+        Some((live.before.clone(), self.attach(run.clone(), live)))
     }
 
     /// Whether this server drives the run now.

@@ -25,6 +25,9 @@
 //! | POST | `/api/agents/{agentId}/resume-stream` | `{runId, resumeData, toolCallId?, resourceId?}` → SSE |
 //! | POST | `/api/agents/{agentId}/approve-tool-call` | `{runId, toolCallId, resourceId?}` → SSE |
 //! | POST | `/api/agents/{agentId}/decline-tool-call` | `{runId, toolCallId, reason?, resourceId?}` → SSE |
+//! | POST | `/api/agents/{agentId}/chat` | the AI SDK's UI message stream (`useChat`): a new message starts a turn of thread `id`, tool outputs and approval responses answer its waiting calls → SSE |
+//! | GET | `/api/agents/{agentId}/chat/{chatId}/messages` | the chat's thread as UI messages |
+//! | GET | `/api/agents/{agentId}/chat/{chatId}/stream` | the AI SDK's stream resumption: 204 when no turn of the chat runs (also a suspended one, another tenant's); else the running turn's UI message stream from its start, then live (a turn another server drives: its committed steps, then step by step from the store) |
 //! | GET | `/api/agents/{agentId}/suspended-runs` | `?threadId=&resourceId=&page=&perPage=` → `{runs, total}` |
 //! | GET | `/api/runs` | `?status=&agentId=&resourceId=&threadId=&cursor=&limit=` → `{runs, nextCursor?}`, newest first |
 //! | GET | `/api/runs/{runId}` | `?resourceId=`: summary, pending calls, messages (every `/api/runs/{runId}…` route takes `?resourceId=`) |
@@ -128,6 +131,7 @@ mod keys;
 mod limits;
 mod metrics;
 mod page;
+mod replay;
 mod routes;
 mod server;
 mod sse;

@@ -65,8 +65,20 @@ pub(crate) async fn sweep_once(state: &AppState) {
                         continue;
                     }
                 };
+                // The run as the expiry's claim finds it, for a client told the whole turn.
+                let before = state
+                    .store
+                    .load_run(&run.key())
+                    .await
+                    .ok()
+                    .map(|stored| stored.state);
                 match agent.expire_due(&run, Some(SWEEPER.to_owned())).await {
-                    Ok(stream) => drop(state.hub.spawn(stream, &run.agent_id, StreamKind::Other)),
+                    Ok(stream) => drop(state.hub.spawn(
+                        stream,
+                        &run.agent_id,
+                        StreamKind::Other,
+                        before,
+                    )),
                     Err(error) => refused("expire", &run.run_id, &error),
                 }
             }
@@ -110,11 +122,12 @@ pub(crate) async fn sweep_once(state: &AppState) {
         match agent.continue_stream(&key).await {
             Ok(stream) => {
                 tracing::info!(run_id = %summary.run_id, "sweep: recovering a run whose process stopped");
-                drop(
-                    state
-                        .hub
-                        .spawn(stream, &summary.agent_id, StreamKind::Other),
-                );
+                drop(state.hub.spawn(
+                    stream,
+                    &summary.agent_id,
+                    StreamKind::Other,
+                    Some(stored.state),
+                ));
             }
             Err(error) => refused("recover", &summary.run_id, &error),
         }

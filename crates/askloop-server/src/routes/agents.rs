@@ -224,7 +224,12 @@ pub(crate) async fn resume_stream(
         .await
         .map_err(|error| resume_refused(error, &stored, request.tool_call_id.as_deref()))?;
     Ok(sse::chunks_response(
-        state.hub.spawn(run, &agent_id, StreamKind::Resume(started)),
+        state.hub.spawn(
+            run,
+            &agent_id,
+            StreamKind::Resume(started),
+            Some(stored.state),
+        ),
         state.closing.grace_over(),
     ))
 }
@@ -268,7 +273,12 @@ async fn approval(
         .await
         .map_err(|error| resume_refused(error, &stored, Some(&request.tool_call_id)))?;
     Ok(sse::chunks_response(
-        state.hub.spawn(run, &agent_id, StreamKind::Resume(started)),
+        state.hub.spawn(
+            run,
+            &agent_id,
+            StreamKind::Resume(started),
+            Some(stored.state),
+        ),
         state.closing.grace_over(),
     ))
 }

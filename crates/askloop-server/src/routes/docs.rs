@@ -29,6 +29,7 @@ use crate::error::ErrorBody;
         crate::routes::runs::inbox_events,
         crate::chat::post_chat,
         crate::chat::get_messages,
+        crate::chat::get_stream,
         healthz,
         crate::metrics::metrics,
     ),

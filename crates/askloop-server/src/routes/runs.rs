@@ -1,17 +1,9 @@
 //! askloop's own routes: the runs and their inbox (`/api/runs…`, `/api/inbox/events`).
 
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::Duration;
 
-use askloop_core::model::{AssistantPart, FinishReason, Message, ToolArgs, ToolCall};
-use askloop_core::store::{
-    ListedRun, RunChange, RunChanges, RunCursor, RunFilter, RunState, RunSummary, StoredRun,
-    lease_now_ms,
-};
-use askloop_core::{
-    AgentId, Chunk, PendingKind, RunKey, RunStatus, Suspension, ToolCallId, approval_schema, wire,
-};
+use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
+use askloop_core::{AgentId, RunStatus, ToolCallId};
 use axum::Json;
 use axum::response::Response;
 use axum::response::sse::Event;
@@ -23,6 +15,7 @@ use crate::api::{
 use crate::error::{ApiError, ErrorBody};
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
+use crate::replay::{self, Follow};
 use crate::routes::agents::resume_refused;
 use crate::routes::{
     Body, Params, PathParam, State, agent_of_run, check_answer, check_id, check_text,
@@ -36,11 +29,6 @@ const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
 /// Most runs a full listing reads (suspended-runs totals).
 const MAX_LISTED: usize = 10_000;
-/// How often a re-attach to a run another process drives looks at the store again, on a store
-/// that does not notify.
-const REATTACH_POLL: Duration = Duration::from_millis(100);
-/// On a store that notifies: how often it looks anyway (to see a dead driver's lease expire).
-const REATTACH_SAFETY: Duration = Duration::from_secs(1);
 
 /// Every run matching `filter` (at most 10,000), newest first; unreadable rows are logged and
 /// left out.
@@ -221,10 +209,11 @@ pub(crate) async fn continue_run(
         .continue_stream(stored.state.key())
         .await
         .map_err(|error| resume_refused(error, &stored, None))?;
+    let agent_id = stored.state.agent_id().clone();
     Ok(sse::chunks_response(
         state
             .hub
-            .spawn(run, stored.state.agent_id(), StreamKind::Other),
+            .spawn(run, &agent_id, StreamKind::Other, Some(stored.state)),
         state.closing.grace_over(),
     ))
 }
@@ -288,10 +277,14 @@ pub(crate) async fn respond(
         .stream()
         .await
         .map_err(|error| resume_refused(error, &stored, None))?;
+    let agent_id = stored.state.agent_id().clone();
     Ok(sse::chunks_response(
-        state
-            .hub
-            .spawn(run, stored.state.agent_id(), StreamKind::Resume(started)),
+        state.hub.spawn(
+            run,
+            &agent_id,
+            StreamKind::Resume(started),
+            Some(stored.state),
+        ),
         state.closing.grace_over(),
     ))
 }
@@ -330,179 +323,16 @@ pub(crate) async fn reattach(
     if let Some(live) = state.hub.subscribe(&id) {
         return Ok(sse::chunks_response(live, state.closing.grace_over()));
     }
-    if driven_elsewhere(&stored) {
+    if replay::driven_elsewhere(&stored) {
         // Nothing of this server's own is relayed while it waits: it ends at once at shutdown
         // (the client re-attaches through another instance).
-        let chunks = follow_elsewhere(state.0.clone(), id, stored);
+        let chunks = replay::follow_elsewhere(state.0.clone(), id, stored, Follow::Outcome);
         return Ok(sse::chunks_response(chunks, state.closing.begun()));
     }
     Ok(sse::chunks_response(
-        futures::stream::iter(settled_chunk_texts(&stored)),
+        futures::stream::iter(replay::texts(replay::settled_chunks(&stored))),
         state.closing.grace_over(),
     ))
-}
-
-/// Whether another process drives the run now: running, with a live lease.
-fn driven_elsewhere(stored: &StoredRun) -> bool {
-    stored.state.status() == RunStatus::Running
-        && stored
-            .lease
-            .as_ref()
-            .is_some_and(|lease| lease.is_live_at(lease_now_ms()))
-}
-
-/// [`settled_chunks`] as the texts a response sends.
-fn settled_chunk_texts(stored: &StoredRun) -> Vec<Arc<str>> {
-    settled_chunks(stored)
-        .into_iter()
-        .map(|chunk| Arc::from(chunk.to_string()))
-        .collect()
-}
-
-/// The chunks of a re-attach to a run another process drives (see [`reattach`]): nothing while
-/// it runs there; then the live chunks if this server took it over, else where it stands.
-fn follow_elsewhere(
-    state: Arc<AppState>,
-    run_id: RunKey,
-    mut stored: StoredRun,
-) -> impl futures::Stream<Item = Arc<str>> + Send + 'static {
-    async_stream::stream! {
-        // Watching before the next load: a change committed after that load is seen.
-        let mut changes = state.store.watch_changes().await;
-        loop {
-            if let Some(live) = state.hub.subscribe(&run_id) {
-                let mut live = std::pin::pin!(live);
-                while let Some(chunk) = live.next().await {
-                    yield chunk;
-                }
-                return;
-            }
-            match state.store.load_run(&run_id).await {
-                Ok(loaded) => stored = loaded,
-                Err(error) => tracing::warn!(
-                    run_id = %run_id,
-                    error = %askloop_core::error_chain_text(&error),
-                    "re-attach: cannot load the run; trying again"
-                ),
-            }
-            if !driven_elsewhere(&stored) {
-                break;
-            }
-            wait_for_run(&mut changes, &run_id).await;
-        }
-        for chunk in settled_chunk_texts(&stored) {
-            yield chunk;
-        }
-    }
-}
-
-/// Waits until the run may have changed: without notifications, [`REATTACH_POLL`]; with them,
-/// a change of this run, a resync, or [`REATTACH_SAFETY`] (a driver that died renews its lease
-/// no more, which is notified by nobody). A store that stops notifying is polled from then on.
-async fn wait_for_run(changes: &mut Option<RunChanges>, run: &RunKey) {
-    let Some(feed) = changes else {
-        tokio::time::sleep(REATTACH_POLL).await;
-        return;
-    };
-    let waited = tokio::time::timeout(REATTACH_SAFETY, async {
-        loop {
-            match feed.next().await {
-                Some(change @ RunChange::Run { .. }) if change.key().as_ref() != Some(run) => {}
-                Some(_) => return true,
-                None => return false,
-            }
-        }
-    })
-    .await;
-    if matches!(waited, Ok(false)) {
-        *changes = None;
-    }
-}
-
-/// The chunks that tell a client where a run not driven here stands.
-fn settled_chunks(stored: &StoredRun) -> Vec<serde_json::Value> {
-    let state: &RunState = &stored.state;
-    let run_id = state.run_id();
-    match state.status() {
-        RunStatus::Suspended => state
-            .pending_tool_calls()
-            .into_iter()
-            .flat_map(|pending| {
-                let call = ToolCall {
-                    id: pending.tool_call_id.clone(),
-                    name: pending.tool_name.clone(),
-                    args: ToolArgs::Json(pending.args.clone()),
-                };
-                let announce = Chunk::ToolCall { call: call.clone() };
-                let waiting = match pending.kind {
-                    PendingKind::Approval => Chunk::ToolCallApproval {
-                        call,
-                        resume_schema: pending
-                            .resume_schema
-                            .clone()
-                            .unwrap_or_else(approval_schema),
-                        expires_at_ms: pending.expires_at_ms,
-                    },
-                    _ => {
-                        let mut suspension = Suspension::new(pending.suspend_payload.clone());
-                        suspension.resume_schema = pending.resume_schema.clone();
-                        suspension.expires_at_ms = pending.expires_at_ms;
-                        Chunk::ToolCallSuspended { call, suspension }
-                    }
-                };
-                [
-                    wire::chunk_to_json(run_id, &announce),
-                    wire::chunk_to_json(run_id, &waiting),
-                ]
-            })
-            .collect(),
-        RunStatus::Completed => vec![wire::chunk_to_json(
-            run_id,
-            &Chunk::Finish {
-                reason: state.finish_reason().unwrap_or(FinishReason::Stop),
-                usage: state.usage(),
-                text: final_text(state),
-            },
-        )],
-        RunStatus::Failed => {
-            let (code, message) = state.failure().map_or(
-                ("run_failed".to_owned(), "the run failed".to_owned()),
-                |failure| (failure.code.clone(), failure.message.clone()),
-            );
-            vec![wire::error_to_json(run_id, &code, &message)]
-        }
-        RunStatus::Cancelled => vec![wire::error_to_json(
-            run_id,
-            "cancelled",
-            "the run was cancelled",
-        )],
-        _ => vec![wire::error_to_json(
-            run_id,
-            "interrupted",
-            "the process driving this run stopped; continue it (POST /api/runs/{runId}/continue)",
-        )],
-    }
-}
-
-/// The text of the run's last assistant message.
-fn final_text(state: &RunState) -> String {
-    state
-        .messages()
-        .iter()
-        .rev()
-        .find_map(|message| match message {
-            Message::Assistant { parts } => Some(
-                parts
-                    .iter()
-                    .filter_map(|part| match part {
-                        AssistantPart::Text { text } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect::<String>(),
-            ),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 /// `GET /api/inbox/events`: SSE of questions raised and resolved, for the caller's runs, across

@@ -8,6 +8,7 @@
     unreachable_pub
 )]
 
+mod chat_resume;
 mod connections;
 mod edge;
 mod metrics;

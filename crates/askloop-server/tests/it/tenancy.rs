@@ -570,6 +570,11 @@ async fn issue31_blank_ids_are_400_on_every_route(backend: Backend) {
                 format!("/api/agents/assistant/chat/{encoded}/messages"),
                 None,
             ),
+            (
+                "GET",
+                format!("/api/agents/assistant/chat/{encoded}/stream"),
+                None,
+            ),
         ];
         // Tool call ids: blank ones (their length limit is another matter).
         if bad != long {
