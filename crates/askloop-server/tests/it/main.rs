@@ -8,6 +8,7 @@
     unreachable_pub
 )]
 
+mod cancel;
 mod connections;
 mod edge;
 mod metrics;
