@@ -240,7 +240,7 @@ pub enum ResumeError {
     },
     /// The run has ended (completed or cancelled): nothing is left to cancel.
     #[error(
-        "run {run_id} is {status}; only a suspended, failed or abandoned running run can be cancelled"
+        "run {run_id} is {status}; only a suspended, failed or running run can be cancelled"
     )]
     NotCancellable {
         /// The run.

@@ -11,6 +11,10 @@ use crate::run::{AuditAction, AuditRecord, CallState, RunFailure, RunState, RunS
 use crate::run_loop::claim::{CLAIM_ATTEMPTS, load_own_run, map_store_error, resolve};
 use crate::store::{ListedRun, RunFilter, RunStore, StoreError};
 
+/// How many times a cancel re-reads the run after losing its compare-and-swap: a running run's
+/// driver commits as it goes (each side-effecting result), and the cancel must still land.
+const CANCEL_ATTEMPTS: usize = 16;
+
 /// The error text of a call whose run was cancelled while it waited for a person.
 const CANCELLED_WAITING: &str = "the run was cancelled while this tool call waited";
 
@@ -81,7 +85,7 @@ pub(crate) async fn cancel_run(
 ) -> Result<(), ResumeError> {
     let key = resolve(agent.store.as_ref(), run).await?;
     let run_id = &key.run_id;
-    for _ in 0..CLAIM_ATTEMPTS {
+    for _ in 0..CANCEL_ATTEMPTS {
         let stored = load_own_run(agent, &key).await?;
         let status = stored.state.status;
         if matches!(status, RunStatus::Completed | RunStatus::Cancelled) {
