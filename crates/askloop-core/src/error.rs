@@ -239,9 +239,7 @@ pub enum ResumeError {
         run_id: RunId,
     },
     /// The run has ended (completed or cancelled): nothing is left to cancel.
-    #[error(
-        "run {run_id} is {status}; only a suspended, failed or running run can be cancelled"
-    )]
+    #[error("run {run_id} is {status}; only a suspended, failed or running run can be cancelled")]
     NotCancellable {
         /// The run.
         run_id: RunId,

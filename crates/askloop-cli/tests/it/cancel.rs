@@ -19,9 +19,7 @@ fn cancel_a_run_driven_by_another_process(dir: &TestDir, store: &str) {
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0
-        && !line.starts_with("askloop-test: paused at")
-    {
+    while stderr.read_line(&mut line).unwrap() > 0 && !line.starts_with("askloop-test: paused at") {
         line.clear();
     }
     assert!(line.starts_with("askloop-test: paused at"), "{line}");
@@ -32,7 +30,9 @@ fn cancel_a_run_driven_by_another_process(dir: &TestDir, store: &str) {
 
     let cancelled = outcome(dir.command(&["--store", store, "runs", "cancel", &run_id])).success();
     assert!(
-        cancelled.stderr.contains(&format!("run {run_id} is cancelled")),
+        cancelled
+            .stderr
+            .contains(&format!("run {run_id} is cancelled")),
         "{cancelled:#?}"
     );
     // The driving process stops on its own, promptly.
@@ -50,7 +50,10 @@ fn cancel_a_run_driven_by_another_process(dir: &TestDir, store: &str) {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     assert_eq!(status.code(), Some(1), "{rest}");
-    assert!(rest.contains(&format!("run {run_id} was cancelled")), "{rest}");
+    assert!(
+        rest.contains(&format!("run {run_id} was cancelled")),
+        "{rest}"
+    );
     let shown = outcome(dir.command(&["--store", store, "runs", "show", &run_id, "--json"]))
         .success()
         .json();

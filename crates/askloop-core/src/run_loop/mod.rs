@@ -298,8 +298,7 @@ async fn drive_leased(run: ActiveRun, out: &mut Emitter) -> Result<(), AgentErro
     let beat = std::pin::pin!(beat);
     let stop = std::pin::pin!(stop);
     let driving = std::pin::pin!(drive(run, out));
-    let result = match futures::future::select(driving, futures::future::select(beat, stop)).await
-    {
+    let result = match futures::future::select(driving, futures::future::select(beat, stop)).await {
         Either::Left((result, _)) => result,
         // The heartbeat or the watch saw the run cancelled in the store.
         Either::Right(_) => {

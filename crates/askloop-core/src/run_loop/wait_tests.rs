@@ -541,14 +541,20 @@ async fn issue31_a_superseded_approval_says_the_tool_did_not_run() {
         })
         .collect();
     assert_eq!(results.len(), 2, "{results:?}");
-    let approval = results.iter().find(|r| r.tool_call_id.as_str() == "k1").unwrap();
+    let approval = results
+        .iter()
+        .find(|r| r.tool_call_id.as_str() == "k1")
+        .unwrap();
     assert!(approval.is_error);
     assert_eq!(
         approval.result["content"],
         "the person did not decide on this tool call and wrote instead: \"stop, keep the disk\"; the tool did not run"
     );
     assert_eq!(approval.audit[0].action, AuditAction::Message);
-    let question = results.iter().find(|r| r.tool_call_id.as_str() == "q1").unwrap();
+    let question = results
+        .iter()
+        .find(|r| r.tool_call_id.as_str() == "q1")
+        .unwrap();
     assert!(!question.is_error);
     assert_eq!(
         question.result["content"],

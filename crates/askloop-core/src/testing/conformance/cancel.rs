@@ -143,7 +143,9 @@ impl Tool for SlowTool {
         self.release.notified().await;
         self.finished.fetch_add(1, Ordering::SeqCst);
         guard.done();
-        Ok(Execution::Complete(json!({"label": args.label, "slow": true})))
+        Ok(Execution::Complete(
+            json!({"label": args.label, "slow": true}),
+        ))
     }
 }
 
@@ -294,7 +296,11 @@ pub(super) async fn issue31_a_running_tool_is_cancelled_from_another_agent(
         .await
         .unwrap();
     ends_cancelled(driver).await;
-    assert_eq!(slow.dropped.load(Ordering::SeqCst), 1, "the tool was stopped");
+    assert_eq!(
+        slow.dropped.load(Ordering::SeqCst),
+        1,
+        "the tool was stopped"
+    );
     // Released now, the tool has nothing left to finish: its future is gone.
     slow.release.notify_waiters();
     tokio::task::yield_now().await;
