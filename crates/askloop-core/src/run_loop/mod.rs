@@ -201,7 +201,8 @@ pub(crate) fn start(
                     .clone()
                     .or_else(|| options.resource_id.as_ref().map(ToString::to_string));
                 if let Err(error) = join_thread(&mut run, &thread, &input, by).await {
-                    return Err(run.fail(error).await);
+                    let error = run.fail(error).await;
+                    return Err(watch::cancelled_or(&run.agent, &run.state.key(), error).await);
                 }
             }
             out.emit(Chunk::Start {
@@ -308,14 +309,8 @@ async fn drive_leased(run: ActiveRun, out: &mut Emitter) -> Result<(), AgentErro
         }
     };
     match result {
-        Err(AgentError::Store(StoreError::Conflict { .. }))
-            if watch::is_cancelled(&agent, &key).await =>
-        {
-            Err(AgentError::RunCancelled {
-                run_id: key.run_id.clone(),
-            })
-        }
-        other => other,
+        Err(error) => Err(watch::cancelled_or(&agent, &key, error).await),
+        Ok(()) => Ok(()),
     }
 }
 

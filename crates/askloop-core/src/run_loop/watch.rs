@@ -8,9 +8,10 @@
 use std::time::Duration;
 
 use crate::definition::AgentDefinition;
+use crate::error::AgentError;
 use crate::ids::RunKey;
 use crate::run::RunStatus;
-use crate::store::RunChange;
+use crate::store::{RunChange, StoreError};
 
 /// How often a driver reads its run's status on a store that does not notify: one point read
 /// per running run per period, so a cancel from another process stops the run within it.
@@ -28,6 +29,23 @@ pub(super) async fn is_cancelled(agent: &AgentDefinition, key: &RunKey) -> bool 
             );
             false
         }
+    }
+}
+
+/// The error a driver's stream ends with: [`AgentError::RunCancelled`] for a commit that
+/// conflicted because the run was cancelled first, else `error` itself.
+pub(super) async fn cancelled_or(
+    agent: &AgentDefinition,
+    key: &RunKey,
+    error: AgentError,
+) -> AgentError {
+    match error {
+        AgentError::Store(StoreError::Conflict { .. }) if is_cancelled(agent, key).await => {
+            AgentError::RunCancelled {
+                run_id: key.run_id.clone(),
+            }
+        }
+        other => other,
     }
 }
 

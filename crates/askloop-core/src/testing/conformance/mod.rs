@@ -86,6 +86,7 @@ macro_rules! store_conformance_tests {
             issue31_bare_run_ids_resolve_when_unique,
             issue31_a_running_model_call_is_cancelled_from_another_agent,
             issue31_a_running_tool_is_cancelled_from_another_agent,
+            issue31_a_tool_result_after_the_cancel_is_not_recorded,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

@@ -79,6 +79,7 @@ scenarios![
     issue31_bare_run_ids_resolve_when_unique,
     issue31_a_running_model_call_is_cancelled_from_another_agent,
     issue31_a_running_tool_is_cancelled_from_another_agent,
+    issue31_a_tool_result_after_the_cancel_is_not_recorded,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
