@@ -27,9 +27,10 @@ export function asks(args, text = "Thanks, done.", id = "q1") {
 
 /**
  * Starts `askloop serve` with `agents` ({id: {script, toml?}}), API keys `keys`
- * ({secret: resource}) and more `serve` flags `args`, and returns {url, stop}.
+ * ({secret: resource}), more `serve` flags `args` and more environment variables `env`, and
+ * returns {url, stop}.
  */
-export async function startServer({ agents, keys = {}, args = [] }) {
+export async function startServer({ agents, keys = {}, args = [], env: extraEnv = {} }) {
   const dir = mkdtempSync(join(tmpdir(), "askloop-web-"));
   let toml = `store = "sqlite://${join(dir, "runs.db")}"\nmodel = "scripted:${join(dir, "default.json")}"\n`;
   writeFileSync(join(dir, "default.json"), JSON.stringify({ steps: [{ text: "Hello." }] }));
@@ -39,7 +40,7 @@ export async function startServer({ agents, keys = {}, args = [] }) {
     toml += `\n[agents.${id}]\nmodel = "scripted:${script}"\n${agent.toml ?? ""}\n`;
   }
   writeFileSync(join(dir, "askloop.toml"), toml);
-  const env = { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" };
+  const env = { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn", ...extraEnv };
   const keyList = Object.entries(keys).map(([secret, resource]) => `${secret}=${resource}`).join(",");
   if (keyList) env.ASKLOOP_API_KEYS = keyList;
   else delete env.ASKLOOP_API_KEYS;

@@ -2,7 +2,9 @@
 // against askloop's UI message stream endpoint, rendered without a framework. Pending
 // questions are the last assistant message's tool parts awaiting output or approval; they
 // show together in one form, answered through addToolOutput / addToolApprovalResponse and
-// one send.
+// one send. Stop cancels the running turn's run on the server (POST /api/runs/{runId}/cancel),
+// not only the connection: a plain disconnect (a reload, a closed tab) leaves the run running,
+// so the stream can be resumed.
 
 import { AbstractChat, DefaultChatTransport, type ChatState, type ChatStatus, type UIMessage } from "ai";
 import { authHeaders, requestJson } from "./api";
@@ -100,6 +102,7 @@ export class ChatView {
     readonly chatId: string,
     private readonly log: HTMLElement,
     private readonly pending: HTMLElement,
+    private readonly stopButton: HTMLButtonElement,
     private readonly status: (text: string) => void,
   ) {
     const state = new State([], () => this.scheduleDraw());
@@ -146,6 +149,40 @@ export class ChatView {
 
   get busy(): boolean {
     return this.chat.status === "submitted" || this.chat.status === "streaming";
+  }
+
+  /**
+   * Stops the running turn: stops reading its stream, then cancels its run on the server
+   * (whichever instance drives it stops it), then shows the chat as stored. The run id comes
+   * from the turn's `start` chunk (`messageMetadata.runId`); a stop before it arrived waits
+   * for it (at most 10 s).
+   */
+  async stop(): Promise<void> {
+    let runId = this.runningRunId();
+    for (let waited = 0; !runId && this.busy && waited < 10_000; waited += 50) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      runId = this.runningRunId();
+    }
+    await this.chat.stop();
+    if (!runId) {
+      this.status("Stopped reading; no run was started.");
+      return;
+    }
+    try {
+      await requestJson("POST", `/api/runs/${encodeURIComponent(runId)}/cancel`);
+      this.status("Stopped: the run was cancelled.");
+    } catch (error) {
+      this.status(`Stop: ${(error as Error).message}`);
+    }
+    await this.load();
+  }
+
+  /** The run of the turn being streamed: the last assistant message's, while busy. */
+  private runningRunId(): string | undefined {
+    if (!this.busy) return undefined;
+    const last = this.chat.messages[this.chat.messages.length - 1];
+    if (!last || last.role !== "assistant") return undefined;
+    return (last.metadata as { runId?: string } | undefined)?.runId;
   }
 
   private async answer(responses: Response[]): Promise<Record<string, string> | null> {
@@ -222,6 +259,7 @@ export class ChatView {
       items.push(box);
     }
     log.replaceChildren(...items);
+    this.stopButton.hidden = !this.busy;
     this.drawPending();
   }
 

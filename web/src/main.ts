@@ -88,7 +88,7 @@ function start(): void {
     }
     if (agentSelect.value !== agentId) agentSelect.value = agentId;
     if (chat && chat.agentId === agentId && chat.chatId === chatId) return;
-    chat = new ChatView(agentId, chatId, byId("messages"), byId("pending"), status);
+    chat = new ChatView(agentId, chatId, byId("messages"), byId("pending"), byId("stop"), status);
     try {
       await chat.load();
       await chat.resume();
@@ -110,6 +110,9 @@ function start(): void {
     if (!text || !chat || chat.busy) return;
     prompt.value = "";
     void chat.send(text);
+  });
+  byId<HTMLButtonElement>("stop").addEventListener("click", () => {
+    void chat?.stop();
   });
   prompt.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {

@@ -318,7 +318,8 @@ pub(crate) enum RunsCommand {
     /// Continue every run whose process stopped while running it (its lease expired)
     #[command(after_help = EXIT_STATUS_HELP)]
     Recover(RecoverArgs),
-    /// Cancel a run: its waiting calls are resolved as cancelled, and it refuses answers
+    /// Cancel a run: a running one stops (whichever process drives it), its calls without a
+    /// result are resolved as cancelled, and it refuses answers
     #[command(after_help = EXIT_STATUS_HELP)]
     Cancel(CancelArgs),
     /// Expire the questions and approvals whose deadline passed, and let their runs go on

@@ -274,6 +274,8 @@ impl<'a> Session<'a> {
                 FAILURE,
                 format!("{text}; the run was not stored, so there is nothing to continue"),
             ),
+            // Cancelled elsewhere (`runs cancel`, the server): final, nothing to continue.
+            AgentError::RunCancelled { .. } => (FAILURE, text),
             AgentError::Store(StoreError::Conflict { .. }) => {
                 (FAILURE, format!("{text}; another process is running it"))
             }

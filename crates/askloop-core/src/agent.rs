@@ -279,17 +279,21 @@ impl Agent {
             .await
     }
 
-    /// Cancels a run: every call that waits gets an error result saying the run was cancelled,
-    /// the run ends as [`RunStatus::Cancelled`](crate::RunStatus::Cancelled) and refuses
-    /// resumes from then on; its messages join its thread's history (the next turn sees what
-    /// was cancelled). `by` is recorded in the audit (a resource id, a key's name, `cli`).
-    /// `run` as for [`Agent::resume_stream`].
+    /// Cancels a run — suspended, failed, or running in any process on the store: every call
+    /// of its step without a result (waiting, awaiting approval, or executing right now) gets
+    /// one error result saying the run was cancelled, the run ends as
+    /// [`RunStatus::Cancelled`](crate::RunStatus::Cancelled) and refuses resumes and continues
+    /// from then on; its messages join its thread's history (the next turn sees what was
+    /// cancelled). A running run's driver notices within moments (the store's notifications,
+    /// or a read every 250 ms on a store without them), drops its model call and tools, and
+    /// its stream ends with [`crate::AgentError::RunCancelled`]. `by` is recorded in the audit
+    /// (a resource id, a key's name, `cli`). `run` as for [`Agent::resume_stream`].
     ///
     /// # Errors
     /// [`ResumeError::InvalidId`], [`ResumeError::RunNotFound`],
     /// [`ResumeError::AmbiguousRun`], [`ResumeError::WrongAgent`],
     /// [`ResumeError::NotCancellable`] (completed or already cancelled),
-    /// [`ResumeError::InProgress`] (a live process drives it), [`ResumeError::Conflict`],
+    /// [`ResumeError::Conflict`] (the driver committed again at every attempt),
     /// [`ResumeError::Store`].
     pub async fn cancel_run(
         &self,

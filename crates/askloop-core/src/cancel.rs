@@ -11,7 +11,8 @@ use tokio::sync::watch;
 /// `Err(AgentError::Model(ModelError::Cancelled))` and ends, and
 /// [`crate::Agent::continue_stream`] can retry the step later. Tool calls already running are
 /// allowed to finish, so their results are never lost. Cancelling twice, or after the stream
-/// ended, does nothing.
+/// ended, does nothing. To end the run itself for good, from this or any other process on the
+/// store, use [`crate::Agent::cancel_run`]: the run ends as cancelled and its driver stops.
 #[derive(Clone, Debug)]
 pub struct CancelHandle {
     sender: Arc<watch::Sender<bool>>,

@@ -8,7 +8,8 @@ use crate::store::StoreError;
 use crate::tool::ResumeRejection;
 
 /// An error that ends a run's stream. What was committed before it stays committed; the run is
-/// recorded as failed when the store can still be reached.
+/// recorded as failed when the store can still be reached — except after
+/// [`AgentError::RunCancelled`], where the run stays as its canceller stored it.
 ///
 /// A new run's stream ends with [`AgentError::InvalidId`], [`AgentError::ThreadBusy`] or
 /// [`AgentError::Store`]`(`[`StoreError::AlreadyExists`]`)` as its first item when the run
@@ -35,6 +36,16 @@ pub enum AgentError {
         /// The run that is running in it, if it could be read.
         running_run_id: Option<RunId>,
     },
+    /// The run was cancelled while this stream drove it ([`crate::Agent::cancel_run`] through
+    /// any agent or process on the same store, `POST /api/runs/{runId}/cancel`, `askloop runs
+    /// cancel`): the stored run is [`crate::RunStatus::Cancelled`], every call of its step got
+    /// exactly one result, and this stream's unfinished work (the model call, running tools)
+    /// was dropped without being recorded. The run cannot be resumed or continued.
+    #[error("run {run_id} was cancelled while it ran; it ended as cancelled")]
+    RunCancelled {
+        /// The run.
+        run_id: RunId,
+    },
 }
 
 impl From<StoreError> for AgentError {
@@ -58,7 +69,7 @@ impl AgentError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Model(ModelError::Authentication { .. }) => "auth_error",
-            Self::Model(ModelError::Cancelled) => "cancelled",
+            Self::Model(ModelError::Cancelled) | Self::RunCancelled { .. } => "cancelled",
             Self::Model(_) => "model_error",
             Self::Store(StoreError::Conflict { .. }) => "conflict",
             Self::Store(_) => "store_error",
@@ -228,9 +239,7 @@ pub enum ResumeError {
         run_id: RunId,
     },
     /// The run has ended (completed or cancelled): nothing is left to cancel.
-    #[error(
-        "run {run_id} is {status}; only a suspended, failed or abandoned running run can be cancelled"
-    )]
+    #[error("run {run_id} is {status}; only a suspended, failed or running run can be cancelled")]
     NotCancellable {
         /// The run.
         run_id: RunId,

@@ -31,7 +31,7 @@
 //! | GET | `/api/agents/{agentId}/suspended-runs` | `?threadId=&resourceId=&page=&perPage=` → `{runs, total}` |
 //! | GET | `/api/runs` | `?status=&agentId=&resourceId=&threadId=&cursor=&limit=` → `{runs, nextCursor?}`, newest first |
 //! | GET | `/api/runs/{runId}` | `?resourceId=`: summary, pending calls, messages (every `/api/runs/{runId}…` route takes `?resourceId=`) |
-//! | POST | `/api/runs/{runId}/cancel` | cancels; its waiting calls get cancelled results |
+//! | POST | `/api/runs/{runId}/cancel` | cancels a suspended, failed or running run (whichever server or process drives it stops; its stream ends with an `error` chunk, code `cancelled`); its calls without a result get cancelled results |
 //! | POST | `/api/runs/{runId}/continue` | continues a failed or abandoned run → SSE |
 //! | POST | `/api/runs/{runId}/responses` | `{responses: [{toolCallId, answer} \| {toolCallId, approved, reason?}]}`, one commit → SSE |
 //! | GET | `/api/runs/{runId}/stream` | re-attach: a live run's chunks so far then the live ones; a suspended run's calls re-announced; a finished run's `finish` (or `error`) |

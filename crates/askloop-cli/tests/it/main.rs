@@ -8,6 +8,8 @@
     unreachable_pub
 )]
 
+#[cfg(unix)]
+mod cancel;
 mod chat;
 mod config;
 #[cfg(unix)]

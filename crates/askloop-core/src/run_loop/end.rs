@@ -6,21 +6,44 @@
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{AgentId, ResourceId, RunId, RunKey, RunRef, ThreadKey, ToolCallId};
-use crate::message::{FinishReason, Message, ToolResult};
+use crate::message::{FinishReason, Message, ToolCall, ToolResult};
 use crate::run::{AuditAction, AuditRecord, CallState, RunFailure, RunState, RunStatus};
-use crate::run_loop::claim::{CLAIM_ATTEMPTS, live_lease, load_own_run, map_store_error, resolve};
+use crate::run_loop::claim::{CLAIM_ATTEMPTS, load_own_run, map_store_error, resolve};
 use crate::store::{ListedRun, RunFilter, RunStore, StoreError};
 
-/// The error text of a call whose run was cancelled while it waited.
-const CANCELLED: &str = "the run was cancelled while this tool call waited";
+/// How many times a cancel re-reads the run after losing its compare-and-swap: a running run's
+/// driver commits as it goes (each side-effecting result), and the cancel must still land.
+const CANCEL_ATTEMPTS: usize = 16;
 
-/// Gives every call of the pending step that has no result `result_of(call)` with an audit
-/// record, and appends the step's results to the conversation.
+/// The error text of a call whose run was cancelled while it waited for a person.
+const CANCELLED_WAITING: &str = "the run was cancelled while this tool call waited";
+
+/// The error text of a call whose run was cancelled while its tool was running (or resuming):
+/// the tool was stopped, and what it did before is unknown.
+const CANCELLED_RUNNING: &str = "the run was cancelled while this tool was running; the tool was stopped and its outcome is unknown";
+
+/// The error text of a call awaiting approval whose run was cancelled: the tool never ran.
+const CANCELLED_APPROVAL: &str =
+    "the run was cancelled while this tool call waited for approval; the tool did not run";
+
+/// The result a call without one gets when its run is cancelled, by the call's state: waiting
+/// for a person, for approval (the tool never ran), or running (stopped mid-way).
+fn cancelled_result(call: &ToolCall, state: &CallState) -> ToolResult {
+    let text = match state {
+        CallState::AwaitingApproval { .. } => CANCELLED_APPROVAL,
+        CallState::Running { .. } | CallState::Resuming { .. } => CANCELLED_RUNNING,
+        _ => CANCELLED_WAITING,
+    };
+    ToolResult::error(call, text)
+}
+
+/// Gives every call of the pending step that has no result `result_of(call, its state)` with
+/// an audit record, and appends the step's results to the conversation.
 fn resolve_waiting(
     state: &mut RunState,
     action: AuditAction,
     by: Option<&String>,
-    result_of: impl Fn(&crate::message::ToolCall) -> ToolResult,
+    result_of: impl Fn(&ToolCall, &CallState) -> ToolResult,
 ) {
     let Some(mut step) = state.pending_step.take() else {
         return;
@@ -31,7 +54,7 @@ fn resolve_waiting(
         }
         slot.audit.push(AuditRecord::now(action, by.cloned()));
         slot.state = CallState::Completed {
-            result: result_of(&slot.call),
+            result: result_of(&slot.call, &slot.state),
         };
     }
     if let Some(results) = step.results() {
@@ -39,16 +62,22 @@ fn resolve_waiting(
     }
 }
 
-/// Cancels a run: every call that waits (or was left unfinished by a dead process) gets an
-/// error result saying the run was cancelled, and the run ends as `cancelled`, refusing
-/// resumes and continues from then on. The commit gives it a completion sequence: its
-/// messages join its thread's history, so the next turn sees what was cancelled.
+/// Cancels a run, whatever drives it: every call of the stored step without a result — waiting
+/// for a person, awaiting approval, or running right now in a live driver — gets one error
+/// result saying the run was cancelled, and the run ends as `cancelled`, refusing resumes and
+/// continues from then on. The commit is a compare-and-swap on the stored version that
+/// overrides a live driver's lease (retried when the driver commits in between); the driver
+/// learns of it from the store (`run_loop::watch`), drops its model call and tool futures, and
+/// its own next commit conflicts, so it never writes over the cancelled state. The commit gives
+/// the run a completion sequence: its messages join its thread's history, so the next turn
+/// sees what was cancelled. What the driver had not committed yet (a model call in flight, the
+/// calls of a step whose tools are idempotent and not journaled) is dropped with it.
 ///
 /// # Errors
 /// [`ResumeError::InvalidId`], [`ResumeError::RunNotFound`], [`ResumeError::AmbiguousRun`],
 /// [`ResumeError::WrongAgent`], [`ResumeError::NotCancellable`] (completed or already
-/// cancelled), [`ResumeError::InProgress`] (a live process drives it: stop that process
-/// instead), [`ResumeError::Conflict`], [`ResumeError::Store`].
+/// cancelled), [`ResumeError::Conflict`] (the driver committed again at every attempt),
+/// [`ResumeError::Store`].
 pub(crate) async fn cancel_run(
     agent: &AgentDefinition,
     run: &RunRef,
@@ -56,7 +85,7 @@ pub(crate) async fn cancel_run(
 ) -> Result<(), ResumeError> {
     let key = resolve(agent.store.as_ref(), run).await?;
     let run_id = &key.run_id;
-    for _ in 0..CLAIM_ATTEMPTS {
+    for _ in 0..CANCEL_ATTEMPTS {
         let stored = load_own_run(agent, &key).await?;
         let status = stored.state.status;
         if matches!(status, RunStatus::Completed | RunStatus::Cancelled) {
@@ -65,17 +94,14 @@ pub(crate) async fn cancel_run(
                 status,
             });
         }
-        if let Some(lease) = live_lease(&stored) {
-            return Err(ResumeError::InProgress {
-                run_id: run_id.clone(),
-                lease_expires_at_ms: lease.expires_at_ms,
-            });
-        }
         let version = stored.version;
         let mut state = stored.state;
-        resolve_waiting(&mut state, AuditAction::Cancel, by.as_ref(), |call| {
-            ToolResult::error(call, CANCELLED)
-        });
+        resolve_waiting(
+            &mut state,
+            AuditAction::Cancel,
+            by.as_ref(),
+            cancelled_result,
+        );
         state.status = RunStatus::Cancelled;
         state.error = Some(RunFailure {
             code: "cancelled".into(),
@@ -96,14 +122,28 @@ pub(crate) async fn cancel_run(
     })
 }
 
-/// The result text of a waiting call whose person wrote a new message instead of answering.
-fn superseded_text(message: &str) -> String {
-    format!("the person did not answer and wrote instead: {message:?}")
+/// The result of a waiting call whose person wrote a new message instead of answering: a
+/// question's says the person did not answer; an approval's, an error result, says the person
+/// did not decide and that the tool did not run.
+fn superseded_result(call: &ToolCall, state: &CallState, message: &str) -> ToolResult {
+    match state {
+        CallState::AwaitingApproval { .. } => ToolResult::error(
+            call,
+            format!(
+                "the person did not decide on this tool call and wrote instead: {message:?}; the tool did not run"
+            ),
+        ),
+        _ => ToolResult::text(
+            call,
+            format!("the person did not answer and wrote instead: {message:?}"),
+        ),
+    }
 }
 
 /// Supersedes every suspended run of `thread` once a new run was inserted there with
 /// `message` (the new run holds the thread's turn, so none of them can be resumed any more):
-/// each waiting call gets a result saying the person wrote `message` instead of answering, and
+/// each waiting call gets a result saying the person wrote `message` instead of answering (an
+/// approval's, an error result, also that the tool did not run), and
 /// the run completes ([`FinishReason::Superseded`]) so that its messages join the thread's
 /// history ahead of the new run.
 ///
@@ -132,10 +172,12 @@ pub(crate) async fn supersede_waiting_runs(
                 break;
             }
             let mut state = stored.state;
-            let text = superseded_text(message);
-            resolve_waiting(&mut state, AuditAction::Message, by.as_ref(), |call| {
-                ToolResult::text(call, text.clone())
-            });
+            resolve_waiting(
+                &mut state,
+                AuditAction::Message,
+                by.as_ref(),
+                |call, call_state| superseded_result(call, call_state, message),
+            );
             state.status = RunStatus::Completed;
             state.finish_reason = Some(FinishReason::Superseded);
             state.touch();

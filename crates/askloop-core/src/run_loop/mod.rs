@@ -17,13 +17,13 @@ mod emit;
 mod end;
 mod model_step;
 mod tools;
+mod watch;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod wait_tests;
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -106,7 +106,12 @@ impl ActiveRun {
     }
 
     /// Records the failure (best effort: the store may be what failed) and hands the error back.
+    /// After a conflict nothing is recorded: another process committed since (took the run
+    /// over, or cancelled it), so this state is stale and its commit would conflict too.
     async fn fail(&mut self, error: AgentError) -> AgentError {
+        if matches!(error, AgentError::Store(StoreError::Conflict { .. })) {
+            return error;
+        }
         self.state.status = RunStatus::Failed;
         self.state.error = Some(RunFailure {
             code: error.code().to_owned(),
@@ -196,7 +201,8 @@ pub(crate) fn start(
                     .clone()
                     .or_else(|| options.resource_id.as_ref().map(ToString::to_string));
                 if let Err(error) = join_thread(&mut run, &thread, &input, by).await {
-                    return Err(run.fail(error).await);
+                    let error = run.fail(error).await;
+                    return Err(watch::cancelled_or(&run.agent, &run.state.key(), error).await);
                 }
             }
             out.emit(Chunk::Start {
@@ -278,21 +284,33 @@ pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
     AgentStream::new(key, cancel, Box::pin(stream))
 }
 
-/// Drives the run while a heartbeat renews its lease, every third of the lease duration, for
-/// as long as the stream is polled (the heartbeat is polled with the loop, not spawned: a
-/// dropped stream stops both, as a dead process would).
+/// Drives the run while a heartbeat renews its lease, every third of the lease duration, and
+/// a watch ([`watch::cancelled_elsewhere`]) looks out for the run being cancelled elsewhere,
+/// for as long as the stream is polled (both are polled with the loop, not spawned: a dropped
+/// stream stops them, as a dead process would). Once the run is cancelled in the store the loop
+/// is dropped where it stands — its model call and running tools with it, nothing of theirs
+/// recorded — and the stream ends with [`AgentError::RunCancelled`]; so does a commit of the
+/// loop that conflicts because the run was cancelled first.
 async fn drive_leased(run: ActiveRun, out: &mut Emitter) -> Result<(), AgentError> {
-    let beat = heartbeat(
-        Arc::clone(&run.agent),
-        run.state.key(),
-        Arc::clone(&run.leased),
-    );
-    let driving = drive(run, out);
+    let agent = Arc::clone(&run.agent);
+    let key = run.state.key();
+    let beat = heartbeat(Arc::clone(&agent), key.clone(), Arc::clone(&run.leased));
+    let stop = watch::cancelled_elsewhere(&agent, &key);
     let beat = std::pin::pin!(beat);
-    let driving = std::pin::pin!(driving);
-    match futures::future::select(driving, beat).await {
+    let stop = std::pin::pin!(stop);
+    let driving = std::pin::pin!(drive(run, out));
+    let result = match futures::future::select(driving, futures::future::select(beat, stop)).await {
         Either::Left((result, _)) => result,
-        Either::Right((never, _)) => match never {},
+        // The heartbeat or the watch saw the run cancelled in the store.
+        Either::Right(_) => {
+            return Err(AgentError::RunCancelled {
+                run_id: key.run_id.clone(),
+            });
+        }
+    };
+    match result {
+        Err(error) => Err(watch::cancelled_or(&agent, &key, error).await),
+        Ok(()) => Ok(()),
     }
 }
 
@@ -307,13 +325,10 @@ fn leased_version(leased: &Mutex<Option<u64>>) -> Option<u64> {
 /// Renews the run's lease every third of its duration at the version the driver last
 /// committed (never while a commit is in flight or the run is not running). A conflict right
 /// after a commit of the driver is retried at the new version; a conflict at the driver's own
-/// version means another process took the run over: the heartbeat stops, and the driver's
+/// version means another process committed: if it cancelled the run, the heartbeat completes
+/// (the driver stops); if it took the run over, the heartbeat stops renewing, and the driver's
 /// next commit fails.
-async fn heartbeat(
-    agent: Arc<AgentDefinition>,
-    run: RunKey,
-    leased: Arc<Mutex<Option<u64>>>,
-) -> Infallible {
+async fn heartbeat(agent: Arc<AgentDefinition>, run: RunKey, leased: Arc<Mutex<Option<u64>>>) {
     let run_id = &run.run_id;
     let period = (agent.lease_duration / 3).max(Duration::from_millis(1));
     let mut wait = true;
@@ -335,6 +350,9 @@ async fn heartbeat(
                 wait = false;
             }
             Err(StoreError::Conflict { .. }) => {
+                if watch::is_cancelled(&agent, &run).await {
+                    return;
+                }
                 tracing::warn!(%run_id, "another process took this run over; its lease is no longer renewed");
                 return futures::future::pending().await;
             }

@@ -497,3 +497,78 @@ async fn issue31_a_late_answer_to_an_expired_call_says_it_expired_and_changes_no
 fn unowned(run_id: &RunId) -> RunKey {
     RunKey::new(None, run_id.clone())
 }
+
+/// A new message that supersedes a waiting approval gives the model an error result saying
+/// plainly that the person did not decide and the tool did not run; a question waiting beside
+/// it keeps its "did not answer" text (issue 31).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue31_a_superseded_approval_says_the_tool_did_not_run() {
+    let store = store();
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [
+            {"id": "k1", "name": "count", "args": {"label": "wipe"}},
+            ask("q1", json!({"question": "Why?"}))
+        ]}),
+        json!({"text": "Understood, nothing wiped."}),
+    ]));
+    let counter = Counter::default();
+    let agent = Agent::builder("tester")
+        .shared_model(model.clone())
+        .tool(AskUser::new())
+        .tool(counter.clone())
+        .require_approval_for("count")
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let options = crate::RunOptions::new().thread("superseded-approval");
+    let first = agent.stream_with("wipe the disk", options.clone());
+    let first_id = first.run_id().clone();
+    chunks_of(first).await;
+    let second = agent
+        .stream_with("stop, keep the disk", options)
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(second.text, "Understood, nothing wiped.");
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
+    let old = store.load_run(&unowned(&first_id)).await.unwrap().state;
+    let results: Vec<_> = old
+        .messages()
+        .iter()
+        .flat_map(|message| match message {
+            Message::Tool { results } => results.clone(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    let approval = results
+        .iter()
+        .find(|r| r.tool_call_id.as_str() == "k1")
+        .unwrap();
+    assert!(approval.is_error);
+    assert_eq!(
+        approval.result["content"],
+        "the person did not decide on this tool call and wrote instead: \"stop, keep the disk\"; the tool did not run"
+    );
+    assert_eq!(approval.audit[0].action, AuditAction::Message);
+    let question = results
+        .iter()
+        .find(|r| r.tool_call_id.as_str() == "q1")
+        .unwrap();
+    assert!(!question.is_error);
+    assert_eq!(
+        question.result["content"],
+        "the person did not answer and wrote instead: \"stop, keep the disk\""
+    );
+    // The model reads both in the next turn's request.
+    let request = model.last_request();
+    let read: Vec<_> = request
+        .messages
+        .iter()
+        .flat_map(|message| match message {
+            Message::Tool { results } => results.clone(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(read, results);
+}

@@ -159,15 +159,18 @@ pub(crate) async fn get_run(
     Ok(Json(RunDetail::of(&stored.state)?))
 }
 
-/// `POST /api/runs/{runId}/cancel`: cancels a run; its waiting calls get cancelled results.
+/// `POST /api/runs/{runId}/cancel`: cancels a run — a running one too, whichever server or
+/// process drives it: that driver stops within a moment (its stream ends with an `error`
+/// chunk of code `cancelled`) — and every call of its step without a result gets a cancelled
+/// result.
 #[utoipa::path(post, path = "/api/runs/{runId}/cancel", tag = "runs",
     params(("runId" = String, Path, description = "The run"), RunQuery),
     responses(
-        (status = 200, description = "The run is cancelled", body = CancelledBody),
+        (status = 200, description = "The run is cancelled (a running run's driver stops: its stream ends with an error chunk of code cancelled)", body = CancelledBody),
         (status = 400, description = "bad_request (resourceId)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
-        (status = 409, description = "not_cancellable, in_progress, conflict, ambiguous_run", body = ErrorBody),
+        (status = 409, description = "not_cancellable (completed or already cancelled), conflict, ambiguous_run", body = ErrorBody),
     ))]
 pub(crate) async fn cancel_run(
     state: State,

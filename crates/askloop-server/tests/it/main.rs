@@ -8,6 +8,7 @@
     unreachable_pub
 )]
 
+mod cancel;
 mod chat_resume;
 mod connections;
 mod edge;

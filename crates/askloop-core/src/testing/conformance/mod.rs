@@ -16,6 +16,7 @@
 //! scenario panics (fails the test) on a broken promise; none is skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod cancel;
 mod hitl;
 mod store;
 pub mod support;
@@ -83,6 +84,9 @@ macro_rules! store_conformance_tests {
             issue31_a_resume_racing_a_new_message_never_runs_beside_it,
             issue31_cancelled_runs_join_the_thread_history,
             issue31_bare_run_ids_resolve_when_unique,
+            issue31_a_running_model_call_is_cancelled_from_another_agent,
+            issue31_a_running_tool_is_cancelled_from_another_agent,
+            issue31_a_tool_result_after_the_cancel_is_not_recorded,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {
