@@ -891,7 +891,13 @@ impl UiStream {
                     .pointer("/error/message")
                     .and_then(Value::as_str)
                     .unwrap_or("the run failed");
-                out.push(json!({"type": "error", "errorText": message}));
+                // A run cancelled while it ran (a Stop, `askloop runs cancel`, another
+                // instance) ends as the AI SDK's own `abort`, not as a failure.
+                if payload.pointer("/error/code").and_then(Value::as_str) == Some("cancelled") {
+                    out.push(json!({"type": "abort", "reason": message}));
+                } else {
+                    out.push(json!({"type": "error", "errorText": message}));
+                }
                 self.finished = true;
             }
             _ => {}
@@ -1049,6 +1055,21 @@ mod tests {
         out.extend(ui.end());
         assert_eq!(types(&out), ["start", "error"]);
         assert_eq!(out[1]["errorText"], "boom");
+    }
+
+    #[test]
+    fn a_cancelled_run_ends_with_abort() {
+        let mut ui = UiStream::new(json!({}), None, HashSet::new());
+        let mut out = ui.push(&wire(
+            "error",
+            json!({"error": {"message": "run r was cancelled while it ran; it ended as cancelled", "code": "cancelled"}}),
+        ));
+        out.extend(ui.end());
+        assert_eq!(types(&out), ["start", "abort"]);
+        assert_eq!(
+            out[1]["reason"],
+            "run r was cancelled while it ran; it ended as cancelled"
+        );
     }
 
     #[test]
