@@ -1,18 +1,24 @@
 //! The inbox's live events (`GET /api/inbox/events`): questions raised and resolved, across
 //! every server on the same store.
 //!
-//! One poller task per server, running only while someone listens, lists the store's suspended
-//! runs and diffs the set of pending tool calls against the previous listing: a new call is
-//! `question-raised`, a call gone is `question-resolved`. Events fan out over a tokio broadcast
-//! channel; each listener keeps those its key may see.
+//! One poller task per server, running only while someone listens, keeps the pending tool
+//! calls of the store's suspended runs and the store's change cursor
+//! ([`askloop_core::store::RunFilter::changed_after`]): one full listing of the suspended runs
+//! when it starts, then, each time, only the runs changed since the cursor — a run no longer
+//! suspended has its calls resolved, a suspended one has its pending calls diffed: a new call
+//! is `question-raised`, a call gone is `question-resolved`. When nothing changed that costs
+//! one indexed query returning nothing. Events fan out over a tokio broadcast channel; each
+//! listener keeps those its key may see. A listener that falls more than [`BUFFER`] events
+//! behind is not skipped ahead silently: it gets a `resync` event and the questions pending
+//! now (see `routes::runs::inbox_events`).
 //!
 //! When it lists: on a store that notifies its changes ([`RunStore::watch_changes`]: PostgreSQL
 //! through `LISTEN/NOTIFY`, from every process on the database; the memory store), when a change
-//! may concern the inbox (a run becoming suspended, a run of the inbox changing, a resync),
-//! batching the changes of [`DEBOUNCE`], plus a safety listing every [`SAFETY_RELIST`]; so a
-//! question raised or answered through another server shows within tens of milliseconds. On a
-//! store that does not notify (SQLite), every [`POLL_INTERVAL`], which also sees what other
-//! processes did.
+//! may concern the inbox (a run becoming suspended, a run of the inbox changing), batching the
+//! changes of [`DEBOUNCE`], plus a listing every [`SAFETY_RELIST`] (what a lost notification
+//! changed shows by then); a [`RunChange::Resync`] (the store may have lost notifications)
+//! starts over with a full listing. On a store that does not notify (SQLite), every
+//! [`POLL_INTERVAL`], which also sees what other processes did.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,16 +31,19 @@ use tokio::sync::{broadcast, watch};
 
 use crate::api::PendingCallBody;
 
-/// How often the poller lists suspended runs on a store that does not notify.
+/// How often the poller lists changed runs on a store that does not notify.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// On a store that notifies: how long the poller gathers changes before it lists.
 const DEBOUNCE: Duration = Duration::from_millis(20);
-/// On a store that notifies: how often it lists anyway (a lost notification is seen by then).
+/// On a store that notifies: how often it lists the changes anyway (a lost notification is
+/// seen by then).
 const SAFETY_RELIST: Duration = Duration::from_secs(5);
-/// Page size of its listing.
+/// Page size of its listings.
 const POLL_PAGE: usize = 500;
 /// How long a new listener waits for the poller's first listing.
 const READY_WAIT: Duration = Duration::from_secs(5);
+/// How many events a listener may fall behind before it is told to resync.
+pub(crate) const BUFFER: usize = 1024;
 
 /// Whether a question appeared or went away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,14 +88,31 @@ impl InboxEvent {
         }
         event
     }
+
+    /// The `question-resolved` event of this (raised) question.
+    fn resolved(&self) -> Self {
+        let mut resolved = self.clone();
+        resolved.kind = InboxEventKind::Resolved;
+        resolved.question = json!({
+            "toolCallId": self.tool_call_id.as_str(),
+            "toolName": self.question.get("toolName").cloned().unwrap_or(Value::Null),
+        });
+        resolved
+    }
 }
 
-/// A pending call: its run's key (resource and id) and its id.
-type Key = (RunKey, ToolCallId);
+/// `{"type": "resync"}`: what a listener that fell behind gets before the questions pending
+/// now (as `question-raised` events): forget every question shown, then rebuild from them.
+pub(crate) fn resync_json() -> Value {
+    json!({"type": "resync"})
+}
+
+/// The pending calls of the inbox, by run (each run's calls in call order).
+type Pending = HashMap<RunKey, Vec<InboxEvent>>;
 
 struct Shared {
-    /// The pending calls of the last poll.
-    current: HashMap<Key, InboxEvent>,
+    /// The pending calls as of the last listing.
+    current: Pending,
     poller_running: bool,
 }
 
@@ -118,7 +144,7 @@ impl Inbox {
                     current: HashMap::new(),
                     poller_running: false,
                 }),
-                sender: broadcast::Sender::new(1024),
+                sender: broadcast::Sender::new(BUFFER),
                 ready: watch::Sender::new(false),
             }),
         }
@@ -144,48 +170,157 @@ impl Inbox {
         {
             tracing::warn!("inbox: the first listing is late; starting without it");
         }
+        let resubscribed = self.resubscribe();
+        drop(early);
+        resubscribed
+    }
+
+    /// The questions pending now and a receiver of exactly the events after them (taken under
+    /// the lock the poller sends under): how a listener that fell behind starts again. The
+    /// caller must hold a receiver (the poller stops when none is left).
+    pub(crate) fn resubscribe(&self) -> (Vec<InboxEvent>, broadcast::Receiver<InboxEvent>) {
         let shared = lock(&self.inner.shared);
         let receiver = self.inner.sender.subscribe();
-        drop(early);
-        let snapshot = shared.current.values().cloned().collect();
+        let snapshot = shared.current.values().flatten().cloned().collect();
         (snapshot, receiver)
     }
 }
 
-async fn list_pending(
-    store: &dyn RunStore,
-) -> Result<HashMap<Key, InboxEvent>, askloop_core::StoreError> {
+/// What one listing found.
+enum Listing {
+    /// Every suspended run's pending calls, and the change cursor the listing started at.
+    Full(Pending, Option<u64>),
+    /// The runs changed after the cursor (no calls for a run no longer suspended), and the
+    /// cursor after them.
+    Changes(Pending, u64),
+}
+
+/// The pending calls of every suspended run, and the change cursor of the first page (every
+/// change after it shows in a later `changed_after` listing).
+async fn list_pending(store: &dyn RunStore) -> Result<Listing, askloop_core::StoreError> {
     let mut filter = RunFilter::new()
         .status(RunStatus::Suspended)
         .limit(POLL_PAGE);
     let mut pending = HashMap::new();
+    let mut cursor = None;
     loop {
         let page = store.list_runs(&filter).await?;
+        cursor = cursor.or(page.change_cursor);
         for summary in page.runs.iter().filter_map(ListedRun::summary) {
-            add_calls(&mut pending, summary);
+            pending.insert(summary.key(), calls_of(summary));
         }
         match page.next_cursor {
-            Some(cursor) => filter.cursor = Some(cursor),
-            None => return Ok(pending),
+            Some(next) => filter.cursor = Some(next),
+            None => return Ok(Listing::Full(pending, cursor)),
         }
     }
 }
 
-fn add_calls(pending: &mut HashMap<Key, InboxEvent>, summary: &RunSummary) {
-    for call in &summary.pending {
-        let question = serde_json::to_value(PendingCallBody::of(call)).unwrap_or(Value::Null);
-        pending.insert(
-            (summary.key(), call.tool_call_id.clone()),
-            InboxEvent {
-                kind: InboxEventKind::Raised,
-                run_id: summary.run_id.clone(),
-                tool_call_id: call.tool_call_id.clone(),
-                agent_id: summary.agent_id.clone(),
-                thread_id: summary.thread_id.clone(),
-                resource_id: summary.resource_id.clone(),
-                question,
-            },
-        );
+/// The runs changed after `cursor`, each with its pending calls now (none unless suspended; an
+/// unreadable run has none either, as a full listing would skip it).
+async fn list_changes(
+    store: &dyn RunStore,
+    mut cursor: u64,
+) -> Result<Listing, askloop_core::StoreError> {
+    let mut changed = HashMap::new();
+    loop {
+        let page = store
+            .list_runs(&RunFilter::new().changed_after(cursor).limit(POLL_PAGE))
+            .await?;
+        for run in &page.runs {
+            let calls = match run.summary() {
+                Some(summary) if summary.status == RunStatus::Suspended => calls_of(summary),
+                _ => Vec::new(),
+            };
+            changed.insert(run.key(), calls);
+        }
+        let Some(next) = page.change_cursor else {
+            // A store without a change order (never one of askloop's): nothing is lost by
+            // keeping the cursor; the next full listing happens on a resync.
+            return Ok(Listing::Changes(changed, cursor));
+        };
+        cursor = next;
+        if !page.more_changes {
+            return Ok(Listing::Changes(changed, cursor));
+        }
+    }
+}
+
+/// A run's pending calls as `question-raised` events.
+fn calls_of(summary: &RunSummary) -> Vec<InboxEvent> {
+    summary
+        .pending
+        .iter()
+        .map(|call| InboxEvent {
+            kind: InboxEventKind::Raised,
+            run_id: summary.run_id.clone(),
+            tool_call_id: call.tool_call_id.clone(),
+            agent_id: summary.agent_id.clone(),
+            thread_id: summary.thread_id.clone(),
+            resource_id: summary.resource_id.clone(),
+            question: serde_json::to_value(PendingCallBody::of(call)).unwrap_or(Value::Null),
+        })
+        .collect()
+}
+
+/// Sends the difference between a run's calls `before` and `after`: `question-raised` for a
+/// call new in `after`, `question-resolved` for one gone.
+fn send_diff(sender: &broadcast::Sender<InboxEvent>, before: &[InboxEvent], after: &[InboxEvent]) {
+    for event in after {
+        if !before
+            .iter()
+            .any(|old| old.tool_call_id == event.tool_call_id)
+        {
+            let _ = sender.send(event.clone());
+        }
+    }
+    for event in before {
+        if !after
+            .iter()
+            .any(|new| new.tool_call_id == event.tool_call_id)
+        {
+            let _ = sender.send(event.resolved());
+        }
+    }
+}
+
+/// Applies a listing to `current`, sending the events of what changed when `announce` (not for
+/// the first listing: new listeners get the snapshot). Returns the change cursor to list from
+/// next (`None`: list everything again).
+fn apply(
+    shared: &mut Shared,
+    sender: &broadcast::Sender<InboxEvent>,
+    listing: Listing,
+    announce: bool,
+) -> Option<u64> {
+    match listing {
+        Listing::Full(pending, cursor) => {
+            if announce {
+                for (run, after) in &pending {
+                    let before = shared.current.get(run).map_or(&[][..], Vec::as_slice);
+                    send_diff(sender, before, after);
+                }
+                for (run, before) in &shared.current {
+                    if !pending.contains_key(run) {
+                        send_diff(sender, before, &[]);
+                    }
+                }
+            }
+            shared.current = pending;
+            cursor
+        }
+        Listing::Changes(changed, cursor) => {
+            for (run, after) in changed {
+                let before = shared.current.remove(&run).unwrap_or_default();
+                if announce {
+                    send_diff(sender, &before, &after);
+                }
+                if !after.is_empty() {
+                    shared.current.insert(run, after);
+                }
+            }
+            Some(cursor)
+        }
     }
 }
 
@@ -193,31 +328,19 @@ async fn poll(inner: Arc<InboxInner>) {
     // Watching before the first listing: a change committed after it is seen.
     let mut changes = inner.store.watch_changes().await;
     tracing::debug!(notified = changes.is_some(), "inbox poller started");
+    // Where the store's change order stood at the last listing; `None`: list everything.
+    let mut cursor: Option<u64> = None;
     loop {
-        let listed = list_pending(inner.store.as_ref()).await;
+        let listed = match cursor {
+            Some(after) => list_changes(inner.store.as_ref(), after).await,
+            None => list_pending(inner.store.as_ref()).await,
+        };
         {
             let mut shared = lock(&inner.shared);
             match listed {
-                Ok(pending) => {
-                    if *inner.ready.borrow() {
-                        for (key, event) in &pending {
-                            if !shared.current.contains_key(key) {
-                                let _ = inner.sender.send(event.clone());
-                            }
-                        }
-                        for (key, event) in &shared.current {
-                            if !pending.contains_key(key) {
-                                let mut resolved = event.clone();
-                                resolved.kind = InboxEventKind::Resolved;
-                                resolved.question = json!({
-                                    "toolCallId": event.tool_call_id.as_str(),
-                                    "toolName": event.question.get("toolName").cloned().unwrap_or(Value::Null),
-                                });
-                                let _ = inner.sender.send(resolved);
-                            }
-                        }
-                    }
-                    shared.current = pending;
+                Ok(listing) => {
+                    let announce = *inner.ready.borrow();
+                    cursor = apply(&mut shared, &inner.sender, listing, announce);
                 }
                 Err(error) => {
                     tracing::warn!(error = %askloop_core::error_chain_text(&error), "inbox poll failed");
@@ -232,38 +355,62 @@ async fn poll(inner: Arc<InboxInner>) {
                 return;
             }
         }
-        wait_for_change(&inner, &mut changes).await;
+        if wait_for_change(&inner, &mut changes).await == Wake::Resync {
+            cursor = None;
+        }
     }
+}
+
+/// Why the poller lists again.
+#[derive(Debug, PartialEq, Eq)]
+enum Wake {
+    /// Something may have changed: list the changes.
+    Changes,
+    /// The store may have lost changes: list everything.
+    Resync,
 }
 
 /// Waits until the next listing is due: [`POLL_INTERVAL`] without notifications; with them, a
 /// change that may concern the inbox (then [`DEBOUNCE`] more, the changes meanwhile folded into
 /// the same listing) or [`SAFETY_RELIST`]. A store that stops notifying is polled from then on.
-async fn wait_for_change(inner: &InboxInner, changes: &mut Option<RunChanges>) {
+async fn wait_for_change(inner: &InboxInner, changes: &mut Option<RunChanges>) -> Wake {
     let Some(feed) = changes else {
         tokio::time::sleep(POLL_INTERVAL).await;
-        return;
+        return Wake::Changes;
     };
     let safety = tokio::time::sleep(SAFETY_RELIST);
     tokio::pin!(safety);
     loop {
         let change = tokio::select! {
-            () = &mut safety => return,
+            () = &mut safety => return Wake::Changes,
             change = feed.next() => change,
         };
         match change {
             None => {
                 tracing::warn!("inbox: the store stopped notifying; polling");
                 *changes = None;
-                return;
+                return Wake::Changes;
             }
             Some(change) if concerns_inbox(inner, &change) => {
                 tokio::time::sleep(DEBOUNCE).await;
-                while feed.try_next().is_some() {}
-                return;
+                let mut wake = wake_for(&change);
+                while let Some(change) = feed.try_next() {
+                    if wake_for(&change) == Wake::Resync {
+                        wake = Wake::Resync;
+                    }
+                }
+                return wake;
             }
             Some(_) => {}
         }
+    }
+}
+
+/// A resync lists everything; any other change, what changed.
+fn wake_for(change: &RunChange) -> Wake {
+    match change {
+        RunChange::Resync => Wake::Resync,
+        _ => Wake::Changes,
     }
 }
 
@@ -272,11 +419,7 @@ async fn wait_for_change(inner: &InboxInner, changes: &mut Option<RunChanges>) {
 fn concerns_inbox(inner: &InboxInner, change: &RunChange) -> bool {
     match (change, change.key()) {
         (RunChange::Run { status, .. }, Some(run)) => {
-            *status == RunStatus::Suspended
-                || lock(&inner.shared)
-                    .current
-                    .keys()
-                    .any(|(pending, _)| pending == &run)
+            *status == RunStatus::Suspended || lock(&inner.shared).current.contains_key(&run)
         }
         _ => true,
     }

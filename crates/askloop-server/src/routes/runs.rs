@@ -506,38 +506,42 @@ fn final_text(state: &RunState) -> String {
 }
 
 /// `GET /api/inbox/events`: SSE of questions raised and resolved, for the caller's runs, across
-/// every server on the store.
+/// every server on the store. A listener that falls more than `inbox::BUFFER` events behind
+/// gets `{"type":"resync"}` and then the questions pending now as `question-raised` events
+/// (never a silent gap).
 #[utoipa::path(get, path = "/api/inbox/events", tag = "runs",
     responses(
-        (status = 200, description = "SSE: `data: {\"type\":\"question-raised\"|\"question-resolved\", runId, toolCallId, agentId, …}`; first the questions pending now, as raised", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 200, description = "SSE: `data: {\"type\":\"question-raised\"|\"question-resolved\", runId, toolCallId, agentId, …}`; first the questions pending now, as raised. A listener that fell behind (more than 1,024 events unread) gets `data: {\"type\":\"resync\"}`: it forgets every question it shows, and the questions pending now follow as raised", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 401, description = "No or bad API key", body = ErrorBody),
     ))]
 pub(crate) async fn inbox_events(state: State, caller: Caller) -> Result<Response, ApiError> {
     let (snapshot, mut receiver) = state.inbox.subscribe().await;
-    let visible = {
-        let caller = caller.clone();
-        move |event: &crate::inbox::InboxEvent| {
-            caller.may_see(event.resource_id.as_ref(), &event.agent_id)
-        }
+    let visible = move |event: &crate::inbox::InboxEvent| {
+        caller.may_see(event.resource_id.as_ref(), &event.agent_id)
     };
-    let initial: Vec<crate::inbox::InboxEvent> = snapshot
-        .into_iter()
-        .filter(|event| visible(event))
-        .collect();
+    let app = state.clone();
     let events = async_stream::stream! {
-        for event in initial {
-            yield event;
-        }
+        let mut pending = snapshot;
         loop {
+            for event in pending.drain(..) {
+                if visible(&event) {
+                    yield event.to_json();
+                }
+            }
             match receiver.recv().await {
-                Ok(event) => if visible(&event) { yield event },
+                Ok(event) => if visible(&event) { yield event.to_json() },
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(skipped)) => {
-                    tracing::warn!(skipped, "inbox listener lagged; events skipped");
+                    // Never a silent gap: start again from the questions pending now.
+                    tracing::info!(skipped, "inbox listener lagged; resync");
+                    let (now, fresh) = app.inbox.resubscribe();
+                    receiver = fresh;
+                    pending = now;
+                    yield crate::inbox::resync_json();
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             }
         }
     }
-    .map(|event| Ok::<_, Infallible>(Event::default().data(event.to_json().to_string())));
+    .map(|event| Ok::<_, Infallible>(Event::default().data(event.to_string())));
     Ok(sse::events_response(events, state.closing.begun()))
 }

@@ -10,6 +10,7 @@
 
 mod connections;
 mod edge;
+mod inbox;
 mod metrics;
 mod scenarios;
 mod socket;

@@ -16,6 +16,7 @@
 //! scenario panics (fails the test) on a broken promise; none is skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod changes;
 mod hitl;
 mod store;
 pub mod support;
@@ -83,6 +84,8 @@ macro_rules! store_conformance_tests {
             issue31_a_resume_racing_a_new_message_never_runs_beside_it,
             issue31_cancelled_runs_join_the_thread_history,
             issue31_bare_run_ids_resolve_when_unique,
+            issue31_changed_runs_are_listed_after_a_cursor,
+            issue31_a_watcher_of_the_change_cursor_misses_no_commit,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

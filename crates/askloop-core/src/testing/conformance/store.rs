@@ -17,6 +17,7 @@ use crate::run::RunStatus;
 use crate::store::{RunFilter, RunStore, StoreError};
 use crate::testing::ScriptedModel;
 use crate::testing::conformance::Scenario;
+use crate::testing::conformance::changes::*;
 use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::support::*;
 use crate::testing::conformance::tenancy::*;
@@ -76,6 +77,8 @@ scenarios![
     issue31_a_resume_racing_a_new_message_never_runs_beside_it,
     issue31_cancelled_runs_join_the_thread_history,
     issue31_bare_run_ids_resolve_when_unique,
+    issue31_changed_runs_are_listed_after_a_cursor,
+    issue31_a_watcher_of_the_change_cursor_misses_no_commit,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
