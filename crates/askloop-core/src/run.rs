@@ -442,8 +442,9 @@ pub struct RunSummary {
     /// The store's change sequence of the run's last commit that
     /// [`notifies`](crate::store::notifies) (see [`crate::store::RunFilter::changed_after`]);
     /// `None` in a summary made from a state ([`RunState::summary`]) and for a run no such
-    /// commit has stamped yet (one inserted running).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// commit has stamped yet (one inserted running). A store's bookkeeping, not part of the
+    /// summary's JSON form.
+    #[serde(skip)]
     pub change_seq: Option<u64>,
 }
 

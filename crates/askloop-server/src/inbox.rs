@@ -10,7 +10,9 @@
 //! one indexed query returning nothing. Events fan out over a tokio broadcast channel; each
 //! listener keeps those its key may see. A listener that falls more than [`BUFFER`] events
 //! behind is not skipped ahead silently: it gets a `resync` event and the questions pending
-//! now (see `routes::runs::inbox_events`).
+//! now (see `routes::runs::inbox_events`). The poller keeps only the keys and names of the
+//! pending calls, never the questions: a listener reads the questions pending when it starts
+//! from the store, one page at a time, keeping those the poller holds ([`Inbox::pending_now`]).
 //!
 //! When it lists: on a store that notifies its changes ([`RunStore::watch_changes`]: PostgreSQL
 //! through `LISTEN/NOTIFY`, from every process on the database; the memory store), when a change
@@ -24,7 +26,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use askloop_core::store::{ListedRun, RunChange, RunChanges, RunFilter, RunSummary};
+use askloop_core::store::{
+    ListedRun, ResourceFilter, RunChange, RunChanges, RunFilter, RunSummary,
+};
 use askloop_core::{AgentId, ResourceId, RunId, RunKey, RunStatus, RunStore, ThreadId, ToolCallId};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
@@ -88,17 +92,6 @@ impl InboxEvent {
         }
         event
     }
-
-    /// The `question-resolved` event of this (raised) question.
-    fn resolved(&self) -> Self {
-        let mut resolved = self.clone();
-        resolved.kind = InboxEventKind::Resolved;
-        resolved.question = json!({
-            "toolCallId": self.tool_call_id.as_str(),
-            "toolName": self.question.get("toolName").cloned().unwrap_or(Value::Null),
-        });
-        resolved
-    }
 }
 
 /// `{"type": "resync"}`: what a listener that fell behind gets before the questions pending
@@ -107,8 +100,58 @@ pub(crate) fn resync_json() -> Value {
     json!({"type": "resync"})
 }
 
-/// The pending calls of the inbox, by run (each run's calls in call order).
-type Pending = HashMap<RunKey, Vec<InboxEvent>>;
+/// A pending call as the poller keeps it: what its `question-resolved` event needs (the
+/// question itself is not kept: with 10,000 questions waiting, their JSON would be tens of
+/// megabytes held for as long as someone listens).
+#[derive(Clone, Debug)]
+struct Held {
+    tool_call_id: ToolCallId,
+    tool_name: String,
+}
+
+/// A suspended run's pending calls as the poller keeps them.
+#[derive(Clone, Debug)]
+struct HeldRun {
+    agent_id: AgentId,
+    thread_id: ThreadId,
+    calls: Vec<Held>,
+}
+
+impl HeldRun {
+    fn of(summary: &RunSummary) -> Self {
+        Self {
+            agent_id: summary.agent_id.clone(),
+            thread_id: summary.thread_id.clone(),
+            calls: summary
+                .pending
+                .iter()
+                .map(|call| Held {
+                    tool_call_id: call.tool_call_id.clone(),
+                    tool_name: call.tool_name.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The `question-resolved` event of its call `held`.
+    fn resolved(&self, run: &RunKey, held: &Held) -> InboxEvent {
+        InboxEvent {
+            kind: InboxEventKind::Resolved,
+            run_id: run.run_id.clone(),
+            tool_call_id: held.tool_call_id.clone(),
+            agent_id: self.agent_id.clone(),
+            thread_id: self.thread_id.clone(),
+            resource_id: run.resource_id.clone(),
+            question: json!({
+                "toolCallId": held.tool_call_id.as_str(),
+                "toolName": held.tool_name,
+            }),
+        }
+    }
+}
+
+/// The pending calls of the inbox, by run.
+type Pending = HashMap<RunKey, HeldRun>;
 
 struct Shared {
     /// The pending calls as of the last listing.
@@ -150,9 +193,13 @@ impl Inbox {
         }
     }
 
-    /// The questions pending now (as `question-raised` events) and a receiver of the events
-    /// after them. Starts the poller if none runs.
-    pub(crate) async fn subscribe(&self) -> (Vec<InboxEvent>, broadcast::Receiver<InboxEvent>) {
+    /// A receiver of the inbox's events from now on, once the poller (started if none runs)
+    /// has listed once: every change committed after this returns is sent to it. The caller
+    /// then reads the questions pending now ([`Inbox::pending_now`]); an event for a change its
+    /// reading already shows may follow (a question raised again, a question it never saw
+    /// resolved): applied in order after the reading, the events leave exactly the questions
+    /// pending.
+    pub(crate) async fn subscribe(&self) -> broadcast::Receiver<InboxEvent> {
         // Holding a receiver keeps the poller going while we wait for its first listing.
         let early = self.inner.sender.subscribe();
         {
@@ -170,24 +217,80 @@ impl Inbox {
         {
             tracing::warn!("inbox: the first listing is late; starting without it");
         }
-        let resubscribed = self.resubscribe();
+        let receiver = self.inner.sender.subscribe();
         drop(early);
-        resubscribed
+        receiver
     }
 
-    /// The questions pending now and a receiver of exactly the events after them (taken under
-    /// the lock the poller sends under): how a listener that fell behind starts again. The
-    /// caller must hold a receiver (the poller stops when none is left).
-    pub(crate) fn resubscribe(&self) -> (Vec<InboxEvent>, broadcast::Receiver<InboxEvent>) {
-        let shared = lock(&self.inner.shared);
-        let receiver = self.inner.sender.subscribe();
-        let snapshot = shared.current.values().flatten().cloned().collect();
-        (snapshot, receiver)
+    /// A receiver from now on, for a listener that fell behind (it holds its old receiver
+    /// until then, so the poller keeps going); it reads the questions pending now after.
+    pub(crate) fn resubscribe(&self) -> broadcast::Receiver<InboxEvent> {
+        self.inner.sender.subscribe()
     }
 }
 
-/// What one listing found.
-enum Listing {
+impl Inbox {
+    /// The questions pending now in `resource` (every resource with [`ResourceFilter::Any`])
+    /// that the poller knows of, as `question-raised` events, read from the store one page of
+    /// suspended runs at a time (a listener sends them as it reads them: nothing is held for the
+    /// whole set). Read after [`Inbox::subscribe`]: a question is shown only when the poller
+    /// holds it, so its end is announced to the receiver; one the poller does not hold yet will
+    /// come to the receiver as raised.
+    pub(crate) fn pending_now(
+        &self,
+        resource: ResourceFilter,
+    ) -> impl futures::Stream<Item = InboxEvent> + use<> {
+        let inner = self.inner.clone();
+        async_stream::stream! {
+            let mut filter = RunFilter::new()
+                .status(RunStatus::Suspended)
+                .resource_filter(resource)
+                .limit(POLL_PAGE);
+            loop {
+                let page = match inner.store.list_runs(&filter).await {
+                    Ok(page) => page,
+                    Err(error) => {
+                        tracing::warn!(error = %askloop_core::error_chain_text(&error), "inbox: listing the pending questions failed");
+                        break;
+                    }
+                };
+                let known: Vec<InboxEvent> = {
+                    let shared = lock(&inner.shared);
+                    page.runs
+                        .iter()
+                        .filter_map(ListedRun::summary)
+                        .flat_map(|summary| {
+                            let held = shared.current.get(&summary.key());
+                            raised(summary).into_iter().filter(move |event| {
+                                held.is_some_and(|held| {
+                                    held.calls
+                                        .iter()
+                                        .any(|call| call.tool_call_id == event.tool_call_id)
+                                })
+                            })
+                        })
+                        .collect()
+                };
+                for event in known {
+                    yield event;
+                }
+                match page.next_cursor {
+                    Some(next) => filter.cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+/// What one listing found: the pending calls it shows, and the `question-raised` events of the
+/// calls not in the poller's state when it read them.
+struct Listing {
+    kind: ListingKind,
+    raised: Vec<InboxEvent>,
+}
+
+enum ListingKind {
     /// Every suspended run's pending calls, and the change cursor the listing started at.
     Full(Pending, Option<u64>),
     /// The runs changed after the cursor (no calls for a run no longer suspended), and the
@@ -195,23 +298,48 @@ enum Listing {
     Changes(Pending, u64),
 }
 
+/// The `question-raised` events of `summary`'s calls that `before` does not hold.
+fn raised_since(before: Option<&HeldRun>, summary: &RunSummary) -> Vec<InboxEvent> {
+    let mut events = raised(summary);
+    if let Some(before) = before {
+        events.retain(|event| {
+            !before
+                .calls
+                .iter()
+                .any(|held| held.tool_call_id == event.tool_call_id)
+        });
+    }
+    events
+}
+
 /// The pending calls of every suspended run, and the change cursor of the first page (every
 /// change after it shows in a later `changed_after` listing).
-async fn list_pending(store: &dyn RunStore) -> Result<Listing, askloop_core::StoreError> {
+async fn list_pending(inner: &InboxInner) -> Result<Listing, askloop_core::StoreError> {
     let mut filter = RunFilter::new()
         .status(RunStatus::Suspended)
         .limit(POLL_PAGE);
     let mut pending = HashMap::new();
+    let mut raised = Vec::new();
     let mut cursor = None;
     loop {
-        let page = store.list_runs(&filter).await?;
+        let page = inner.store.list_runs(&filter).await?;
         cursor = cursor.or(page.change_cursor);
-        for summary in page.runs.iter().filter_map(ListedRun::summary) {
-            pending.insert(summary.key(), calls_of(summary));
+        {
+            let shared = lock(&inner.shared);
+            for summary in page.runs.iter().filter_map(ListedRun::summary) {
+                let key = summary.key();
+                raised.extend(raised_since(shared.current.get(&key), summary));
+                pending.insert(key, HeldRun::of(summary));
+            }
         }
         match page.next_cursor {
             Some(next) => filter.cursor = Some(next),
-            None => return Ok(Listing::Full(pending, cursor)),
+            None => {
+                return Ok(Listing {
+                    kind: ListingKind::Full(pending, cursor),
+                    raised,
+                });
+            }
         }
     }
 }
@@ -219,35 +347,54 @@ async fn list_pending(store: &dyn RunStore) -> Result<Listing, askloop_core::Sto
 /// The runs changed after `cursor`, each with its pending calls now (none unless suspended; an
 /// unreadable run has none either, as a full listing would skip it).
 async fn list_changes(
-    store: &dyn RunStore,
+    inner: &InboxInner,
     mut cursor: u64,
 ) -> Result<Listing, askloop_core::StoreError> {
     let mut changed = HashMap::new();
+    let mut raised = Vec::new();
     loop {
-        let page = store
+        let page = inner
+            .store
             .list_runs(&RunFilter::new().changed_after(cursor).limit(POLL_PAGE))
             .await?;
-        for run in &page.runs {
-            let calls = match run.summary() {
-                Some(summary) if summary.status == RunStatus::Suspended => calls_of(summary),
-                _ => Vec::new(),
-            };
-            changed.insert(run.key(), calls);
+        {
+            let shared = lock(&inner.shared);
+            for run in &page.runs {
+                let key = run.key();
+                let held = match run.summary() {
+                    Some(summary) if summary.status == RunStatus::Suspended => {
+                        raised.extend(raised_since(shared.current.get(&key), summary));
+                        HeldRun::of(summary)
+                    }
+                    _ => HeldRun {
+                        agent_id: AgentId::new(""),
+                        thread_id: ThreadId::new(""),
+                        calls: Vec::new(),
+                    },
+                };
+                changed.insert(key, held);
+            }
         }
         let Some(next) = page.change_cursor else {
             // A store without a change order (never one of askloop's): nothing is lost by
             // keeping the cursor; the next full listing happens on a resync.
-            return Ok(Listing::Changes(changed, cursor));
+            return Ok(Listing {
+                kind: ListingKind::Changes(changed, cursor),
+                raised,
+            });
         };
         cursor = next;
         if !page.more_changes {
-            return Ok(Listing::Changes(changed, cursor));
+            return Ok(Listing {
+                kind: ListingKind::Changes(changed, cursor),
+                raised,
+            });
         }
     }
 }
 
 /// A run's pending calls as `question-raised` events.
-fn calls_of(summary: &RunSummary) -> Vec<InboxEvent> {
+fn raised(summary: &RunSummary) -> Vec<InboxEvent> {
     summary
         .pending
         .iter()
@@ -263,59 +410,58 @@ fn calls_of(summary: &RunSummary) -> Vec<InboxEvent> {
         .collect()
 }
 
-/// Sends the difference between a run's calls `before` and `after`: `question-raised` for a
-/// call new in `after`, `question-resolved` for one gone.
-fn send_diff(sender: &broadcast::Sender<InboxEvent>, before: &[InboxEvent], after: &[InboxEvent]) {
-    for event in after {
-        if !before
-            .iter()
-            .any(|old| old.tool_call_id == event.tool_call_id)
-        {
-            let _ = sender.send(event.clone());
-        }
-    }
-    for event in before {
-        if !after
-            .iter()
-            .any(|new| new.tool_call_id == event.tool_call_id)
-        {
-            let _ = sender.send(event.resolved());
+/// Sends `question-resolved` for each call of `before` that `after` does not hold.
+fn send_resolved(
+    sender: &broadcast::Sender<InboxEvent>,
+    run: &RunKey,
+    before: &HeldRun,
+    after: Option<&HeldRun>,
+) {
+    for held in &before.calls {
+        let kept = after.is_some_and(|after| {
+            after
+                .calls
+                .iter()
+                .any(|call| call.tool_call_id == held.tool_call_id)
+        });
+        if !kept {
+            let _ = sender.send(before.resolved(run, held));
         }
     }
 }
 
 /// Applies a listing to `current`, sending the events of what changed when `announce` (not for
-/// the first listing: new listeners get the snapshot). Returns the change cursor to list from
-/// next (`None`: list everything again).
+/// the first listing: nobody listened before it). Returns the change cursor to list from next
+/// (`None`: list everything again).
 fn apply(
     shared: &mut Shared,
     sender: &broadcast::Sender<InboxEvent>,
     listing: Listing,
     announce: bool,
 ) -> Option<u64> {
-    match listing {
-        Listing::Full(pending, cursor) => {
+    if announce {
+        for event in listing.raised {
+            let _ = sender.send(event);
+        }
+    }
+    match listing.kind {
+        ListingKind::Full(pending, cursor) => {
             if announce {
-                for (run, after) in &pending {
-                    let before = shared.current.get(run).map_or(&[][..], Vec::as_slice);
-                    send_diff(sender, before, after);
-                }
                 for (run, before) in &shared.current {
-                    if !pending.contains_key(run) {
-                        send_diff(sender, before, &[]);
-                    }
+                    send_resolved(sender, run, before, pending.get(run));
                 }
             }
             shared.current = pending;
             cursor
         }
-        Listing::Changes(changed, cursor) => {
+        ListingKind::Changes(changed, cursor) => {
             for (run, after) in changed {
-                let before = shared.current.remove(&run).unwrap_or_default();
-                if announce {
-                    send_diff(sender, &before, &after);
+                if let Some(before) = shared.current.remove(&run)
+                    && announce
+                {
+                    send_resolved(sender, &run, &before, Some(&after));
                 }
-                if !after.is_empty() {
+                if !after.calls.is_empty() {
                     shared.current.insert(run, after);
                 }
             }
@@ -332,8 +478,8 @@ async fn poll(inner: Arc<InboxInner>) {
     let mut cursor: Option<u64> = None;
     loop {
         let listed = match cursor {
-            Some(after) => list_changes(inner.store.as_ref(), after).await,
-            None => list_pending(inner.store.as_ref()).await,
+            Some(after) => list_changes(&inner, after).await,
+            None => list_pending(&inner).await,
         };
         {
             let mut shared = lock(&inner.shared);

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use askloop_core::model::{AssistantPart, FinishReason, Message, ToolArgs, ToolCall};
 use askloop_core::store::{
-    ListedRun, RunChange, RunChanges, RunCursor, RunFilter, RunState, RunSummary, StoredRun,
-    lease_now_ms,
+    ListedRun, ResourceFilter, RunChange, RunChanges, RunCursor, RunFilter, RunState, RunSummary,
+    StoredRun, lease_now_ms,
 };
 use askloop_core::{
     AgentId, Chunk, PendingKind, RunKey, RunStatus, Suspension, ToolCallId, approval_schema, wire,
@@ -515,30 +515,40 @@ fn final_text(state: &RunState) -> String {
         (status = 401, description = "No or bad API key", body = ErrorBody),
     ))]
 pub(crate) async fn inbox_events(state: State, caller: Caller) -> Result<Response, ApiError> {
-    let (snapshot, mut receiver) = state.inbox.subscribe().await;
-    let visible = move |event: &crate::inbox::InboxEvent| {
-        caller.may_see(event.resource_id.as_ref(), &event.agent_id)
+    let mut receiver = state.inbox.subscribe().await;
+    // A keyed caller reads only its resource's questions.
+    let resource = match caller.resource() {
+        Some(resource) => ResourceFilter::Is(resource.clone()),
+        None => ResourceFilter::Any,
     };
     let app = state.clone();
     let events = async_stream::stream! {
-        let mut pending = snapshot;
         loop {
-            for event in pending.drain(..) {
-                if visible(&event) {
+            // The questions pending now, read after the receiver was taken (see
+            // `Inbox::subscribe`).
+            let now = app.inbox.pending_now(resource.clone());
+            futures::pin_mut!(now);
+            while let Some(event) = now.next().await {
+                if caller.may_see(event.resource_id.as_ref(), &event.agent_id) {
                     yield event.to_json();
                 }
             }
-            match receiver.recv().await {
-                Ok(event) => if visible(&event) { yield event.to_json() },
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(skipped)) => {
-                    // Never a silent gap: start again from the questions pending now.
-                    tracing::info!(skipped, "inbox listener lagged; resync");
-                    let (now, fresh) = app.inbox.resubscribe();
-                    receiver = fresh;
-                    pending = now;
-                    yield crate::inbox::resync_json();
+            loop {
+                match receiver.recv().await {
+                    Ok(event) => {
+                        if caller.may_see(event.resource_id.as_ref(), &event.agent_id) {
+                            yield event.to_json();
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(skipped)) => {
+                        // Never a silent gap: start again from the questions pending now.
+                        tracing::info!(skipped, "inbox listener lagged; resync");
+                        receiver = app.inbox.resubscribe();
+                        yield crate::inbox::resync_json();
+                        break;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             }
         }
     }

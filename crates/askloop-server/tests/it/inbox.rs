@@ -84,26 +84,33 @@ async fn open_inbox(router: &Router) -> axum::body::BodyDataStream {
 }
 
 /// 3,000 questions raised while one listener reads nothing (more than the 1,024 events it may
-/// fall behind) and another reads along: both end up showing exactly the 3,000 questions; the
-/// slow one through a `resync` and the snapshot after it (before, it was skipped ahead
-/// silently and showed about a third of them).
+/// fall behind) and another reads along: both end up showing exactly the questions pending; the
+/// slow one through a `resync` and the questions pending after it (before, it was skipped
+/// ahead silently and showed about a third of them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue31_a_slow_inbox_listener_gets_every_event_or_a_resync() {
     const QUESTIONS: usize = 3000;
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
     let (server, _) = server(&store, Vec::new());
     let router = server.router();
-    let mut slow = open_inbox(&router).await;
-    let mut fast = open_inbox(&router).await;
-    let fast_reader = tokio::spawn(async move {
-        let mut shown = HashSet::new();
-        follow_until(&mut fast, &mut shown, QUESTIONS).await;
-        shown
-    });
-
     let agents = agents(&store, &Hold::default());
     let assistant = agents.agent(&AgentId::new("assistant")).await.unwrap();
     let mut asked = HashSet::new();
+    let first = assistant.generate("Summarize my project").await.unwrap();
+    asked.insert((first.run_id.to_string(), "c1".to_owned()));
+
+    // Both listeners read the question pending when they open, then one stops reading.
+    let mut slow = open_inbox(&router).await;
+    let mut shown = HashSet::new();
+    follow_until(&mut slow, &mut shown, 1).await;
+    let mut fast = open_inbox(&router).await;
+    let mut fast_shown = HashSet::new();
+    follow_until(&mut fast, &mut fast_shown, 1).await;
+    let fast_reader = tokio::spawn(async move {
+        follow_until(&mut fast, &mut fast_shown, QUESTIONS + 1).await;
+        fast_shown
+    });
+
     for _ in 0..QUESTIONS {
         let output = assistant.generate("Summarize my project").await.unwrap();
         asked.insert((output.run_id.to_string(), "c1".to_owned()));
@@ -114,8 +121,7 @@ async fn issue31_a_slow_inbox_listener_gets_every_event_or_a_resync() {
         asked,
         "the listener that reads along"
     );
-    let mut shown = HashSet::new();
-    let resyncs = follow_until(&mut slow, &mut shown, QUESTIONS).await;
+    let resyncs = follow_until(&mut slow, &mut shown, QUESTIONS + 1).await;
     assert_eq!(shown, asked, "the listener that fell behind");
     assert!(resyncs >= 1, "it fell behind, and was told so");
 }
@@ -214,8 +220,9 @@ async fn issue31_the_sqlite_inbox_poller_reads_only_what_changed() {
     let mut events = open_inbox(&router).await;
     let mut shown = HashSet::new();
     follow_until(&mut events, &mut shown, RUNS).await;
-    assert_eq!(counting.full_listings.load(Ordering::SeqCst), 1);
-    assert_eq!(counting.full_rows.load(Ordering::SeqCst), RUNS);
+    // The poller's first listing, and the listener's reading of the questions pending.
+    assert_eq!(counting.full_listings.load(Ordering::SeqCst), 2);
+    assert_eq!(counting.full_rows.load(Ordering::SeqCst), 2 * RUNS);
 
     // Polls over unchanged runs read nothing.
     let polls = counting.change_listings.load(Ordering::SeqCst);
@@ -239,7 +246,7 @@ async fn issue31_the_sqlite_inbox_poller_reads_only_what_changed() {
     assert!(!shown.iter().any(|(run, _)| run == runs[0].as_str()));
     assert_eq!(
         counting.full_listings.load(Ordering::SeqCst),
-        1,
+        2,
         "no full listing again"
     );
     let rows = counting.change_rows.load(Ordering::SeqCst);
