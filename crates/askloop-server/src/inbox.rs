@@ -313,8 +313,11 @@ fn raised_since(before: Option<&HeldRun>, summary: &RunSummary) -> Vec<InboxEven
 }
 
 /// The pending calls of every suspended run, and the change cursor of the first page (every
-/// change after it shows in a later `changed_after` listing).
+/// change after it shows in a later `changed_after` listing). The `question-raised` events are
+/// made only once someone may hear them (not for the poller's first listing, which would build
+/// every question at once).
 async fn list_pending(inner: &InboxInner) -> Result<Listing, askloop_core::StoreError> {
+    let announce = *inner.ready.borrow();
     let mut filter = RunFilter::new()
         .status(RunStatus::Suspended)
         .limit(POLL_PAGE);
@@ -328,7 +331,9 @@ async fn list_pending(inner: &InboxInner) -> Result<Listing, askloop_core::Store
             let shared = lock(&inner.shared);
             for summary in page.runs.iter().filter_map(ListedRun::summary) {
                 let key = summary.key();
-                raised.extend(raised_since(shared.current.get(&key), summary));
+                if announce {
+                    raised.extend(raised_since(shared.current.get(&key), summary));
+                }
                 pending.insert(key, HeldRun::of(summary));
             }
         }
