@@ -1,6 +1,7 @@
 // The inbox view: every pending question the key may see, across runs, newest first, live
 // (GET /api/inbox/events says something changed; the list is read again), each answerable in
-// place (POST /api/runs/{runId}/responses).
+// place (POST /api/runs/{runId}/responses). A `resync` event (this page fell behind the
+// server's events, which were not all delivered) rebuilds the whole list from the server.
 
 import { ApiError, followEvents, requestJson } from "./api";
 import { renderQuestionForm, type Question, type Response } from "./form";
@@ -79,7 +80,21 @@ export class InboxView {
     this.stop();
     this.abort = new AbortController();
     void this.refresh();
-    void followEvents("/api/inbox/events", () => void this.refresh(), this.abort.signal);
+    void followEvents("/api/inbox/events", (data) => this.onEvent(data), this.abort.signal);
+  }
+
+  /** One inbox event: `question-raised` / `question-resolved` mean the list changed, so it is
+   * read again; `resync` means events were lost, so nothing shown is trusted: the list is
+   * rebuilt from scratch (the questions pending now follow as `question-raised` events). */
+  private onEvent(data: string): void {
+    let type = "";
+    try {
+      type = (JSON.parse(data) as { type?: string }).type ?? "";
+    } catch {
+      // Not JSON: still a sign that something changed.
+    }
+    if (type === "resync") this.shown.clear();
+    void this.refresh();
   }
 
   stop(): void {

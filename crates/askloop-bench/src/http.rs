@@ -149,22 +149,7 @@ pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
         pid.and_then(|pid| crate::process_memory_mb(&pid.to_string()).map(|memory| memory.0));
 
     // Suspended runs, started `concurrency` at a time.
-    let left = Arc::new(AtomicUsize::new(0));
-    let mut fillers = Vec::with_capacity(args.concurrency);
-    for _ in 0..args.concurrency {
-        let bench = bench.clone();
-        let left = Arc::clone(&left);
-        let total = args.suspended;
-        fillers.push(tokio::spawn(async move {
-            while left.fetch_add(1, Ordering::Relaxed) < total {
-                bench.suspend().await?;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for filler in fillers {
-        filler.await??;
-    }
+    bench.suspend_many(args.suspended, args.concurrency).await?;
     let (rss_suspended, peak) = match pid.and_then(|pid| crate::process_memory_mb(&pid.to_string()))
     {
         Some((rss, peak)) => (Some(rss), Some(peak)),
@@ -281,7 +266,45 @@ struct Bench {
     agent: String,
 }
 
+/// Starts `total` runs of `agent` on the server at `base` and leaves each suspended at its
+/// question, `concurrency` at a time.
+pub(crate) async fn suspend_runs(
+    base: &str,
+    agent: &str,
+    total: usize,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let bench = Bench {
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(concurrency)
+            .build()?,
+        base: base.to_owned(),
+        agent: agent.to_owned(),
+    };
+    bench.suspend_many(total, concurrency).await
+}
+
 impl Bench {
+    /// Starts `total` runs, `concurrency` at a time, each left suspended.
+    async fn suspend_many(&self, total: usize, concurrency: usize) -> anyhow::Result<()> {
+        let left = Arc::new(AtomicUsize::new(0));
+        let mut fillers = Vec::with_capacity(concurrency);
+        for _ in 0..concurrency.max(1) {
+            let bench = self.clone();
+            let left = Arc::clone(&left);
+            fillers.push(tokio::spawn(async move {
+                while left.fetch_add(1, Ordering::Relaxed) < total {
+                    bench.suspend().await?;
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for filler in fillers {
+            filler.await??;
+        }
+        Ok(())
+    }
+
     /// Starts a run and reads its stream to the suspension: `(run id, tool call id)`.
     async fn suspend(&self) -> anyhow::Result<(String, String)> {
         let body = self

@@ -32,6 +32,9 @@
 //! - `idle-connections [--askloop PATH | --url URL --pid PID] [--connections 10000]`: the
 //!   server's memory before, while and after many idle connections are held open (see the
 //!   `connections` module).
+//! - `inbox-streams [--askloop PATH] [--runs 10000] [--streams 0,1,10] [--window-ms 10000]`:
+//!   the server's CPU and memory with many suspended runs while inbox event streams are open
+//!   (see the `inbox_streams` module).
 //!
 //! No CPU pinning unless `--pin` asks for it (then the process and its threads run on one core,
 //! which on a 2-core VM avoids cross-core wake-ups between the runtime and the store's thread).
@@ -40,6 +43,7 @@
 
 mod connections;
 mod http;
+mod inbox_streams;
 mod local;
 
 use std::path::{Path, PathBuf};
@@ -152,6 +156,8 @@ enum Command {
     Http(http::HttpArgs),
     /// The server's memory before, while and after many idle connections are held open.
     IdleConnections(connections::IdleArgs),
+    /// The server's CPU and memory with many suspended runs and open inbox streams.
+    InboxStreams(inbox_streams::InboxStreamsArgs),
 }
 
 const CYCLE_SCRIPT: &str = r#"{"steps":[
@@ -684,6 +690,11 @@ fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|runtime| runtime.block_on(connections::run(args))),
+        Command::InboxStreams(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(inbox_streams::run(args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

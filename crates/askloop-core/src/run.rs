@@ -439,6 +439,13 @@ pub struct RunSummary {
     pub updated_at_ms: u64,
     /// The calls waiting for an answer (empty unless suspended).
     pub pending: Vec<PendingToolCall>,
+    /// The store's change sequence of the run's last commit that
+    /// [`notifies`](crate::store::notifies) (see [`crate::store::RunFilter::changed_after`]);
+    /// `None` in a summary made from a state ([`RunState::summary`]) and for a run no such
+    /// commit has stamped yet (one inserted running). A store's bookkeeping, not part of the
+    /// summary's JSON form.
+    #[serde(skip)]
+    pub change_seq: Option<u64>,
 }
 
 impl RunSummary {
@@ -641,6 +648,7 @@ impl RunState {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
             pending: self.pending_tool_calls(),
+            change_seq: None,
         }
     }
 

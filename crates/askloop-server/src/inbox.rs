@@ -1,40 +1,53 @@
 //! The inbox's live events (`GET /api/inbox/events`): questions raised and resolved, across
 //! every server on the same store.
 //!
-//! One poller task per server, running only while someone listens, lists the store's suspended
-//! runs and diffs the set of pending tool calls against the previous listing: a new call is
-//! `question-raised`, a call gone is `question-resolved`. Events fan out over a tokio broadcast
-//! channel; each listener keeps those its key may see.
+//! One poller task per server, running only while someone listens, keeps the pending tool
+//! calls of the store's suspended runs and the store's change cursor
+//! ([`askloop_core::store::RunFilter::changed_after`]): one full listing of the suspended runs
+//! when it starts, then, each time, only the runs changed since the cursor — a run no longer
+//! suspended has its calls resolved, a suspended one has its pending calls diffed: a new call
+//! is `question-raised`, a call gone is `question-resolved`. When nothing changed that costs
+//! one indexed query returning nothing. Events fan out over a tokio broadcast channel; each
+//! listener keeps those its key may see. A listener that falls more than [`BUFFER`] events
+//! behind is not skipped ahead silently: it gets a `resync` event and the questions pending
+//! now (see `routes::runs::inbox_events`). The poller keeps only the keys and names of the
+//! pending calls, never the questions: a listener reads the questions pending when it starts
+//! from the store, one page at a time, keeping those the poller holds ([`Inbox::pending_now`]).
 //!
 //! When it lists: on a store that notifies its changes ([`RunStore::watch_changes`]: PostgreSQL
 //! through `LISTEN/NOTIFY`, from every process on the database; the memory store), when a change
-//! may concern the inbox (a run becoming suspended, a run of the inbox changing, a resync),
-//! batching the changes of [`DEBOUNCE`], plus a safety listing every [`SAFETY_RELIST`]; so a
-//! question raised or answered through another server shows within tens of milliseconds. On a
-//! store that does not notify (SQLite), every [`POLL_INTERVAL`], which also sees what other
-//! processes did.
+//! may concern the inbox (a run becoming suspended, a run of the inbox changing), batching the
+//! changes of [`DEBOUNCE`], plus a listing every [`SAFETY_RELIST`] (what a lost notification
+//! changed shows by then); a [`RunChange::Resync`] (the store may have lost notifications)
+//! starts over with a full listing. On a store that does not notify (SQLite), every
+//! [`POLL_INTERVAL`], which also sees what other processes did.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use askloop_core::store::{ListedRun, RunChange, RunChanges, RunFilter, RunSummary};
+use askloop_core::store::{
+    ListedRun, ResourceFilter, RunChange, RunChanges, RunFilter, RunSummary,
+};
 use askloop_core::{AgentId, ResourceId, RunId, RunKey, RunStatus, RunStore, ThreadId, ToolCallId};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
 use crate::api::PendingCallBody;
 
-/// How often the poller lists suspended runs on a store that does not notify.
+/// How often the poller lists changed runs on a store that does not notify.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// On a store that notifies: how long the poller gathers changes before it lists.
 const DEBOUNCE: Duration = Duration::from_millis(20);
-/// On a store that notifies: how often it lists anyway (a lost notification is seen by then).
+/// On a store that notifies: how often it lists the changes anyway (a lost notification is
+/// seen by then).
 const SAFETY_RELIST: Duration = Duration::from_secs(5);
-/// Page size of its listing.
+/// Page size of its listings.
 const POLL_PAGE: usize = 500;
 /// How long a new listener waits for the poller's first listing.
 const READY_WAIT: Duration = Duration::from_secs(5);
+/// How many events a listener may fall behind before it is told to resync.
+pub(crate) const BUFFER: usize = 1024;
 
 /// Whether a question appeared or went away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,12 +94,68 @@ impl InboxEvent {
     }
 }
 
-/// A pending call: its run's key (resource and id) and its id.
-type Key = (RunKey, ToolCallId);
+/// `{"type": "resync"}`: what a listener that fell behind gets before the questions pending
+/// now (as `question-raised` events): forget every question shown, then rebuild from them.
+pub(crate) fn resync_json() -> Value {
+    json!({"type": "resync"})
+}
+
+/// A pending call as the poller keeps it: what its `question-resolved` event needs (the
+/// question itself is not kept: with 10,000 questions waiting, their JSON would be tens of
+/// megabytes held for as long as someone listens).
+#[derive(Clone, Debug)]
+struct Held {
+    tool_call_id: ToolCallId,
+    tool_name: String,
+}
+
+/// A suspended run's pending calls as the poller keeps them.
+#[derive(Clone, Debug)]
+struct HeldRun {
+    agent_id: AgentId,
+    thread_id: ThreadId,
+    calls: Vec<Held>,
+}
+
+impl HeldRun {
+    fn of(summary: &RunSummary) -> Self {
+        Self {
+            agent_id: summary.agent_id.clone(),
+            thread_id: summary.thread_id.clone(),
+            calls: summary
+                .pending
+                .iter()
+                .map(|call| Held {
+                    tool_call_id: call.tool_call_id.clone(),
+                    tool_name: call.tool_name.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The `question-resolved` event of its call `held`.
+    fn resolved(&self, run: &RunKey, held: &Held) -> InboxEvent {
+        InboxEvent {
+            kind: InboxEventKind::Resolved,
+            run_id: run.run_id.clone(),
+            tool_call_id: held.tool_call_id.clone(),
+            agent_id: self.agent_id.clone(),
+            thread_id: self.thread_id.clone(),
+            resource_id: run.resource_id.clone(),
+            question: json!({
+                "toolCallId": held.tool_call_id.as_str(),
+                "toolName": held.tool_name,
+            }),
+        }
+    }
+}
+
+/// The pending calls of the inbox, by run.
+type Pending = HashMap<RunKey, HeldRun>;
 
 struct Shared {
-    /// The pending calls of the last poll.
-    current: HashMap<Key, InboxEvent>,
+    /// The pending calls as of the last listing.
+    current: Pending,
     poller_running: bool,
 }
 
@@ -118,15 +187,19 @@ impl Inbox {
                     current: HashMap::new(),
                     poller_running: false,
                 }),
-                sender: broadcast::Sender::new(1024),
+                sender: broadcast::Sender::new(BUFFER),
                 ready: watch::Sender::new(false),
             }),
         }
     }
 
-    /// The questions pending now (as `question-raised` events) and a receiver of the events
-    /// after them. Starts the poller if none runs.
-    pub(crate) async fn subscribe(&self) -> (Vec<InboxEvent>, broadcast::Receiver<InboxEvent>) {
+    /// A receiver of the inbox's events from now on, once the poller (started if none runs)
+    /// has listed once: every change committed after this returns is sent to it. The caller
+    /// then reads the questions pending now ([`Inbox::pending_now`]); an event for a change its
+    /// reading already shows may follow (a question raised again, a question it never saw
+    /// resolved): applied in order after the reading, the events leave exactly the questions
+    /// pending.
+    pub(crate) async fn subscribe(&self) -> broadcast::Receiver<InboxEvent> {
         // Holding a receiver keeps the poller going while we wait for its first listing.
         let early = self.inner.sender.subscribe();
         {
@@ -144,48 +217,261 @@ impl Inbox {
         {
             tracing::warn!("inbox: the first listing is late; starting without it");
         }
-        let shared = lock(&self.inner.shared);
         let receiver = self.inner.sender.subscribe();
         drop(early);
-        let snapshot = shared.current.values().cloned().collect();
-        (snapshot, receiver)
+        receiver
+    }
+
+    /// A receiver from now on, for a listener that fell behind (it holds its old receiver
+    /// until then, so the poller keeps going); it reads the questions pending now after.
+    pub(crate) fn resubscribe(&self) -> broadcast::Receiver<InboxEvent> {
+        self.inner.sender.subscribe()
     }
 }
 
-async fn list_pending(
-    store: &dyn RunStore,
-) -> Result<HashMap<Key, InboxEvent>, askloop_core::StoreError> {
+impl Inbox {
+    /// The questions pending now in `resource` (every resource with [`ResourceFilter::Any`])
+    /// that the poller knows of, as `question-raised` events, read from the store one page of
+    /// suspended runs at a time (a listener sends them as it reads them: nothing is held for the
+    /// whole set). Read after [`Inbox::subscribe`]: a question is shown only when the poller
+    /// holds it, so its end is announced to the receiver; one the poller does not hold yet will
+    /// come to the receiver as raised.
+    pub(crate) fn pending_now(
+        &self,
+        resource: ResourceFilter,
+    ) -> impl futures::Stream<Item = InboxEvent> + use<> {
+        let inner = self.inner.clone();
+        async_stream::stream! {
+            let mut filter = RunFilter::new()
+                .status(RunStatus::Suspended)
+                .resource_filter(resource)
+                .limit(POLL_PAGE);
+            loop {
+                let page = match inner.store.list_runs(&filter).await {
+                    Ok(page) => page,
+                    Err(error) => {
+                        tracing::warn!(error = %askloop_core::error_chain_text(&error), "inbox: listing the pending questions failed");
+                        break;
+                    }
+                };
+                let known: Vec<InboxEvent> = {
+                    let shared = lock(&inner.shared);
+                    page.runs
+                        .iter()
+                        .filter_map(ListedRun::summary)
+                        .flat_map(|summary| {
+                            let held = shared.current.get(&summary.key());
+                            raised(summary).into_iter().filter(move |event| {
+                                held.is_some_and(|held| {
+                                    held.calls
+                                        .iter()
+                                        .any(|call| call.tool_call_id == event.tool_call_id)
+                                })
+                            })
+                        })
+                        .collect()
+                };
+                for event in known {
+                    yield event;
+                }
+                match page.next_cursor {
+                    Some(next) => filter.cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+/// What one listing found: the pending calls it shows, and the `question-raised` events of the
+/// calls not in the poller's state when it read them.
+struct Listing {
+    kind: ListingKind,
+    raised: Vec<InboxEvent>,
+}
+
+enum ListingKind {
+    /// Every suspended run's pending calls, and the change cursor the listing started at.
+    Full(Pending, Option<u64>),
+    /// The runs changed after the cursor (no calls for a run no longer suspended), and the
+    /// cursor after them.
+    Changes(Pending, u64),
+}
+
+/// The `question-raised` events of `summary`'s calls that `before` does not hold.
+fn raised_since(before: Option<&HeldRun>, summary: &RunSummary) -> Vec<InboxEvent> {
+    let mut events = raised(summary);
+    if let Some(before) = before {
+        events.retain(|event| {
+            !before
+                .calls
+                .iter()
+                .any(|held| held.tool_call_id == event.tool_call_id)
+        });
+    }
+    events
+}
+
+/// The pending calls of every suspended run, and the change cursor of the first page (every
+/// change after it shows in a later `changed_after` listing). The `question-raised` events are
+/// made only once someone may hear them (not for the poller's first listing, which would build
+/// every question at once).
+async fn list_pending(inner: &InboxInner) -> Result<Listing, askloop_core::StoreError> {
+    let announce = *inner.ready.borrow();
     let mut filter = RunFilter::new()
         .status(RunStatus::Suspended)
         .limit(POLL_PAGE);
     let mut pending = HashMap::new();
+    let mut raised = Vec::new();
+    let mut cursor = None;
     loop {
-        let page = store.list_runs(&filter).await?;
-        for summary in page.runs.iter().filter_map(ListedRun::summary) {
-            add_calls(&mut pending, summary);
+        let page = inner.store.list_runs(&filter).await?;
+        cursor = cursor.or(page.change_cursor);
+        {
+            let shared = lock(&inner.shared);
+            for summary in page.runs.iter().filter_map(ListedRun::summary) {
+                let key = summary.key();
+                if announce {
+                    raised.extend(raised_since(shared.current.get(&key), summary));
+                }
+                pending.insert(key, HeldRun::of(summary));
+            }
         }
         match page.next_cursor {
-            Some(cursor) => filter.cursor = Some(cursor),
-            None => return Ok(pending),
+            Some(next) => filter.cursor = Some(next),
+            None => {
+                return Ok(Listing {
+                    kind: ListingKind::Full(pending, cursor),
+                    raised,
+                });
+            }
         }
     }
 }
 
-fn add_calls(pending: &mut HashMap<Key, InboxEvent>, summary: &RunSummary) {
-    for call in &summary.pending {
-        let question = serde_json::to_value(PendingCallBody::of(call)).unwrap_or(Value::Null);
-        pending.insert(
-            (summary.key(), call.tool_call_id.clone()),
-            InboxEvent {
-                kind: InboxEventKind::Raised,
-                run_id: summary.run_id.clone(),
-                tool_call_id: call.tool_call_id.clone(),
-                agent_id: summary.agent_id.clone(),
-                thread_id: summary.thread_id.clone(),
-                resource_id: summary.resource_id.clone(),
-                question,
-            },
-        );
+/// The runs changed after `cursor`, each with its pending calls now (none unless suspended; an
+/// unreadable run has none either, as a full listing would skip it).
+async fn list_changes(
+    inner: &InboxInner,
+    mut cursor: u64,
+) -> Result<Listing, askloop_core::StoreError> {
+    let mut changed = HashMap::new();
+    let mut raised = Vec::new();
+    loop {
+        let page = inner
+            .store
+            .list_runs(&RunFilter::new().changed_after(cursor).limit(POLL_PAGE))
+            .await?;
+        {
+            let shared = lock(&inner.shared);
+            for run in &page.runs {
+                let key = run.key();
+                let held = match run.summary() {
+                    Some(summary) if summary.status == RunStatus::Suspended => {
+                        raised.extend(raised_since(shared.current.get(&key), summary));
+                        HeldRun::of(summary)
+                    }
+                    _ => HeldRun {
+                        agent_id: AgentId::new(""),
+                        thread_id: ThreadId::new(""),
+                        calls: Vec::new(),
+                    },
+                };
+                changed.insert(key, held);
+            }
+        }
+        let Some(next) = page.change_cursor else {
+            // A store without a change order (never one of askloop's): nothing is lost by
+            // keeping the cursor; the next full listing happens on a resync.
+            return Ok(Listing {
+                kind: ListingKind::Changes(changed, cursor),
+                raised,
+            });
+        };
+        cursor = next;
+        if !page.more_changes {
+            return Ok(Listing {
+                kind: ListingKind::Changes(changed, cursor),
+                raised,
+            });
+        }
+    }
+}
+
+/// A run's pending calls as `question-raised` events.
+fn raised(summary: &RunSummary) -> Vec<InboxEvent> {
+    summary
+        .pending
+        .iter()
+        .map(|call| InboxEvent {
+            kind: InboxEventKind::Raised,
+            run_id: summary.run_id.clone(),
+            tool_call_id: call.tool_call_id.clone(),
+            agent_id: summary.agent_id.clone(),
+            thread_id: summary.thread_id.clone(),
+            resource_id: summary.resource_id.clone(),
+            question: serde_json::to_value(PendingCallBody::of(call)).unwrap_or(Value::Null),
+        })
+        .collect()
+}
+
+/// Sends `question-resolved` for each call of `before` that `after` does not hold.
+fn send_resolved(
+    sender: &broadcast::Sender<InboxEvent>,
+    run: &RunKey,
+    before: &HeldRun,
+    after: Option<&HeldRun>,
+) {
+    for held in &before.calls {
+        let kept = after.is_some_and(|after| {
+            after
+                .calls
+                .iter()
+                .any(|call| call.tool_call_id == held.tool_call_id)
+        });
+        if !kept {
+            let _ = sender.send(before.resolved(run, held));
+        }
+    }
+}
+
+/// Applies a listing to `current`, sending the events of what changed when `announce` (not for
+/// the first listing: nobody listened before it). Returns the change cursor to list from next
+/// (`None`: list everything again).
+fn apply(
+    shared: &mut Shared,
+    sender: &broadcast::Sender<InboxEvent>,
+    listing: Listing,
+    announce: bool,
+) -> Option<u64> {
+    if announce {
+        for event in listing.raised {
+            let _ = sender.send(event);
+        }
+    }
+    match listing.kind {
+        ListingKind::Full(pending, cursor) => {
+            if announce {
+                for (run, before) in &shared.current {
+                    send_resolved(sender, run, before, pending.get(run));
+                }
+            }
+            shared.current = pending;
+            cursor
+        }
+        ListingKind::Changes(changed, cursor) => {
+            for (run, after) in changed {
+                if let Some(before) = shared.current.remove(&run)
+                    && announce
+                {
+                    send_resolved(sender, &run, &before, Some(&after));
+                }
+                if !after.calls.is_empty() {
+                    shared.current.insert(run, after);
+                }
+            }
+            Some(cursor)
+        }
     }
 }
 
@@ -193,31 +479,19 @@ async fn poll(inner: Arc<InboxInner>) {
     // Watching before the first listing: a change committed after it is seen.
     let mut changes = inner.store.watch_changes().await;
     tracing::debug!(notified = changes.is_some(), "inbox poller started");
+    // Where the store's change order stood at the last listing; `None`: list everything.
+    let mut cursor: Option<u64> = None;
     loop {
-        let listed = list_pending(inner.store.as_ref()).await;
+        let listed = match cursor {
+            Some(after) => list_changes(&inner, after).await,
+            None => list_pending(&inner).await,
+        };
         {
             let mut shared = lock(&inner.shared);
             match listed {
-                Ok(pending) => {
-                    if *inner.ready.borrow() {
-                        for (key, event) in &pending {
-                            if !shared.current.contains_key(key) {
-                                let _ = inner.sender.send(event.clone());
-                            }
-                        }
-                        for (key, event) in &shared.current {
-                            if !pending.contains_key(key) {
-                                let mut resolved = event.clone();
-                                resolved.kind = InboxEventKind::Resolved;
-                                resolved.question = json!({
-                                    "toolCallId": event.tool_call_id.as_str(),
-                                    "toolName": event.question.get("toolName").cloned().unwrap_or(Value::Null),
-                                });
-                                let _ = inner.sender.send(resolved);
-                            }
-                        }
-                    }
-                    shared.current = pending;
+                Ok(listing) => {
+                    let announce = *inner.ready.borrow();
+                    cursor = apply(&mut shared, &inner.sender, listing, announce);
                 }
                 Err(error) => {
                     tracing::warn!(error = %askloop_core::error_chain_text(&error), "inbox poll failed");
@@ -232,38 +506,62 @@ async fn poll(inner: Arc<InboxInner>) {
                 return;
             }
         }
-        wait_for_change(&inner, &mut changes).await;
+        if wait_for_change(&inner, &mut changes).await == Wake::Resync {
+            cursor = None;
+        }
     }
+}
+
+/// Why the poller lists again.
+#[derive(Debug, PartialEq, Eq)]
+enum Wake {
+    /// Something may have changed: list the changes.
+    Changes,
+    /// The store may have lost changes: list everything.
+    Resync,
 }
 
 /// Waits until the next listing is due: [`POLL_INTERVAL`] without notifications; with them, a
 /// change that may concern the inbox (then [`DEBOUNCE`] more, the changes meanwhile folded into
 /// the same listing) or [`SAFETY_RELIST`]. A store that stops notifying is polled from then on.
-async fn wait_for_change(inner: &InboxInner, changes: &mut Option<RunChanges>) {
+async fn wait_for_change(inner: &InboxInner, changes: &mut Option<RunChanges>) -> Wake {
     let Some(feed) = changes else {
         tokio::time::sleep(POLL_INTERVAL).await;
-        return;
+        return Wake::Changes;
     };
     let safety = tokio::time::sleep(SAFETY_RELIST);
     tokio::pin!(safety);
     loop {
         let change = tokio::select! {
-            () = &mut safety => return,
+            () = &mut safety => return Wake::Changes,
             change = feed.next() => change,
         };
         match change {
             None => {
                 tracing::warn!("inbox: the store stopped notifying; polling");
                 *changes = None;
-                return;
+                return Wake::Changes;
             }
             Some(change) if concerns_inbox(inner, &change) => {
                 tokio::time::sleep(DEBOUNCE).await;
-                while feed.try_next().is_some() {}
-                return;
+                let mut wake = wake_for(&change);
+                while let Some(change) = feed.try_next() {
+                    if wake_for(&change) == Wake::Resync {
+                        wake = Wake::Resync;
+                    }
+                }
+                return wake;
             }
             Some(_) => {}
         }
+    }
+}
+
+/// A resync lists everything; any other change, what changed.
+fn wake_for(change: &RunChange) -> Wake {
+    match change {
+        RunChange::Resync => Wake::Resync,
+        _ => Wake::Changes,
     }
 }
 
@@ -272,11 +570,7 @@ async fn wait_for_change(inner: &InboxInner, changes: &mut Option<RunChanges>) {
 fn concerns_inbox(inner: &InboxInner, change: &RunChange) -> bool {
     match (change, change.key()) {
         (RunChange::Run { status, .. }, Some(run)) => {
-            *status == RunStatus::Suspended
-                || lock(&inner.shared)
-                    .current
-                    .keys()
-                    .any(|(pending, _)| pending == &run)
+            *status == RunStatus::Suspended || lock(&inner.shared).current.contains_key(&run)
         }
         _ => true,
     }

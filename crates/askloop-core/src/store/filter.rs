@@ -1,5 +1,16 @@
 //! Listing runs: which ones ([`RunFilter`]), in pages ([`RunPage`], [`RunCursor`]), each a
-//! summary or an unreadable row ([`ListedRun`]).
+//! summary or an unreadable row ([`ListedRun`]); and the runs changed since a position of the
+//! store's change order ([`RunFilter::changed_after`], [`RunPage::change_cursor`]).
+//!
+//! # The change order
+//! Every store keeps one **change sequence** for all its runs: each commit that
+//! [`notifies`](crate::store::notifies) (a status change, or a commit that leaves a run
+//! suspended: whatever can change the pending questions) stamps its run with the next value
+//! ([`RunSummary::change_seq`]), in the same transaction, and the values increase in commit
+//! order: a reader that sees a run stamped `n` also sees every commit stamped below `n`. So a
+//! watcher that keeps a cursor — [`RunPage::change_cursor`] of its last listing — and lists
+//! [`RunFilter::changed_after`] it sees every later change exactly once (as the run's state
+//! now), and nothing when nothing changed.
 
 use std::fmt;
 use std::str::FromStr;
@@ -82,6 +93,10 @@ pub struct RunFilter {
     pub cursor: Option<RunCursor>,
     /// At most this many runs; `None` for all.
     pub limit: Option<usize>,
+    /// Only runs whose change sequence is above this one, listed in change-sequence order
+    /// (oldest change first) instead of newest first; `cursor` does not apply (the next page
+    /// is `changed_after` the page's [`RunPage::change_cursor`]). See the module docs.
+    pub changed_after: Option<u64>,
 }
 
 impl RunFilter {
@@ -140,13 +155,29 @@ impl RunFilter {
         self
     }
 
+    /// Only the runs changed after change sequence `seq` (a [`RunPage::change_cursor`]), in
+    /// change order, oldest change first: what a watcher lists to see what changed since its
+    /// last listing. The other filters still apply.
+    ///
+    /// ```
+    /// use askloop_core::store::RunFilter;
+    ///
+    /// let filter = RunFilter::new().changed_after(41).limit(500);
+    /// assert_eq!(filter.changed_after, Some(41));
+    /// ```
+    pub fn changed_after(mut self, seq: u64) -> Self {
+        self.changed_after = Some(seq);
+        self
+    }
+
     /// At most `limit` runs.
     pub fn limit(mut self, limit: usize) -> Self {
         self.limit = Some(limit);
         self
     }
 
-    /// Whether a run passes the filter's field conditions (`cursor` and `limit` aside).
+    /// Whether a run passes the filter's field conditions (`cursor`, `changed_after` and
+    /// `limit` aside).
     pub fn matches(&self, summary: &RunSummary) -> bool {
         self.status.is_none_or(|status| summary.status == status)
             && self
@@ -283,6 +314,8 @@ pub enum ListedRun {
         resource_id: Option<ResourceId>,
         /// Creation time, milliseconds since the Unix epoch.
         created_at_ms: u64,
+        /// Its change sequence ([`RunSummary::change_seq`]).
+        change_seq: Option<u64>,
         /// Why it cannot be read ([`StoreError::Corrupt`] or [`StoreError::UnsupportedFormat`]).
         error: StoreError,
     },
@@ -317,6 +350,14 @@ impl ListedRun {
         }
     }
 
+    /// The run's change sequence ([`RunSummary::change_seq`]).
+    pub fn change_seq(&self) -> Option<u64> {
+        match self {
+            Self::Run(summary) => summary.change_seq,
+            Self::Unreadable { change_seq, .. } => *change_seq,
+        }
+    }
+
     /// The summary, if the run was readable.
     pub fn summary(&self) -> Option<&RunSummary> {
         match self {
@@ -332,14 +373,27 @@ impl ListedRun {
 pub struct RunPage {
     /// The runs.
     pub runs: Vec<ListedRun>,
-    /// Where the next page starts (pass it to [`RunFilter::after`]); `None` on the last page.
+    /// Where the next page starts (pass it to [`RunFilter::after`]); `None` on the last page
+    /// (and for a [`RunFilter::changed_after`] listing, which pages by `change_cursor`).
     pub next_cursor: Option<RunCursor>,
+    /// Where the store's change order stands for this page (pass it to
+    /// [`RunFilter::changed_after`] to list what this page does not show): every change up to
+    /// it is reflected in this listing. For a newest-first listing, the highest change
+    /// sequence committed when the listing began (so a listing in several pages takes its first
+    /// page's); for a `changed_after` listing, the last run's sequence when the page was cut at
+    /// its limit, else the highest committed (nothing changed after the page's runs matches).
+    /// `None` from a store that keeps no change order.
+    pub change_cursor: Option<u64>,
+    /// Whether a `changed_after` listing was cut at its limit: list again from
+    /// `change_cursor` for the rest.
+    pub more_changes: bool,
 }
 
 impl RunPage {
     /// A page from rows already filtered, sorted newest first and cut at `limit + 1` rows: the
-    /// extra row, if any, only says that there is a next page.
-    pub fn from_rows(mut runs: Vec<ListedRun>, limit: Option<usize>) -> Self {
+    /// extra row, if any, only says that there is a next page. `horizon` is the store's highest
+    /// change sequence read before (or in the same snapshot as) the rows.
+    pub fn from_rows(mut runs: Vec<ListedRun>, limit: Option<usize>, horizon: Option<u64>) -> Self {
         let next_cursor = match limit {
             Some(limit) if runs.len() > limit => {
                 runs.truncate(limit);
@@ -348,7 +402,37 @@ impl RunPage {
             }
             _ => None,
         };
-        Self { runs, next_cursor }
+        Self {
+            runs,
+            next_cursor,
+            change_cursor: horizon,
+            more_changes: false,
+        }
+    }
+
+    /// A page of a [`RunFilter::changed_after`] listing from rows already filtered, sorted by
+    /// change sequence (ascending) and cut at `limit + 1` rows; `horizon` is the store's highest
+    /// change sequence read before (or in the same snapshot as) the rows (`0` when none was
+    /// given yet). The cursor is the last run's sequence on a cut page, else the higher of the
+    /// horizon and the last run's sequence (a commit seen by the rows but not by an earlier
+    /// horizon read: the order is the commit order, so everything below it is committed too).
+    pub fn from_changed_rows(mut runs: Vec<ListedRun>, limit: Option<usize>, horizon: u64) -> Self {
+        let more_changes = limit.is_some_and(|limit| runs.len() > limit);
+        if let Some(limit) = limit {
+            runs.truncate(limit);
+        }
+        let last = runs.iter().filter_map(ListedRun::change_seq).max();
+        let change_cursor = if more_changes {
+            last.unwrap_or(horizon)
+        } else {
+            last.map_or(horizon, |last| last.max(horizon))
+        };
+        Self {
+            runs,
+            next_cursor: None,
+            change_cursor: Some(change_cursor),
+            more_changes,
+        }
     }
 }
 

@@ -33,6 +33,8 @@ struct Inner {
     runs: HashMap<RunKey, Entry>,
     /// The last completion sequence given.
     last_completion: u64,
+    /// The last change sequence given (see [`RunFilter::changed_after`]).
+    last_change: u64,
 }
 
 #[derive(Debug)]
@@ -43,6 +45,8 @@ struct Entry {
     version: u64,
     lease: Option<Lease>,
     completion_seq: Option<u64>,
+    /// The change sequence of the run's last commit that [`notifies`].
+    change_seq: Option<u64>,
 }
 
 impl MemoryStore {
@@ -78,6 +82,13 @@ impl Inner {
     fn next_completion(&mut self) -> u64 {
         self.last_completion += 1;
         self.last_completion
+    }
+
+    /// The next change sequence, for a commit that [`notifies`] (under the lock, so the
+    /// sequences increase in commit order).
+    fn next_change(&mut self) -> u64 {
+        self.last_change += 1;
+        self.last_change
     }
 
     /// Refuses to make `state` running while another run of its thread is running (the
@@ -131,6 +142,7 @@ impl RunStore for MemoryStore {
         }
         inner.check_turn(state)?;
         let completion_seq = ends(state.status).then(|| inner.next_completion());
+        let change_seq = notifies(None, state.status).then(|| inner.next_change());
         inner.runs.insert(
             key,
             Entry {
@@ -140,6 +152,7 @@ impl RunStore for MemoryStore {
                 version: 1,
                 lease: lease.cloned(),
                 completion_seq,
+                change_seq,
             },
         );
         drop(inner);
@@ -182,6 +195,10 @@ impl RunStore for MemoryStore {
             entry.completion_seq = Some(inner.last_completion);
         }
         let before = entry.summary.status;
+        if notifies(Some(before), state.status) {
+            inner.last_change += 1;
+            entry.change_seq = Some(inner.last_change);
+        }
         entry.summary = state.summary();
         entry.head = head;
         entry.messages.extend(new_messages);
@@ -237,20 +254,28 @@ impl RunStore for MemoryStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
-        let mut rows: Vec<(RunSummary, String)> = {
+        let (mut rows, horizon): (Vec<(RunSummary, String, Option<u64>)>, u64) = {
             let inner = self.lock();
-            inner
+            let rows = inner
                 .runs
                 .values()
                 .filter(|entry| filter.matches(&entry.summary))
-                .filter(|entry| {
-                    filter.is_after_cursor(entry.summary.created_at_ms, &entry.summary.key())
+                .filter(|entry| match filter.changed_after {
+                    Some(after) => entry.change_seq.is_some_and(|seq| seq > after),
+                    None => {
+                        filter.is_after_cursor(entry.summary.created_at_ms, &entry.summary.key())
+                    }
                 })
-                .map(|entry| (entry.summary.clone(), entry.head.clone()))
-                .collect()
+                .map(|entry| (entry.summary.clone(), entry.head.clone(), entry.change_seq))
+                .collect();
+            (rows, inner.last_change)
         };
-        // Newest first: creation time, then run id, then resource ("" for none), descending.
-        rows.sort_by(|(a, _), (b, _)| listing_order(b).cmp(&listing_order(a)));
+        if filter.changed_after.is_some() {
+            rows.sort_by_key(|(_, _, change_seq)| *change_seq);
+        } else {
+            // Newest first: creation time, then run id, then resource ("" for none), descending.
+            rows.sort_by(|(a, ..), (b, ..)| listing_order(b).cmp(&listing_order(a)));
+        }
         if let Some(limit) = filter.limit {
             rows.truncate(limit.saturating_add(1));
         }
@@ -258,18 +283,25 @@ impl RunStore for MemoryStore {
         let runs = rows
             .into_iter()
             .map(
-                |(summary, head)| match decode_run(&summary.run_id, &head, [""; 0]) {
-                    Ok(state) => ListedRun::Run(state.summary()),
+                |(summary, head, change_seq)| match decode_run(&summary.run_id, &head, [""; 0]) {
+                    Ok(state) => ListedRun::Run(RunSummary {
+                        change_seq,
+                        ..state.summary()
+                    }),
                     Err(error) => ListedRun::Unreadable {
                         run_id: summary.run_id,
                         resource_id: summary.resource_id,
                         created_at_ms: summary.created_at_ms,
+                        change_seq,
                         error,
                     },
                 },
             )
             .collect();
-        Ok(RunPage::from_rows(runs, filter.limit))
+        Ok(match filter.changed_after {
+            Some(_) => RunPage::from_changed_rows(runs, filter.limit, horizon),
+            None => RunPage::from_rows(runs, filter.limit, Some(horizon)),
+        })
     }
 
     async fn watch_changes(&self) -> Option<RunChanges> {

@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 
-use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
+use askloop_core::store::{ListedRun, ResourceFilter, RunCursor, RunFilter, RunSummary};
 use askloop_core::{AgentId, RunStatus, ToolCallId};
 use axum::Json;
 use axum::response::Response;
@@ -339,38 +339,52 @@ pub(crate) async fn reattach(
 }
 
 /// `GET /api/inbox/events`: SSE of questions raised and resolved, for the caller's runs, across
-/// every server on the store.
+/// every server on the store. A listener that falls more than `inbox::BUFFER` events behind
+/// gets `{"type":"resync"}` and then the questions pending now as `question-raised` events
+/// (never a silent gap).
 #[utoipa::path(get, path = "/api/inbox/events", tag = "runs",
     responses(
-        (status = 200, description = "SSE: `data: {\"type\":\"question-raised\"|\"question-resolved\", runId, toolCallId, agentId, …}`; first the questions pending now, as raised", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 200, description = "SSE: `data: {\"type\":\"question-raised\"|\"question-resolved\", runId, toolCallId, agentId, …}`; first the questions pending now, as raised. A listener that fell behind (more than 1,024 events unread) gets `data: {\"type\":\"resync\"}`: it forgets every question it shows, and the questions pending now follow as raised", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 401, description = "No or bad API key", body = ErrorBody),
     ))]
 pub(crate) async fn inbox_events(state: State, caller: Caller) -> Result<Response, ApiError> {
-    let (snapshot, mut receiver) = state.inbox.subscribe().await;
-    let visible = {
-        let caller = caller.clone();
-        move |event: &crate::inbox::InboxEvent| {
-            caller.may_see(event.resource_id.as_ref(), &event.agent_id)
-        }
+    let mut receiver = state.inbox.subscribe().await;
+    // A keyed caller reads only its resource's questions.
+    let resource = match caller.resource() {
+        Some(resource) => ResourceFilter::Is(resource.clone()),
+        None => ResourceFilter::Any,
     };
-    let initial: Vec<crate::inbox::InboxEvent> = snapshot
-        .into_iter()
-        .filter(|event| visible(event))
-        .collect();
+    let app = state.clone();
     let events = async_stream::stream! {
-        for event in initial {
-            yield event;
-        }
         loop {
-            match receiver.recv().await {
-                Ok(event) => if visible(&event) { yield event },
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(skipped)) => {
-                    tracing::warn!(skipped, "inbox listener lagged; events skipped");
+            // The questions pending now, read after the receiver was taken (see
+            // `Inbox::subscribe`).
+            let now = app.inbox.pending_now(resource.clone());
+            futures::pin_mut!(now);
+            while let Some(event) = now.next().await {
+                if caller.may_see(event.resource_id.as_ref(), &event.agent_id) {
+                    yield event.to_json();
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+            loop {
+                match receiver.recv().await {
+                    Ok(event) => {
+                        if caller.may_see(event.resource_id.as_ref(), &event.agent_id) {
+                            yield event.to_json();
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(skipped)) => {
+                        // Never a silent gap: start again from the questions pending now.
+                        tracing::info!(skipped, "inbox listener lagged; resync");
+                        receiver = app.inbox.resubscribe();
+                        yield crate::inbox::resync_json();
+                        break;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
             }
         }
     }
-    .map(|event| Ok::<_, Infallible>(Event::default().data(event.to_json().to_string())));
+    .map(|event| Ok::<_, Infallible>(Event::default().data(event.to_string())));
     Ok(sse::events_response(events, state.closing.begun()))
 }

@@ -77,9 +77,20 @@ struct Frames {
 
 impl Frames {
     async fn open(router: &Router, method: &str, path: &str, body: Option<Value>) -> Self {
+        Self::open_as(router, method, path, body, None).await
+    }
+
+    /// [`Frames::open`] with an API key.
+    async fn open_as(
+        router: &Router,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        key: Option<&str>,
+    ) -> Self {
         let response = router
             .clone()
-            .oneshot(request(method, path, body, None))
+            .oneshot(request(method, path, body, key))
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{method} {path}");
@@ -344,25 +355,20 @@ async fn issue31_chat_stream_is_204_for_another_tenants_running_turn(backend: Ba
     )
     .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    // Alice's turn is resumable (and then ends).
-    let resumed = tokio::spawn({
-        let router = router.clone();
-        async move {
-            stream(
-                &router,
-                "GET",
-                "/api/agents/slow/chat/shared/stream",
-                None,
-                Some(&alice),
-            )
-            .await
-        }
-    });
+    // Alice's turn is resumable (and then ends): attached while it runs, released only then.
+    let mut resumed = Frames::open_as(
+        &router,
+        "GET",
+        "/api/agents/slow/chat/shared/stream",
+        None,
+        Some(&alice),
+    )
+    .await;
+    let mut replayed = resumed.until_call("h1").await;
     hold.release.notify_one();
-    let (status, resumed, error) = resumed.await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{error}");
+    replayed.extend(resumed.rest().await);
     let (_, original, _) = original.await.unwrap();
-    assert_eq!(parts(&resumed), parts(&original));
+    assert_eq!(parts(&replayed), parts(&original));
 }
 
 async fn issue31_chat_stream_replays_a_running_turn_then_follows_it(backend: Backend) {

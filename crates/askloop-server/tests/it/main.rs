@@ -12,6 +12,7 @@ mod cancel;
 mod chat_resume;
 mod connections;
 mod edge;
+mod inbox;
 mod metrics;
 mod scenarios;
 mod socket;

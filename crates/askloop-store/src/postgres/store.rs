@@ -51,7 +51,11 @@ const LOAD_RUN: &str = "SELECT version, head, lease_holder, lease_expires_at_ms,
 
 /// The listing's columns (the head carries the summary: never the messages); its conditions
 /// are added by [`list_query`].
-const LIST_RUNS: &str = "SELECT id, scope, created_at_ms, head FROM runs WHERE TRUE";
+const LIST_RUNS: &str = "SELECT id, scope, created_at_ms, head, change_seq FROM runs WHERE TRUE";
+
+/// The highest change sequence committed (`0003_change_order.sql`): read before a listing's
+/// rows, where its change cursor stands.
+const CHANGE_HORIZON: &str = "SELECT last FROM askloop_change_counter";
 
 const THREAD_HISTORY: &str = "SELECT r.id, r.completion_seq, m.body \
     FROM runs r LEFT JOIN run_messages m ON m.scope = r.scope AND m.run_id = r.id \
@@ -255,10 +259,20 @@ impl RunStore for PgStore {
         let limit = filter
             .limit
             .map(|limit| i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX));
+        // Read first, in a statement of its own: stamps take the counter in commit order, so
+        // every change up to it is committed and seen by the rows read after.
+        let horizon: i64 = sqlx::query_scalar(CHANGE_HORIZON)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)?;
+        let horizon = from_bigint(horizon);
         let mut query = list_query(filter, limit);
         let rows = query.build().fetch_all(&self.pool).await.map_err(backend)?;
         let runs = rows.iter().map(listed_run).collect::<Result<Vec<_>, _>>()?;
-        Ok(RunPage::from_rows(runs, filter.limit))
+        Ok(match filter.changed_after {
+            Some(_) => RunPage::from_changed_rows(runs, filter.limit, horizon),
+            None => RunPage::from_rows(runs, filter.limit, Some(horizon)),
+        })
     }
 
     async fn run_counts(&self) -> Result<RunCounts, StoreError> {
@@ -382,7 +396,12 @@ fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> 
     if let Some(agent_id) = &filter.agent_id {
         query.push(" AND agent_id = ").push_bind(agent_id.as_str());
     }
-    if let Some(cursor) = &filter.cursor {
+    if let Some(after) = filter.changed_after {
+        query
+            .push(" AND change_seq > ")
+            .push_bind(to_bigint(after))
+            .push(" ORDER BY change_seq");
+    } else if let Some(cursor) = &filter.cursor {
         query
             .push(" AND (created_at_ms, id, scope) < (")
             .push_bind(to_bigint(cursor.created_at_ms))
@@ -392,7 +411,9 @@ fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> 
             .push_bind(cursor.scope().to_owned())
             .push(")");
     }
-    query.push(" ORDER BY created_at_ms DESC, id DESC, scope DESC");
+    if filter.changed_after.is_none() {
+        query.push(" ORDER BY created_at_ms DESC, id DESC, scope DESC");
+    }
     if let Some(limit) = limit {
         query.push(" LIMIT ").push_bind(limit);
     }
@@ -406,12 +427,19 @@ fn listed_run(row: &PgRow) -> Result<ListedRun, StoreError> {
     let scope: String = row.try_get("scope").map_err(backend)?;
     let created_at_ms = from_bigint(row.try_get("created_at_ms").map_err(backend)?);
     let head: String = row.try_get("head").map_err(backend)?;
+    let change_seq: Option<i64> = row.try_get("change_seq").map_err(backend)?;
+    let change_seq = change_seq.map(from_bigint);
     Ok(match decode_run(&run_id, &head, [""; 0]) {
-        Ok(state) => ListedRun::Run(state.summary()),
+        Ok(state) => {
+            let mut summary = state.summary();
+            summary.change_seq = change_seq;
+            ListedRun::Run(summary)
+        }
         Err(error) => ListedRun::Unreadable {
             run_id,
             resource_id: (!scope.is_empty()).then(|| scope.into()),
             created_at_ms,
+            change_seq,
             error,
         },
     })

@@ -278,13 +278,28 @@ pub(super) fn thread_history(
     Ok(ThreadHistory::new(messages, highest))
 }
 
-/// A page of summaries, newest first, from the columns and the `pending` column (a head
-/// is decoded only for a row that is not of the current format or not well-formed, to say
-/// why it is unreadable).
+/// The highest change sequence given (0 when none was): read before a listing's rows, it is
+/// where the listing's change cursor stands (the writer commits one group at a time, so
+/// every change up to it is committed and seen by the rows read after).
+fn change_horizon(connection: &Connection) -> Result<u64, StoreError> {
+    let highest: Option<i64> = connection
+        .prepare_cached(
+            "SELECT change_seq FROM runs WHERE change_seq IS NOT NULL \
+             ORDER BY change_seq DESC LIMIT 1",
+        )
+        .and_then(|mut select| select.query_row([], |row| row.get(0)).optional())
+        .map_err(backend)?;
+    Ok(highest.map_or(0, unsigned))
+}
+
+/// A page of summaries, newest first (or in change order for a `changed_after` listing), from
+/// the columns and the `pending` column (a head is decoded only for a row that is not of the
+/// current format or not well-formed, to say why it is unreadable).
 pub(super) fn list_runs(
     connection: &Connection,
     filter: &RunFilter,
 ) -> Result<RunPage, StoreError> {
+    let horizon = change_horizon(connection)?;
     let (sql, values) = listing_query(filter);
     {
         let mut select = connection.prepare_cached(&sql).map_err(backend)?;
@@ -302,6 +317,8 @@ pub(super) fn list_runs(
                 pending: row.get(7).map_err(backend)?,
             };
             let current: bool = row.get(8).map_err(backend)?;
+            let change_seq: Option<i64> = row.get(9).map_err(backend)?;
+            let change_seq = change_seq.map(unsigned);
             let key = RunKey::new(
                 columns.resource_id.clone().map(Into::into),
                 RunId::new(columns.run_id.clone()),
@@ -313,19 +330,26 @@ pub(super) fn list_runs(
                 older_or_newer(connection, &key)
             };
             runs.push(match listed {
-                Ok(summary) => ListedRun::Run(summary),
+                Ok(mut summary) => {
+                    summary.change_seq = change_seq;
+                    ListedRun::Run(summary)
+                }
                 Err(
                     error @ (StoreError::Corrupt { .. } | StoreError::UnsupportedFormat { .. }),
                 ) => ListedRun::Unreadable {
                     run_id: key.run_id,
                     resource_id: key.resource_id,
                     created_at_ms,
+                    change_seq,
                     error,
                 },
                 Err(error) => return Err(error),
             });
         }
-        Ok(RunPage::from_rows(runs, filter.limit))
+        Ok(match filter.changed_after {
+            Some(_) => RunPage::from_changed_rows(runs, filter.limit, horizon),
+            None => RunPage::from_rows(runs, filter.limit, Some(horizon)),
+        })
     }
 }
 
@@ -346,9 +370,11 @@ fn older_or_newer(
 }
 
 /// The listed columns (the resource is the scope, `''` read as none), then whether the head is
-/// of the current format and well-formed JSON (checked inside SQLite, without decoding it).
+/// of the current format and well-formed JSON (checked inside SQLite, without decoding it),
+/// then the change sequence.
 const LISTED_COLUMNS: &str = "id, thread_id, NULLIF(scope, ''), agent_id, status, \
-    created_at_ms, updated_at_ms, pending, substr(head, 1, 19) = ?1 AND json_valid(head)";
+    created_at_ms, updated_at_ms, pending, substr(head, 1, 19) = ?1 AND json_valid(head), \
+    change_seq";
 
 /// The listing statement for `filter` (only the conditions it uses, so that SQLite picks the
 /// index of the filter; one cached statement per combination) and its parameters.
@@ -378,7 +404,9 @@ fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
     if let Some(run_id) = &filter.run_id {
         condition("id = ?", SqlValue::Text(run_id.as_str().to_owned()));
     }
-    if let Some(cursor) = &filter.cursor {
+    if let Some(after) = filter.changed_after {
+        condition("change_seq > ?", SqlValue::Integer(millis(after)));
+    } else if let Some(cursor) = &filter.cursor {
         values.push(SqlValue::Integer(millis(cursor.created_at_ms)));
         values.push(SqlValue::Text(cursor.run_id.as_str().to_owned()));
         values.push(SqlValue::Text(cursor.scope().to_owned()));
@@ -393,7 +421,11 @@ fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
         sql.push_str(" WHERE ");
         sql.push_str(&conditions.join(" AND "));
     }
-    sql.push_str(" ORDER BY created_at_ms DESC, id DESC, scope DESC");
+    if filter.changed_after.is_some() {
+        sql.push_str(" ORDER BY change_seq");
+    } else {
+        sql.push_str(" ORDER BY created_at_ms DESC, id DESC, scope DESC");
+    }
     if let Some(limit) = filter.limit {
         // One row more than asked for says whether there is a next page.
         values.push(SqlValue::Integer(
@@ -424,6 +456,7 @@ mod tests {
                 .limit(50),
             RunFilter::new().run("r").limit(50),
             RunFilter::in_thread(&ThreadKey::new(Some("u".into()), "t".into())).limit(50),
+            RunFilter::new().changed_after(7).limit(500),
             RunFilter::new()
                 .status(RunStatus::Suspended)
                 .after(askloop_core::store::RunCursor::after_run(

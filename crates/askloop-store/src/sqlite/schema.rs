@@ -11,10 +11,11 @@ use rusqlite_migration::{HookError, HookResult, M, Migrations};
 use super::columns::{Head, millis};
 
 /// The schema version this build reads and writes.
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// The migrations, in order: version 1 is the format-1 schema, version 2 the first of format
-/// 2 (one namespace of runs), version 3 the current one (runs and threads keyed by resource).
+/// 2 (one namespace of runs), version 3 keys runs and threads by resource, version 4 the current
+/// one (the change order: `change_seq`).
 static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
     Migrations::new(vec![
         M::up(include_str!("../../migrations/sqlite/v1.sql")),
@@ -23,6 +24,7 @@ static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
             upgrade_v1_rows,
         ),
         M::up(include_str!("../../migrations/sqlite/v3.sql")),
+        M::up(include_str!("../../migrations/sqlite/v4.sql")),
     ])
 });
 

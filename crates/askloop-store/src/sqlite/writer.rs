@@ -428,6 +428,19 @@ fn next_completion_seq(connection: &Connection) -> rusqlite::Result<i64> {
     Ok(highest.unwrap_or(0) + 1)
 }
 
+/// The next change sequence: one more than the highest given (the writer's transaction holds
+/// the database's write lock, so commits take their sequences in commit order).
+fn next_change_seq(connection: &Connection) -> rusqlite::Result<i64> {
+    let highest: Option<i64> = connection
+        .prepare_cached(
+            "SELECT change_seq FROM runs WHERE change_seq IS NOT NULL \
+             ORDER BY change_seq DESC LIMIT 1",
+        )?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    Ok(highest.unwrap_or(0) + 1)
+}
+
 fn append_messages(
     connection: &Connection,
     key: &RunKey,
@@ -493,12 +506,18 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
             } else {
                 None
             };
+            // An insert notifies unless the run is running (`store::notifies`).
+            let change_seq = if head.status == "running" {
+                None
+            } else {
+                Some(next_change_seq(connection).map_err(map)?)
+            };
             connection
                 .prepare_cached(
                     "INSERT INTO runs (scope, id, thread_id, agent_id, status, version, \
                      created_at_ms, updated_at_ms, head, message_count, pending, lease_holder, \
-                     lease_expires_at_ms, completion_seq) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                     lease_expires_at_ms, completion_seq, change_seq) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                 )
                 .and_then(|mut insert| {
                     insert.execute(params![
@@ -515,6 +534,7 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
                         head.lease_holder,
                         head.lease_expires_at_ms,
                         completion_seq,
+                        change_seq,
                     ])
                 })
                 .map_err(map)?;
@@ -539,6 +559,10 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
             } else {
                 None
             };
+            // A commit that changes the status or leaves the run suspended is stamped with the
+            // next change sequence (`store::notifies`; the status before is the row's: `status`
+            // on the right of SET is the old value); a running run's own commits are not.
+            let change_seq = next_change_seq(connection).map_err(map)?;
             // Only the columns that change are named: SQLite rewrites the entries of every
             // index whose columns an UPDATE sets. The thread, resource, agent and creation
             // time of a run never change.
@@ -546,7 +570,9 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
                 .prepare_cached(
                     "UPDATE runs SET status = ?1, version = version + 1, updated_at_ms = ?2, \
                      head = ?3, message_count = ?4, pending = ?5, lease_holder = ?6, \
-                     lease_expires_at_ms = ?7, completion_seq = COALESCE(completion_seq, ?8) \
+                     lease_expires_at_ms = ?7, completion_seq = COALESCE(completion_seq, ?8), \
+                     change_seq = CASE WHEN status <> ?1 OR ?1 = 'suspended' \
+                       THEN ?13 ELSE change_seq END \
                      WHERE scope = ?9 AND id = ?10 AND version = ?11 AND message_count = ?12",
                 )
                 .and_then(|mut update| {
@@ -563,6 +589,7 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
                         key.run_id.as_str(),
                         expected_version,
                         stored_count,
+                        change_seq,
                     ])
                 })
                 .map_err(map)?;

@@ -2,8 +2,9 @@
 //! `tests/fixtures/README.md`) is upgraded in place when opened for writing, and its runs go
 //! on: the suspended run with a copied thread history is answered, the run left `resuming` is
 //! continued, the thread's history keeps its completion order. A schema-2 database
-//! (`tests/fixtures/schema2.db`) is keyed by resource in place (schema 3): every run kept
-//! byte for byte under its key, one thread per resource, and runs go on.
+//! (`tests/fixtures/schema2.db`) is keyed by resource in place (schema 3), then given the
+//! change order (schema 4): every run kept byte for byte under its key, one thread per
+//! resource, every run stamped in the change order, and runs go on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -98,7 +99,7 @@ async fn issue9_a_format1_database_is_upgraded_in_place_and_its_runs_go_on() {
     let shared: Arc<dyn RunStore> = Arc::new(store.clone());
     assert_eq!(
         tables(&path),
-        (3, vec!["run_messages".to_owned(), "runs".to_owned()])
+        (4, vec!["run_messages".to_owned(), "runs".to_owned()])
     );
 
     let page = store.list_runs(&RunFilter::new()).await.unwrap();
@@ -211,7 +212,7 @@ async fn issue9_a_format1_database_opened_read_only_is_refused_and_left_as_it_is
             error,
             OpenError::SchemaVersion {
                 found: 0,
-                supported: 3,
+                supported: 4,
                 ..
             }
         ),
@@ -313,7 +314,7 @@ async fn issue31_a_schema2_database_is_keyed_by_resource_in_place_and_its_runs_g
     let shared: Arc<dyn RunStore> = Arc::new(store.clone());
     assert_eq!(
         tables(&path),
-        (3, vec!["run_messages".to_owned(), "runs".to_owned()])
+        (4, vec!["run_messages".to_owned(), "runs".to_owned()])
     );
 
     // Every run is where its resource puts it, byte for byte as schema 2 held it.
@@ -336,6 +337,21 @@ async fn issue31_a_schema2_database_is_keyed_by_resource_in_place_and_its_runs_g
     }
     let listed = store.list_runs(&RunFilter::new()).await.unwrap();
     assert_eq!(listed.runs.len(), 7);
+    // Schema 4 stamped every run of schema 3, once each: the change cursor stands above them.
+    let mut stamps: Vec<u64> = listed
+        .runs
+        .iter()
+        .map(|run| run.change_seq().expect("every upgraded run is stamped"))
+        .collect();
+    stamps.sort_unstable();
+    assert_eq!(stamps, (1..=7).collect::<Vec<_>>());
+    let upgraded_cursor = listed.change_cursor.unwrap();
+    assert_eq!(upgraded_cursor, 7);
+    let unchanged = store
+        .list_runs(&RunFilter::new().changed_after(upgraded_cursor))
+        .await
+        .unwrap();
+    assert!(unchanged.runs.is_empty());
     let user_2 = store
         .list_runs(&RunFilter::new().resource("user-2"))
         .await
@@ -374,6 +390,17 @@ async fn issue31_a_schema2_database_is_keyed_by_resource_in_place_and_its_runs_g
         .await
         .unwrap();
     assert_eq!(output.text, "Lisbon it is.");
+    // Resumed and completed after the upgrade: listed as changed after the upgrade's cursor.
+    let changed = store
+        .list_runs(&RunFilter::new().changed_after(upgraded_cursor))
+        .await
+        .unwrap();
+    let changed: Vec<&str> = changed
+        .runs
+        .iter()
+        .map(|run| run.run_id().as_str())
+        .collect();
+    assert_eq!(changed, [SCHEMA2_SUSPENDED]);
 
     // thread-4 held two running runs: a new message waits until neither runs.
     let text_agent = agent(

@@ -17,6 +17,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod cancel;
+mod changes;
 mod hitl;
 mod store;
 pub mod support;
@@ -87,6 +88,8 @@ macro_rules! store_conformance_tests {
             issue31_a_running_model_call_is_cancelled_from_another_agent,
             issue31_a_running_tool_is_cancelled_from_another_agent,
             issue31_a_tool_result_after_the_cancel_is_not_recorded,
+            issue31_changed_runs_are_listed_after_a_cursor,
+            issue31_a_watcher_of_the_change_cursor_misses_no_commit,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

@@ -18,6 +18,7 @@ use crate::store::{RunFilter, RunStore, StoreError};
 use crate::testing::ScriptedModel;
 use crate::testing::conformance::Scenario;
 use crate::testing::conformance::cancel::*;
+use crate::testing::conformance::changes::*;
 use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::support::*;
 use crate::testing::conformance::tenancy::*;
@@ -80,6 +81,8 @@ scenarios![
     issue31_a_running_model_call_is_cancelled_from_another_agent,
     issue31_a_running_tool_is_cancelled_from_another_agent,
     issue31_a_tool_result_after_the_cancel_is_not_recorded,
+    issue31_changed_runs_are_listed_after_a_cursor,
+    issue31_a_watcher_of_the_change_cursor_misses_no_commit,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {

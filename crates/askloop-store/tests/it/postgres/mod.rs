@@ -16,6 +16,7 @@ use askloop_store::{OpenOptions, StoreUrl, open_store};
 use async_trait::async_trait;
 use sqlx::Connection;
 
+mod changes;
 mod open;
 mod race;
 mod tables;

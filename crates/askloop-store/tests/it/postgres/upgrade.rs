@@ -105,11 +105,27 @@ async fn issue31_a_schema_of_migration_1_is_keyed_by_resource_in_place() {
         .fetch_one(&mut sql)
         .await
         .unwrap();
-    assert_eq!(applied, 2);
+    assert_eq!(applied, 3);
     for run in &runs {
         let loaded = store.load_run(&run.key()).await.unwrap();
         assert_eq!((&loaded.state, loaded.version), (run, 1), "{}", run.key());
     }
+    // 0003 stamped every run once: the change cursor stands above them, nothing changed since.
+    let listed = store.list_runs(&RunFilter::new()).await.unwrap();
+    let mut stamps: Vec<u64> = listed
+        .runs
+        .iter()
+        .map(|run| run.change_seq().expect("every upgraded run is stamped"))
+        .collect();
+    stamps.sort_unstable();
+    assert_eq!(stamps, (1..=runs.len() as u64).collect::<Vec<_>>());
+    let cursor = listed.change_cursor.unwrap();
+    assert_eq!(cursor, runs.len() as u64);
+    let unchanged = store
+        .list_runs(&RunFilter::new().changed_after(cursor))
+        .await
+        .unwrap();
+    assert!(unchanged.runs.is_empty());
     let scopes: Vec<(String, String, i64)> = sqlx::query_as(
         "SELECT scope, run_id, COUNT(*) FROM run_messages GROUP BY scope, run_id ORDER BY run_id",
     )
