@@ -7,12 +7,13 @@
 //! `synchronous=normal`, the scripted model), leaves `--runs` runs suspended at their question
 //! (over HTTP, so any askloop version's binary can be measured), then for each count of
 //! `--streams` (default `0,1,10`): opens that many `GET /api/inbox/events` streams, each read
-//! as it arrives, waits `--settle-ms` (the first listing and the snapshot), and measures the
+//! as it arrives, waits until each has received the questions pending (timed: `snapshot_s`)
+//! and then `--settle-ms`, and measures the
 //! server over `--window-ms`: CPU time (user + system, `/proc/PID/stat`) as a percentage of one
 //! core, and resident memory (`VmRSS`: at the end of the window, and the highest sample);
 //! then closes the streams. One JSON line per count:
 //! `{"bench":"inbox-streams","server":"askloop","suspended_runs":10000,"streams":N,
-//! "window_s":10.0,"cpu_percent":…,"rss_mb":…,"rss_max_mb":…,"events":…}` (`events`: the
+//! "window_s":10.0,"snapshot_s":…,"cpu_percent":…,"rss_mb":…,"rss_max_mb":…,"events":…}` (`events`: the
 //! inbox events the streams received during the window and the settling), and a last line
 //! comparing each count with no stream: `{"bench":"inbox-streams-summary",
 //! "cpu_percent":{"0":…,"1":…,"10":…},"rss_mb":{…},"rss_over_no_stream":{"1":…,"10":…}}`.
@@ -26,6 +27,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::json;
+
+/// How long the streams may take to receive the questions pending when they open.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(120);
 
 /// Options of `askloop-bench inbox-streams`.
 #[derive(Args, Clone)]
@@ -76,6 +80,15 @@ pub(crate) async fn run(args: InboxStreamsArgs) -> anyhow::Result<()> {
             let events = events.clone();
             readers.push(tokio::spawn(read_events(response, events)));
         }
+        // Each stream first receives the questions pending now (one event per suspended run):
+        // that opening cost is timed apart, the window measures the streams held open.
+        let opened_at = Instant::now();
+        while events.load(Ordering::Relaxed) < count * args.runs
+            && opened_at.elapsed() < SNAPSHOT_WAIT
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let snapshot_s = opened_at.elapsed().as_secs_f64();
         tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
         let window = Duration::from_millis(args.window_ms);
         let ticks_before = cpu_ticks(pid).context("cannot read the server's CPU time")?;
@@ -101,6 +114,7 @@ pub(crate) async fn run(args: InboxStreamsArgs) -> anyhow::Result<()> {
                 "suspended_runs": args.runs,
                 "streams": count,
                 "window_s": round(elapsed),
+                "snapshot_s": round(snapshot_s),
                 "cpu_percent": round(cpu_percent),
                 "rss_mb": round(rss_end),
                 "rss_max_mb": round(rss_max),

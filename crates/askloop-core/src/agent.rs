@@ -348,6 +348,21 @@ impl Agent {
     }
 }
 
+/// Cancels a run of any agent in `store`, as [`Agent::cancel_run`] does, without the agent's
+/// definition: what a process uses that does not define the run's agent (a server or CLI
+/// configured with other agents). Cancelling runs no tool and calls no model; a live driver of
+/// the run, in any process, stops as for [`Agent::cancel_run`].
+///
+/// # Errors
+/// As [`Agent::cancel_run`], without [`ResumeError::WrongAgent`].
+pub async fn cancel_run_in(
+    store: &dyn crate::RunStore,
+    run: impl Into<RunRef>,
+    by: Option<String>,
+) -> Result<(), ResumeError> {
+    run_loop::cancel_in_store(store, &run.into(), None, by).await
+}
+
 /// The suspended runs in `store` with waiting calls (questions or approvals) whose deadline is
 /// at or before `now_ms` (ms since the Unix epoch), oldest first: what a sweep expires with [`Agent::expire_due`] (the
 /// agent whose id [`crate::ExpiredRun::agent_id`] names).

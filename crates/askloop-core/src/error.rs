@@ -107,6 +107,18 @@ pub enum ResumeError {
         /// Its status.
         status: RunStatus,
     },
+    /// `continue_stream` on a failed run whose thread has a newer run: its turn is over (the
+    /// thread went on without it), and continuing it would put its reply after the newer
+    /// turns in the thread's history.
+    #[error(
+        "run {run_id} failed and its thread has moved on (run {newer_run_id} came after it); send a new message instead"
+    )]
+    ThreadMovedOn {
+        /// The run.
+        run_id: RunId,
+        /// The thread's newest run.
+        newer_run_id: RunId,
+    },
     /// The run has no suspended call with this id.
     #[error(
         "run {run_id} has no pending tool call {tool_call_id}; pending: {}",
@@ -286,6 +298,7 @@ impl ResumeError {
             Self::RunNotFound { .. } => "run_not_found",
             Self::NotSuspended { .. } => "not_suspended",
             Self::NotContinuable { .. } => "not_continuable",
+            Self::ThreadMovedOn { .. } => "thread_moved_on",
             Self::UnknownToolCall { .. } => "unknown_tool_call",
             Self::AlreadyAnswered { .. } => "already_answered",
             Self::Expired { .. } => "expired",

@@ -82,7 +82,8 @@ pub mod testing;
 pub mod wire;
 
 pub use agent::{
-    Agent, AgentBuildError, AgentBuilder, DEFAULT_LEASE, DEFAULT_MAX_STEPS, Respond, expired_runs,
+    Agent, AgentBuildError, AgentBuilder, DEFAULT_LEASE, DEFAULT_MAX_STEPS, Respond, cancel_run_in,
+    expired_runs,
 };
 pub use ask_user::{
     AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, SelectionMode,

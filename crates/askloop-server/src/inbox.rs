@@ -44,6 +44,9 @@ const DEBOUNCE: Duration = Duration::from_millis(20);
 const SAFETY_RELIST: Duration = Duration::from_secs(5);
 /// Page size of its listings.
 const POLL_PAGE: usize = 500;
+/// Page size of a listener's reading of the questions pending now: small, so that listeners
+/// opening at once hold little in memory (the poller's own listing uses [`POLL_PAGE`]).
+const LISTENER_PAGE: usize = 100;
 /// How long a new listener waits for the poller's first listing.
 const READY_WAIT: Duration = Duration::from_secs(5);
 /// How many events a listener may fall behind before it is told to resync.
@@ -165,6 +168,9 @@ struct InboxInner {
     sender: broadcast::Sender<InboxEvent>,
     /// Whether the running poller has listed once.
     ready: watch::Sender<bool>,
+    /// One listener's page of the questions pending now is read at a time: ten listeners
+    /// opening at once cost one page in memory, not ten (see [`Inbox::pending_now`]).
+    reading: tokio::sync::Semaphore,
 }
 
 /// The event source of the inbox.
@@ -189,6 +195,7 @@ impl Inbox {
                 }),
                 sender: broadcast::Sender::new(BUFFER),
                 ready: watch::Sender::new(false),
+                reading: tokio::sync::Semaphore::new(1),
             }),
         }
     }
@@ -245,9 +252,14 @@ impl Inbox {
             let mut filter = RunFilter::new()
                 .status(RunStatus::Suspended)
                 .resource_filter(resource)
-                .limit(POLL_PAGE);
+                .limit(LISTENER_PAGE);
             loop {
-                let page = match inner.store.list_runs(&filter).await {
+                // Held while the page is read and turned into events, released before they
+                // are sent, so a slow listener never holds up another one.
+                let Ok(permit) = inner.reading.acquire().await else {
+                    break;
+                };
+                let mut page = match inner.store.list_runs(&filter).await {
                     Ok(page) => page,
                     Err(error) => {
                         tracing::warn!(error = %askloop_core::error_chain_text(&error), "inbox: listing the pending questions failed");
@@ -271,10 +283,14 @@ impl Inbox {
                         })
                         .collect()
                 };
+                // The page's runs go here, before the events are sent.
+                let next = page.next_cursor.take();
+                drop(page);
+                drop(permit);
                 for event in known {
                     yield event;
                 }
-                match page.next_cursor {
+                match next {
                     Some(next) => filter.cursor = Some(next),
                     None => break,
                 }

@@ -45,6 +45,7 @@
 //! every route), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`, `cross_origin`;
 //! 404 `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`,
 //! `conflict`, `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`,
+//! `thread_moved_on` (a failed run continued after its thread got a newer run),
 //! `thread_busy` (details: `threadId`, `runningRunId`), `ambiguous_run` (details:
 //! `resources`); 410 `expired` (an answer, approval or decline after the call's deadline;
 //! details: `toolCallId`, `expiredAt`); 413 `too_large`; 408 `timeout` (a non-streaming

@@ -593,17 +593,16 @@ pub(crate) async fn recover(global: &GlobalArgs, args: RecoverArgs) -> anyhow::R
 /// was cancelled (recorded as by `cli`), and the run ends as cancelled.
 ///
 /// # Errors
-/// Invalid input for an unknown run or one that already ended; a live process driving it.
+/// Invalid input for an unknown run or one that already ended.
 pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Update).await?;
     let result: anyhow::Result<ExitCode> = async {
         let run = context
             .resolve_run(&args.run_id, args.resource.as_deref())
             .await?;
-        let state = context.load_run(&run).await?;
-        let agent = context.agent_for_run(&state).await?;
-        agent
-            .cancel_run(&run, Some("cli".to_owned()))
+        // Cancelling needs no tool or model of the run's agent: a folder whose askloop.toml
+        // does not define it can still stop the run (its driver learns from the store).
+        askloop_core::cancel_run_in(context.store.as_ref(), &run, Some("cli".to_owned()))
             .await
             .map_err(|error| context.refused(&run, error))?;
         let mut output = Output::new(Mode::Human);

@@ -17,7 +17,7 @@ use crate::message::{ToolCall, ToolResult};
 use crate::response::CallResponse;
 use crate::run::{AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, now_ms};
 use crate::run_loop::clock::lease_now_ms;
-use crate::store::{Lease, RunStore, StoreError, StoredRun, keys_of_run};
+use crate::store::{Lease, ListedRun, RunFilter, RunStore, StoreError, StoredRun, keys_of_run};
 use crate::tool::ResumeRejection;
 
 /// The error result a call gets when the process running it stopped before its result was
@@ -633,6 +633,9 @@ pub(crate) async fn claim_continue(
     if let Some(lease) = live_lease(&stored) {
         return Err(in_progress(run_id, lease));
     }
+    if stored.state.status == RunStatus::Failed {
+        refuse_if_thread_moved_on(agent.store.as_ref(), &stored.state).await?;
+    }
     let mut state = stored.state;
     settle_unfinished(agent, &mut state);
     state.status = RunStatus::Running;
@@ -653,6 +656,27 @@ pub(crate) async fn claim_continue(
             run_id: run_id.clone(),
         }),
         Err(error) => Err(map_store_error(&key, error)),
+    }
+}
+
+/// Refuses to continue a failed run when a newer run exists in its thread
+/// ([`ResumeError::ThreadMovedOn`]): the thread's history is in completion order, so a reply
+/// to an old message would land after the newer turns.
+async fn refuse_if_thread_moved_on(
+    store: &dyn RunStore,
+    state: &RunState,
+) -> Result<(), ResumeError> {
+    let key = state.key();
+    let newest = store
+        .list_runs(&RunFilter::in_thread(&state.thread_key()).limit(1))
+        .await
+        .map_err(|error| map_store_error(&key, error))?;
+    match newest.runs.iter().find_map(ListedRun::summary) {
+        Some(newer) if newer.run_id != key.run_id => Err(ResumeError::ThreadMovedOn {
+            run_id: key.run_id.clone(),
+            newer_run_id: newer.run_id.clone(),
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -83,10 +83,28 @@ pub(crate) async fn cancel_run(
     run: &RunRef,
     by: Option<String>,
 ) -> Result<(), ResumeError> {
-    let key = resolve(agent.store.as_ref(), run).await?;
+    cancel_in_store(agent.store.as_ref(), run, Some(agent), by).await
+}
+
+/// [`cancel_run`] on `store` alone: with `agent`, the run must be that agent's
+/// ([`ResumeError::WrongAgent`]); without, any agent's run is cancelled — cancelling needs no
+/// tool or model of the run's agent, so a process that does not define it can still stop it.
+pub(crate) async fn cancel_in_store(
+    store: &dyn RunStore,
+    run: &RunRef,
+    agent: Option<&AgentDefinition>,
+    by: Option<String>,
+) -> Result<(), ResumeError> {
+    let key = resolve(store, run).await?;
     let run_id = &key.run_id;
     for _ in 0..CANCEL_ATTEMPTS {
-        let stored = load_own_run(agent, &key).await?;
+        let stored = match agent {
+            Some(agent) => load_own_run(agent, &key).await?,
+            None => store
+                .load_run(&key)
+                .await
+                .map_err(|error| map_store_error(&key, error))?,
+        };
         let status = stored.state.status;
         if matches!(status, RunStatus::Completed | RunStatus::Cancelled) {
             return Err(ResumeError::NotCancellable {
@@ -111,7 +129,7 @@ pub(crate) async fn cancel_run(
             },
         });
         state.touch();
-        match agent.store.update_run(&state, version, None).await {
+        match store.update_run(&state, version, None).await {
             Ok(_) => return Ok(()),
             Err(StoreError::Conflict { .. }) => continue,
             Err(error) => return Err(map_store_error(&key, error)),

@@ -34,7 +34,7 @@ use tracing::Instrument;
 pub(crate) use claim::OUTCOME_UNKNOWN;
 pub(crate) use claim::{Claim, Resolution, claim_continue, claim_resume};
 pub use end::ExpiredRun;
-pub(crate) use end::{cancel_run, expired_calls};
+pub(crate) use end::{cancel_in_store, cancel_run, expired_calls};
 
 use crate::cancel::CancelHandle;
 use crate::chunk::Chunk;

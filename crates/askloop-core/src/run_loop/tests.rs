@@ -1285,3 +1285,45 @@ async fn issue31_blank_ids_are_refused_at_the_door() {
     }
     assert_eq!(store.load_run(&unowned(&run_id)).await.unwrap(), before);
 }
+
+/// A failed run is not continued once its thread moved on: a newer turn exists, and the
+/// failed run's reply would land after it in the thread's history (issue 31).
+#[tokio::test]
+async fn issue31_a_failed_run_is_not_continued_after_a_newer_turn() {
+    let store = store();
+    let flaky = RecordingModel::new(&script(vec![
+        json!({"text": "one"}),
+        json!({"error": "HTTP 500"}),
+        json!({"text": "late reply to two"}),
+    ]));
+    let steady = RecordingModel::new(&script(vec![
+        json!({"text": "unused"}),
+        json!({"text": "three"}),
+    ]));
+    let first = agent(&store, &flaky, &Counter::default(), &Gate::default());
+    let second = agent(&store, &steady, &Counter::default(), &Gate::default());
+    let options = crate::RunOptions::new().thread("moved-on");
+    first
+        .stream_with("msg1", options.clone())
+        .collect_output()
+        .await
+        .unwrap();
+    let failed = first.stream_with("msg2", options.clone());
+    let failed_id = failed.run_id().clone();
+    assert!(failed.collect_output().await.is_err());
+    // While it is the thread's newest run, it may be continued (not done here).
+    let third = second
+        .stream_with("msg3", options)
+        .collect_output()
+        .await
+        .unwrap();
+    assert_eq!(third.text, "three");
+    let error = first.continue_stream(&failed_id).await.unwrap_err();
+    assert!(
+        matches!(&error, ResumeError::ThreadMovedOn { newer_run_id, .. } if *newer_run_id == third.run_id),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), "thread_moved_on");
+    let stored = store.load_run(&unowned(&failed_id)).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Failed, "refused: nothing changed");
+}

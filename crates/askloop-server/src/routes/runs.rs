@@ -179,9 +179,9 @@ pub(crate) async fn cancel_run(
     Params(query): Params<RunQuery>,
 ) -> Result<Json<CancelledBody>, ApiError> {
     let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
-    let agent = agent_of_run(&state, &stored).await?;
-    agent
-        .cancel_run(stored.state.key(), caller.by())
+    // Cancelling needs no tool or model: a server that does not define the run's agent stops
+    // it too (its driver, in whatever process, learns from the store).
+    askloop_core::cancel_run_in(state.store.as_ref(), stored.state.key(), caller.by())
         .await
         .map_err(|error| resume_refused(error, &stored, None))?;
     Ok(Json(CancelledBody {
@@ -198,7 +198,7 @@ pub(crate) async fn cancel_run(
         (status = 400, description = "bad_request (resourceId)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
-        (status = 409, description = "not_continuable, in_progress, conflict, thread_busy (another turn of the thread runs), ambiguous_run", body = ErrorBody),
+        (status = 409, description = "not_continuable, thread_moved_on (a failed run whose thread has a newer run), in_progress, conflict, thread_busy (another turn of the thread runs), ambiguous_run", body = ErrorBody),
     ))]
 pub(crate) async fn continue_run(
     state: State,
