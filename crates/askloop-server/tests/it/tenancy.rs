@@ -380,8 +380,10 @@ async fn issue31_a_second_message_while_the_thread_runs_is_409_thread_busy(backe
         None,
     )
     .await;
+    // The failed run's thread has moved on (the waiter's turn came after it): refused for
+    // good, not only while that turn runs.
     assert_eq!(status, StatusCode::CONFLICT, "{error}");
-    assert_eq!(error["code"], "thread_busy");
+    assert_eq!(error["code"], "thread_moved_on");
     assert_eq!(status_of(&store, &failed).await, RunStatus::Failed);
     let listed = store
         .list_runs(&RunFilter::in_thread(&ThreadKey::new(None, "busy".into())))

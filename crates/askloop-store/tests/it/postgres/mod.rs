@@ -23,6 +23,16 @@ mod tables;
 mod upgrade;
 use sqlx::postgres::PgConnection;
 
+/// Held by the tests that open many pools at once (tens of connections each), so that two of
+/// them never run together: with the other tests beside them they would exceed PostgreSQL's
+/// default `max_connections` (100) and fail with "too many clients", not with a finding.
+static MANY_CONNECTIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits until no other many-pool test runs (see [`MANY_CONNECTIONS`]).
+pub(crate) async fn many_connections() -> tokio::sync::MutexGuard<'static, ()> {
+    MANY_CONNECTIONS.lock().await
+}
+
 /// The test database's URL.
 pub(crate) fn database_url() -> String {
     std::env::var("ASKLOOP_TEST_POSTGRES")

@@ -27,6 +27,7 @@ pub(crate) fn agent(store: Arc<dyn RunStore>) -> Agent {
 /// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_pools_racing_to_resume_one_call_have_exactly_one_winner_fifty_times() {
+    let _alone = super::many_connections().await;
     const RACERS: usize = 20;
     const ROUNDS: usize = 50;
     let schema = TestSchema::create().await;

@@ -158,6 +158,7 @@ async fn a_thread_is_ordered_by_completion_and_read_through_a_sequence() {
 /// sequences, and the history holds each run once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_completions_of_one_thread_each_get_their_own_sequence() {
+    let _alone = super::many_connections().await;
     const RUNS: usize = 20;
     let schema = TestSchema::create().await;
     let mut stores = Vec::new();
@@ -328,6 +329,7 @@ async fn rows_this_build_cannot_read_are_refused_or_listed_unreadable_and_left_a
 /// of another resource is another thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue31_one_running_run_per_thread_across_pools() {
+    let _alone = super::many_connections().await;
     const RUNS: usize = 16;
     let schema = TestSchema::create().await;
     let mut stores = Vec::new();
