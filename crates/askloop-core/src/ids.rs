@@ -172,7 +172,9 @@ impl fmt::Display for IdKind {
 pub enum IdProblem {
     /// Empty, or only whitespace, control or invisible characters.
     Blank,
-    /// A control character (NUL, newline, ESC, …) inside.
+    /// A control character (NUL, newline, ESC, …) or an invisible one (zero-width space,
+    /// bidirectional override, soft hyphen, …: Unicode's format characters) inside, which would
+    /// make two different ids print alike.
     ControlCharacter,
     /// Longer than [`MAX_ID_BYTES`].
     TooLong {
@@ -187,7 +189,10 @@ impl IdProblem {
     pub fn of(id: &str) -> Option<Self> {
         if crate::text::is_blank(id) {
             Some(Self::Blank)
-        } else if id.chars().any(char::is_control) {
+        } else if id
+            .chars()
+            .any(|character| character.is_control() || crate::text::is_invisible(character))
+        {
             Some(Self::ControlCharacter)
         } else if id.len() > MAX_ID_BYTES {
             Some(Self::TooLong { bytes: id.len() })
@@ -201,7 +206,9 @@ impl fmt::Display for IdProblem {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Blank => formatter.write_str("must not be blank"),
-            Self::ControlCharacter => formatter.write_str("must not contain control characters"),
+            Self::ControlCharacter => {
+                formatter.write_str("must not contain control or invisible characters")
+            }
             Self::TooLong { bytes } => {
                 write!(
                     formatter,
@@ -378,6 +385,8 @@ mod tests {
             ("\u{200b}", Some(IdProblem::Blank)),
             ("a\nb", Some(IdProblem::ControlCharacter)),
             ("a\u{0}", Some(IdProblem::ControlCharacter)),
+            ("a\u{200B}b", Some(IdProblem::ControlCharacter)),
+            ("a\u{202E}b", Some(IdProblem::ControlCharacter)),
             (
                 &"x".repeat(MAX_ID_BYTES + 1),
                 Some(IdProblem::TooLong { bytes: 257 }),
@@ -390,7 +399,7 @@ mod tests {
         let error = IdKind::Run.check("a\nb").unwrap_err();
         assert_eq!(
             error.to_string(),
-            "the run id must not contain control characters"
+            "the run id must not contain control or invisible characters"
         );
     }
 

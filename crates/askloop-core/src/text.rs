@@ -11,7 +11,7 @@ pub fn is_blank(text: &str) -> bool {
 }
 
 /// The invisible characters of Unicode's format category (Cf) and their look-alikes.
-fn is_invisible(character: char) -> bool {
+pub(crate) fn is_invisible(character: char) -> bool {
     matches!(
         character,
         '\u{00AD}'

@@ -56,24 +56,30 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         if state.keys.is_open() {
             return Ok(Caller::Open);
         }
-        let bearer = parts
+        // Every secret the request carries (each `Authorization: Bearer` and `X-Api-Key`
+        // header): one, possibly repeated, or the request is refused — two different keys in
+        // one request never resolve to either.
+        let bearers = parts
             .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| {
+            .get_all(header::AUTHORIZATION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .filter_map(|value| {
                 value
                     .strip_prefix("Bearer ")
                     .or_else(|| value.strip_prefix("bearer "))
             });
-        let api_key = parts
+        let api_keys = parts
             .headers
-            .get("x-api-key")
-            .and_then(|value| value.to_str().ok());
-        bearer
-            .or(api_key)
-            .map(str::trim)
-            .and_then(|secret| state.keys.lookup(secret))
-            .ok_or_else(ApiError::unauthorized)
+            .get_all("x-api-key")
+            .iter()
+            .filter_map(|value| value.to_str().ok());
+        let mut secrets = bearers.chain(api_keys).map(str::trim);
+        let secret = secrets.next().ok_or_else(ApiError::unauthorized)?;
+        if secrets.any(|other| other != secret) {
+            return Err(ApiError::unauthorized());
+        }
+        state.keys.lookup(secret).ok_or_else(ApiError::unauthorized)
     }
 }
 

@@ -585,6 +585,37 @@ async fn keys_isolate_tenants_and_agents(backend: Backend) {
         .body(axum::body::Body::empty())
         .unwrap();
     assert_eq!(send(&router, request).await.0, StatusCode::OK);
+    // The same key twice is one key; two different keys in one request are neither.
+    let request = axum::http::Request::builder()
+        .uri("/api/agents")
+        .header("authorization", format!("Bearer {alice}"))
+        .header("x-api-key", &alice)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    assert_eq!(send(&router, request).await.0, StatusCode::OK);
+    for (first, second) in [
+        ("authorization", "x-api-key"),
+        ("authorization", "authorization"),
+    ] {
+        let request = axum::http::Request::builder()
+            .uri("/api/agents")
+            .header(first, format!("Bearer {alice}"))
+            .header(
+                second,
+                if second == "authorization" {
+                    format!("Bearer {bob}")
+                } else {
+                    bob.clone()
+                },
+            )
+            .body(axum::body::Body::empty())
+            .unwrap();
+        assert_eq!(
+            send(&router, request).await.0,
+            StatusCode::UNAUTHORIZED,
+            "{first} + {second}"
+        );
+    }
 
     let run_id = start_ask(&router, Some(&alice), None).await;
     assert_eq!(
