@@ -1,5 +1,5 @@
 // Issue 31, cross-origin requests in real Chromium: a page of another origin calls `askloop serve`
-// the way the README's `useChat` example does (a POST to the chat route with a key in a header,
+// the way the `useChat` example of docs/http-api.md does (a POST to the chat route with a key in a header,
 // JSON body, streamed answer). With the page's origin given by `--cors-origin` the browser lets
 // it through (preflight, then the stream); a page of any other origin gets nothing; and a
 // form-like post of another origin to the open loopback server (no preflight: cancel and

@@ -16,6 +16,12 @@
 //! 4. On resume (in any process), the tool is called again with the same arguments, carrying
 //!    every answer the person gave for this call; step 2 answers the server's questions from
 //!    them, and a question not yet answered suspends again.
+//!
+//! A live request is deliberately not held open while the person decides: servers time their
+//! requests out (the TypeScript SDK after 60 s), and a held call would block the server's other
+//! calls. So only what a tool does *before* its first question runs twice (logged for
+//! side-effecting tools): nothing, for tools that ask before they act. Outside a run
+//! ([`crate::McpTool::call`]) a server's question is refused with the same error ([`WITHDRAWN`]).
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;

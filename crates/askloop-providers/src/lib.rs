@@ -8,6 +8,8 @@
 //! inside this crate: requests are built from askloop's own [`askloop_core::model::Message`]s at every
 //! call, and responses become [`askloop_core::model::ModelEvent`]s, so what a run stores is askloop's
 //! versioned format and a run suspended days ago resumes against the same or another process.
+//! genai covers everything askloop needs, tool choice included, so there is no hand-written HTTP
+//! layer; `reqwest` is a dependency only to classify transport errors.
 //!
 //! Main types: [`ModelSpec`] (parse `openai:gpt-4o-mini`, `anthropic:…`, `ollama:…`,
 //! `scripted:PATH`, `local[:PATH]`); [`build_model`]; [`ProviderOptions`] (environment lookup,

@@ -116,3 +116,8 @@ pub mod providers {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
+
+/// The Rust examples of `docs/library.md`, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/library.md")]
+struct LibraryGuideExamples;

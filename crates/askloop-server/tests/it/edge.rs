@@ -300,7 +300,7 @@ async fn issue31_configured_origins_get_cors_and_may_post() {
         .build();
     let router = server.router();
     let app = "http://localhost:3000";
-    // The preflight of the README's `useChat` example (another origin, a key in a header).
+    // The preflight of the `useChat` example in docs/http-api.md (another origin, a key in a header).
     let (status, response_headers, _) = send_with(
         &router,
         "OPTIONS",
