@@ -65,15 +65,15 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::access::agent_for_caller;
+use crate::checks::{check_answer, check_text};
 use crate::error::ApiError;
+use crate::extract::{Body, PathParam};
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
 use crate::replay::{self, Follow};
-use crate::routes::{Body, PathParam, agent_for_caller, check_answer, check_text};
-use crate::server::AppState;
-
-/// The header that marks a UI message stream response, and its value.
-pub(crate) const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
+use crate::state::AppState;
+use crate::ui_stream::STREAM_HEADER;
 
 /// The chat routes.
 pub(crate) fn routes() -> Router<Arc<AppState>> {
@@ -128,7 +128,7 @@ pub(crate) struct ChatMessages {
 /// The thread of a chat id, in the caller's resource: checked as every id of a request is
 /// (not blank, no control characters, bounded).
 fn chat_thread(caller: &Caller, chat_id: &str) -> Result<ThreadKey, ApiError> {
-    crate::routes::check_id("the chat id", chat_id)?;
+    crate::checks::check_id("the chat id", chat_id)?;
     Ok(ThreadKey::new(
         caller.resource().cloned(),
         ThreadId::from(chat_id),
@@ -261,7 +261,7 @@ pub(crate) async fn post_chat(
         let Some(id) = part.get("toolCallId").and_then(Value::as_str) else {
             continue;
         };
-        crate::routes::check_tool_call_id(id)?;
+        crate::checks::check_tool_call_id(id)?;
         if !pending.iter().any(|call| call.tool_call_id.as_str() == id) {
             continue;
         }

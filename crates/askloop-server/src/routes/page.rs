@@ -14,15 +14,15 @@ use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The page's Content-Security-Policy.
 pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-const INDEX_HTML: &str = include_str!("../../../web/dist/index.html");
-const APP_JS: &str = include_str!("../../../web/dist/app.js");
-const APP_CSS: &str = include_str!("../../../web/dist/app.css");
+const INDEX_HTML: &str = include_str!("../../../../web/dist/index.html");
+const APP_JS: &str = include_str!("../../../../web/dist/app.js");
+const APP_CSS: &str = include_str!("../../../../web/dist/app.css");
 
 /// The page's routes: `/`, `/assets/app.js`, `/assets/app.css`.
 pub(crate) fn routes() -> Router<Arc<AppState>> {
