@@ -1,5 +1,17 @@
 //! The router: every route and its layers. The handlers live here, one file per resource; what
-//! they share (state, extractors, access checks) lives on the crate's ground floor.
+//! they share (state, extractors, checks, access, the resume tail) lives on the crate's ground
+//! floor and never imports a handler.
+//!
+//! A request: its connection's bounds (`connections.rs`) → Host and Origin (`edge.rs`: 421,
+//! 403; CORS) → the caller (`extract.rs`: `Authorization: Bearer` or `X-Api-Key`; open without
+//! keys) → checks (`checks.rs`, `access.rs`: ids: 400, 256 bytes, tool call ids 4,096; agent
+//! allowed: 403; the run's key: a keyed caller names only runs of its resource, so another
+//! tenant's run is 404 and its thread or run id is simply the caller's own; sizes: 413) → the
+//! agent call that can refuse (`respond(key).stream()`, `continue_stream`, `cancel_run`, a new
+//! run's start): refusals are plain HTTP errors, before any SSE → `hub.spawn(stream)` /
+//! `hub.start(stream)` → the response streams the subscription as `data: <chunk>` frames, then
+//! `data: [DONE]`, and ends (the reference client ends on body close, not on `[DONE]`). The
+//! timeout layer covers non-streaming routes only.
 
 mod agents;
 mod chat;
