@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
+use askloop_core::PendingKind;
 use askloop_core::store::{RunState, RunSummary};
-use askloop_core::{PendingKind, PendingToolCall};
+use askloop_core::wire::PendingCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -369,50 +370,6 @@ impl AgentDetails {
     }
 }
 
-/// A pending call of a run: what it asks and how to answer it.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct PendingCallBody {
-    /// The call's id: answer it with this.
-    pub(crate) tool_call_id: String,
-    /// The tool.
-    pub(crate) tool_name: String,
-    /// `answer` (a question) or `approval`.
-    pub(crate) kind: String,
-    /// The call's arguments.
-    #[schema(value_type = Object)]
-    pub(crate) args: Value,
-    /// What the tool asked (for `ask_user`: question, options, selectionMode).
-    #[schema(value_type = Object)]
-    pub(crate) payload: Value,
-    /// JSON Schema of accepted answers, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub(crate) resume_schema: Option<Value>,
-    /// When the call expires unheard (RFC 3339), if it has a deadline: a question's, or an
-    /// approval's (the agent's approval timeout).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) expires_at: Option<String>,
-}
-
-impl PendingCallBody {
-    pub(crate) fn of(call: &PendingToolCall) -> Self {
-        Self {
-            tool_call_id: call.tool_call_id.to_string(),
-            tool_name: call.tool_name.clone(),
-            kind: match call.kind {
-                PendingKind::Approval => "approval",
-                _ => "answer",
-            }
-            .to_owned(),
-            args: call.args.clone(),
-            payload: call.suspend_payload.clone(),
-            resume_schema: call.resume_schema.clone(),
-            expires_at: call.expires_at_ms.map(timestamp),
-        }
-    }
-}
-
 /// A run, summarised.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -433,7 +390,7 @@ pub(crate) struct RunSummaryBody {
     /// When it last changed (RFC 3339).
     pub(crate) updated_at: String,
     /// The calls that wait for a person (suspended runs).
-    pub(crate) pending_tool_calls: Vec<PendingCallBody>,
+    pub(crate) pending_tool_calls: Vec<PendingCall>,
 }
 
 impl RunSummaryBody {
@@ -446,7 +403,11 @@ impl RunSummaryBody {
             status: summary.status.to_string(),
             created_at: timestamp(summary.created_at_ms),
             updated_at: timestamp(summary.updated_at_ms),
-            pending_tool_calls: summary.pending.iter().map(PendingCallBody::of).collect(),
+            pending_tool_calls: summary
+                .pending
+                .iter()
+                .map(|call| PendingCall::of(&summary.run_id, call))
+                .collect(),
         }
     }
 }

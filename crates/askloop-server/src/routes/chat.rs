@@ -26,7 +26,7 @@
 //! | `reasoning-delta` | `reasoning-start` (once), `reasoning-delta` |
 //! | `tool-call` | `tool-input-available` (not again for a call the request already holds) |
 //! | `tool-result` | `tool-output-available`, or `tool-output-error` when `isError` |
-//! | `tool-call-suspended` | `data-askloop-question` (id: the tool call id): the [`question`] |
+//! | `tool-call-suspended` | `data-askloop-question` (id: the tool call id; `data`: the call as a [`PendingCall`]) |
 //! | `tool-call-approval` | `tool-approval-request` (`approvalId` = tool call id) and `data-askloop-question` |
 //! | `step-finish` | `finish-step` |
 //! | `finish` | `finish` with its `finishReason` |
@@ -47,9 +47,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use askloop_core::PendingKind;
-use askloop_core::form::{Field, FieldKind};
 use askloop_core::model::{AssistantPart, Message};
 use askloop_core::store::{RunFilter, RunState, running_run_of};
+use askloop_core::wire::PendingCall;
 use askloop_core::{
     AgentId, CallResponse, ResumeError, RunKey, RunOptions, RunStatus, ThreadId, ThreadKey,
     ToolCallId, error_chain_text,
@@ -551,16 +551,7 @@ pub(crate) fn ui_messages(run: &RunState) -> Vec<Value> {
             part["state"] = json!("approval-requested");
             part["approval"] = json!({"id": id});
         }
-        let question = question(
-            run_id,
-            id,
-            &pending.tool_name,
-            pending.kind,
-            &pending.args,
-            &pending.suspend_payload,
-            pending.resume_schema.as_ref(),
-            pending.expires_at_ms,
-        );
+        let question = PendingCall::of(run.run_id(), &pending);
         parts.push(json!({"type": "data-askloop-question", "id": id, "data": question}));
     }
     if !parts.is_empty() {
@@ -584,87 +575,6 @@ fn error_text(result: &Value) -> String {
         .iter()
         .find_map(|key| result.get(key).and_then(Value::as_str))
         .map_or_else(|| result.to_string(), str::to_owned)
-}
-
-/// The description of a pending call the page renders a form from (the `data` of a
-/// `data-askloop-question` part): `{runId, toolCallId, toolName, kind: "answer" | "approval",
-/// args, suspendPayload, resumeSchema, form, expiresAtMs}`; `form` is the resume schema read
-/// by [`Field::from_schema`] ([`field_json`]), `null` without a schema.
-#[expect(clippy::too_many_arguments, reason = "the fields of one JSON object")]
-pub(crate) fn question(
-    run_id: &str,
-    tool_call_id: &str,
-    tool_name: &str,
-    kind: PendingKind,
-    args: &Value,
-    suspend_payload: &Value,
-    resume_schema: Option<&Value>,
-    expires_at_ms: Option<u64>,
-) -> Value {
-    json!({
-        "runId": run_id,
-        "toolCallId": tool_call_id,
-        "toolName": tool_name,
-        "kind": if kind == PendingKind::Approval { "approval" } else { "answer" },
-        "args": args,
-        "suspendPayload": suspend_payload,
-        "resumeSchema": resume_schema,
-        "form": resume_schema.map(|schema| field_json(&Field::from_schema(schema))),
-        "expiresAtMs": expires_at_ms,
-    })
-}
-
-/// A form field as JSON: `{kind, title, description, hint, ...}` with `kind` one of `select`,
-/// `multi-select` (both with `choices: [{value, label, description}]`), `confirm`, `text`
-/// (`nonBlank`, `minLength`, `maxLength`, `pattern`), `number` (`integer`, `minimum`,
-/// `maximum`), `object` (`properties: [{name, required, field}]`), `json`.
-pub(crate) fn field_json(field: &Field) -> Value {
-    let mut out = json!({
-        "title": field.title,
-        "description": field.description,
-        "hint": field.hint(),
-    });
-    let extra = match &field.kind {
-        FieldKind::Select { choices } | FieldKind::MultiSelect { choices } => json!({
-            "kind": if matches!(field.kind, FieldKind::Select { .. }) { "select" } else { "multi-select" },
-            "choices": choices.iter().map(|choice| json!({
-                "value": choice.value,
-                "label": choice.label,
-                "description": choice.description,
-            })).collect::<Vec<_>>(),
-        }),
-        FieldKind::Confirm => json!({"kind": "confirm"}),
-        FieldKind::Text {
-            min_length,
-            max_length,
-            pattern,
-            non_blank,
-        } => json!({
-            "kind": "text",
-            "minLength": min_length,
-            "maxLength": max_length,
-            "pattern": pattern,
-            "nonBlank": non_blank,
-        }),
-        FieldKind::Number {
-            integer,
-            minimum,
-            maximum,
-        } => json!({"kind": "number", "integer": integer, "minimum": minimum, "maximum": maximum}),
-        FieldKind::Object { properties } => json!({
-            "kind": "object",
-            "properties": properties.iter().map(|property| json!({
-                "name": property.name,
-                "required": property.required,
-                "field": field_json(&property.field),
-            })).collect::<Vec<_>>(),
-        }),
-        _ => json!({"kind": "json"}),
-    };
-    if let (Some(out), Value::Object(extra)) = (out.as_object_mut(), extra) {
-        out.extend(extra);
-    }
-    out
 }
 
 /// Turns one askloop stream (wire chunks) into UI message chunks (see the module's table).
@@ -832,38 +742,9 @@ impl UiStream {
                 if approval {
                     out.push(json!({"type": "tool-approval-request", "approvalId": id, "toolCallId": id}));
                 }
-                let schema = match payload.get("resumeSchema") {
-                    Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
-                    Some(Value::Null) | None => None,
-                    Some(other) => Some(other.clone()),
-                };
-                // A question's deadline is in its payload, an approval's in the chunk's.
-                let expires = payload
-                    .get("suspendPayload")
-                    .and_then(|p| p.get("expiresAt"))
-                    .or_else(|| payload.get("expiresAt"))
-                    .and_then(Value::as_str)
-                    .and_then(|at| humantime::parse_rfc3339(at).ok())
-                    .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
-                    .and_then(|at| u64::try_from(at.as_millis()).ok());
-                let question = question(
-                    self.metadata
-                        .get("runId")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                    &id,
-                    &str_of("toolName"),
-                    if approval {
-                        PendingKind::Approval
-                    } else {
-                        PendingKind::Answer
-                    },
-                    payload.get("args").unwrap_or(&Value::Null),
-                    payload.get("suspendPayload").unwrap_or(&Value::Null),
-                    schema.as_ref(),
-                    expires,
-                );
-                out.push(json!({"type": "data-askloop-question", "id": id, "data": question}));
+                if let Some(question) = PendingCall::of_chunk(chunk) {
+                    out.push(json!({"type": "data-askloop-question", "id": id, "data": question}));
+                }
             }
             "step-finish" => {
                 self.close_text(&mut out);
@@ -986,6 +867,11 @@ mod tests {
         assert_eq!(question["kind"], "answer");
         assert_eq!(question["form"]["kind"], "select");
         assert_eq!(question["form"]["choices"][0]["label"], "main");
+        // The one pending call shape (askloop_core::wire::PendingCall).
+        assert_eq!(question["runId"], "R");
+        assert_eq!(question["payload"]["question"], "Which repo?");
+        assert!(question.get("suspendPayload").is_none(), "{question}");
+        assert!(question.get("expiresAt").is_none(), "{question}");
         assert_eq!(out[7]["finishReason"], "tool-calls");
     }
 
@@ -1043,6 +929,7 @@ mod tests {
         );
         assert_eq!(out[2]["approvalId"], "c2");
         assert_eq!(out[3]["data"]["kind"], "approval");
+        assert_eq!(out[3]["data"]["payload"]["args"]["path"], "/tmp/x");
     }
 
     #[test]
@@ -1070,20 +957,5 @@ mod tests {
             out[1]["reason"],
             "run r was cancelled while it ran; it ended as cancelled"
         );
-    }
-
-    #[test]
-    fn fields_become_json_the_page_reads() {
-        let field = Field::from_schema(&json!({
-            "type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "minItems": 1
-        }));
-        let value = field_json(&field);
-        assert_eq!(value["kind"], "multi-select");
-        assert_eq!(value["choices"][1]["value"], "b");
-        let text = field_json(&Field::from_schema(
-            &json!({"type": "string", "minLength": 1, "pattern": "[^\\s\\p{Cc}\\p{Cf}]"}),
-        ));
-        assert_eq!(text["kind"], "text");
-        assert_eq!(text["nonBlank"], true);
     }
 }

@@ -1,6 +1,8 @@
 //! `GET /openapi.json` (generated from the handlers by utoipa) and `GET /docs` (a static page
 //! listing the routes of that document; no CDN, no script).
 
+use askloop_core::PendingKind;
+use askloop_core::wire::PendingCall;
 use axum::Json;
 use axum::response::Html;
 use utoipa::OpenApi;
@@ -35,7 +37,7 @@ use crate::error::ErrorBody;
     ),
     components(schemas(ErrorBody, api::StreamRequest, api::ResumeRequest, api::ApprovalRequest,
         api::ResponsesRequest, api::CallResponseBody, api::AgentDetails, api::ToolInfo,
-        api::RunList, api::RunSummaryBody, api::PendingCallBody, api::RunDetail, api::FailureBody,
+        api::RunList, api::RunSummaryBody, PendingCall, PendingKind, api::RunDetail, api::FailureBody,
         api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody,
         crate::routes::chat::ChatRequest, crate::routes::chat::UiMessage, crate::routes::chat::ChatMessages)),
     tags((name = "agents", description = "The reference framework's agent API"),
