@@ -2,21 +2,16 @@
 //! shapes only; chunks go out as `askloop_core::wire` JSON, never through these types.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, UNIX_EPOCH};
 
 use askloop_core::PendingKind;
 use askloop_core::store::{RunState, RunSummary};
+use askloop_core::time::rfc3339;
 use askloop_core::wire::PendingCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
-
-/// An RFC 3339 timestamp (UTC, milliseconds) of ms since the Unix epoch.
-pub(crate) fn timestamp(ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-}
 
 // ---------------------------------------------------------------- requests
 
@@ -401,8 +396,8 @@ impl RunSummaryBody {
             thread_id: summary.thread_id.to_string(),
             resource_id: summary.resource_id.as_ref().map(ToString::to_string),
             status: summary.status.to_string(),
-            created_at: timestamp(summary.created_at_ms),
-            updated_at: timestamp(summary.updated_at_ms),
+            created_at: rfc3339(summary.created_at_ms),
+            updated_at: rfc3339(summary.updated_at_ms),
             pending_tool_calls: summary
                 .pending
                 .iter()
@@ -519,7 +514,7 @@ impl SuspendedRun {
             status: summary.status.to_string(),
             thread_id: summary.thread_id.to_string(),
             resource_id: summary.resource_id.as_ref().map(ToString::to_string),
-            suspended_at: timestamp(summary.updated_at_ms),
+            suspended_at: rfc3339(summary.updated_at_ms),
             tool_calls: summary
                 .pending
                 .iter()

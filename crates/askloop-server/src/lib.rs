@@ -142,6 +142,7 @@ mod server;
 mod sse;
 mod state;
 mod sweep;
+mod ui_messages;
 mod ui_stream;
 
 pub use edge::{AllowListError, AllowedHost, CorsOrigin};
