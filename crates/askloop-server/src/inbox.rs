@@ -10,7 +10,7 @@
 //! one indexed query returning nothing. Events fan out over a tokio broadcast channel; each
 //! listener keeps those its key may see. A listener that falls more than [`BUFFER`] events
 //! behind is not skipped ahead silently: it gets a `resync` event and the questions pending
-//! now (see `routes::runs::inbox_events`). The poller keeps only the keys and names of the
+//! now (see `routes::inbox::inbox_events`). The poller keeps only the keys and names of the
 //! pending calls, never the questions: a listener reads the questions pending when it starts
 //! from the store, one page at a time, keeping those the poller holds ([`Inbox::pending_now`]).
 //!
