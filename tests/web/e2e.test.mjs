@@ -1,7 +1,8 @@
 // The page in real Chromium (Debian's /usr/bin/chromium, driven by playwright-core) against
 // `askloop serve` with scripted agents: free text, single and multi select (with "Other"),
-// approve and decline, two questions in one submit, the inbox answering another run's
-// question, reload mid-question and during a running turn (which goes on), a question
+// approve and decline, two questions in one submit, the inbox showing another run's question
+// in full (its text, options with descriptions, deadline) and, once answered, what the run did,
+// reload mid-question and during a running turn (which goes on), a question
 // carrying HTML rendered inert, a rejected answer beside its field, and the whole flow by
 // keyboard. Screenshots go to the artifacts folder;
 // with ASKLOOP_WEB_SCREENSHOT=1 the README's docs/page.png is rewritten too (a tracked file
@@ -45,6 +46,10 @@ before(async () => {
         toml: `[agents.slow.mcp.everything]\ncommand = ["node", ${JSON.stringify(everythingServer)}, "stdio"]\nrequire_approval = false\n`,
       },
       xss: { script: asks({ question: XSS }, `Output <b>bold?</b> <img src=x onerror="window.__xss = 3">`) },
+      deadline: {
+        script: asks({ question: "Which repo?", options: [{ label: "main", description: "The application" }, { label: "docs", description: "The website" }] }, "Summary of the docs."),
+        toml: "question_timeout_seconds = 3600\n",
+      },
     },
   });
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", headless: true, args: ["--no-sandbox"] });
@@ -218,20 +223,44 @@ test("HTML in a question and in model output is shown as text, never run", async
   await context.close();
 });
 
-test("the inbox answers another run's question in place, live", async () => {
-  const { page, context } = await openChat("free");
+test("the inbox shows another run's question in full, live, and what the run did once answered", async () => {
+  const { page, context, problems } = await openChat("free");
   await page.getByRole("link", { name: /Inbox/ }).click();
   await page.getByRole("heading", { name: "Inbox" }).waitFor();
-  // Another client (the AI SDK's chat in Node) starts a run that asks.
-  const other = new NodeChat({ url: server.url, agentId: "single", id: randomUUID(), key: KEY });
+  // Another client (the AI SDK's chat in Node) starts a run that asks, with a deadline.
+  const other = new NodeChat({ url: server.url, agentId: "deadline", id: randomUUID(), key: KEY });
   await other.sendMessage({ text: "From elsewhere" });
   const runId = other.messages.at(-1).metadata.runId;
   const item = page.locator(`#inbox-list li[data-run-id="${runId}"]`);
   await item.waitFor({ timeout: 15_000 });
+  // The question as the model asked it, each option with its description, the deadline.
+  await item.locator("legend").filter({ hasText: /^Which repo\?$/ }).waitFor();
+  assert.equal(await item.getByText("asks for an answer").count(), 0);
+  await item.getByRole("radio", { name: "main" }).waitFor();
+  await item.getByRole("radio", { name: "docs" }).waitFor();
+  await item.getByText("The application").waitFor();
+  await item.getByText("The website").waitFor();
+  const deadline = item.locator(".deadline");
+  await deadline.waitFor();
+  assert.match(await deadline.textContent(), /^Answer by \S/);
+  const run = await (await fetch(`${server.url}/api/runs/${runId}`, { headers: { Authorization: `Bearer ${KEY}` } })).json();
+  const expiresAt = run.pendingToolCalls[0].expiresAt;
+  assert.equal(await deadline.locator("time").getAttribute("datetime"), expiresAt);
+  const inAnHour = Date.parse(expiresAt) - Date.now();
+  assert.ok(inAnHour > 55 * 60_000 && inAnHour <= 60 * 60_000, `the deadline is in an hour: ${expiresAt}`);
   await page.screenshot({ path: join(artifacts, "inbox.png") });
+
+  // Answered in place: the card stays and tells what the run did, with a way to its chat.
   await item.getByRole("radio", { name: "docs" }).check();
   await item.getByRole("button", { name: "Answer" }).click();
-  await item.waitFor({ state: "detached", timeout: 15_000 });
+  await item.locator(".outcome .result").filter({ hasText: "The run completed: Summary of the docs." }).waitFor({ timeout: 15_000 });
+  await item.getByText("You answered: docs").waitFor();
+  assert.equal(await item.getByRole("radio").count(), 0, "the answered question is no longer a form");
+  await page.screenshot({ path: join(artifacts, "inbox-answered.png") });
+  await item.getByRole("link", { name: "Open its chat" }).click();
+  await page.locator("#messages").getByText("Summary of the docs.").waitFor();
+  await page.locator("#messages").getByText("User answered: docs").waitFor();
+  assert.deepEqual(problems, []);
   await context.close();
 });
 

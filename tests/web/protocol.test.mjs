@@ -69,12 +69,17 @@ test("a question arrives as a tool part, its output resumes the run, the continu
   assert.equal(question.data.toolCallId, part.toolCallId);
   assert.equal(question.data.form.kind, "text");
   assert.match(chat.messages.at(-1).metadata.runId, /.+/);
+  // The one pending call shape (docs/wire-format.md, "Pending calls").
+  assert.equal(question.data.runId, chat.messages.at(-1).metadata.runId);
+  assert.equal(question.data.payload.question, "What is your name?");
+  assert.equal(question.data.suspendPayload, undefined);
 
-  // A reload sees the same question.
+  // A reload sees the same question, the same object.
   const stored = await serverMessages("free", id);
   const storedPart = stored.at(-1).parts.find((p) => p.type === "tool-ask_user");
   assert.equal(storedPart.state, "input-available");
   assert.equal(storedPart.toolCallId, part.toolCallId);
+  assert.deepEqual(stored.at(-1).parts.find((p) => p.type === "data-askloop-question").data, question.data);
 
   await chat.addToolOutput({ tool: "ask_user", toolCallId: part.toolCallId, output: "Ada" });
   await chat.sendMessage();

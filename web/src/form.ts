@@ -25,20 +25,29 @@ export interface FormField {
   properties?: { name: string; required: boolean; field: FormField }[];
 }
 
-/** A pending tool call: what the server sends in a `data-askloop-question` part and the inbox. */
+/**
+ * A pending tool call, in the one shape the server sends everywhere (askloop_core::wire::PendingCall,
+ * docs/wire-format.md): the `data` of a `data-askloop-question` part, a `pendingToolCalls[]` entry
+ * of the runs API, an inbox event. The inbox adds the run's agent, thread and time.
+ */
 export interface Question {
   runId: string;
   toolCallId: string;
   toolName: string;
   kind: "answer" | "approval";
   args?: unknown;
-  suspendPayload?: Record<string, unknown> | null;
+  /** What the tool asked (ask_user: question, options[{label, description}], allowOther, ...). */
+  payload?: Record<string, unknown> | null;
   resumeSchema?: unknown;
-  form?: FormField | null;
-  expiresAtMs?: number | null;
+  /** The resume schema read as a form field; absent when any JSON is accepted. */
+  form?: FormField;
+  /** The deadline, RFC 3339; absent without one. */
+  expiresAt?: string;
   agentId?: string;
   threadId?: string;
-  createdAtMs?: number;
+  resourceId?: string;
+  /** When the run asked (RFC 3339). */
+  askedAt?: string;
 }
 
 /** What a person gave for a question: an answer, or an approval decision. */
@@ -62,80 +71,32 @@ function uid(prefix: string): string {
   return `${prefix}-${sequence}`;
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string): HTMLElementTagNameMap[K] {
+/** A new element with a class and text (set as textContent, never parsed as HTML). */
+export function el<K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string): HTMLElementTagNameMap[K] {
   const element = document.createElement(tag);
   if (className) element.className = className;
   if (text !== undefined) element.textContent = text;
   return element;
 }
 
-/** The field of a resume schema when the server sent none (a small reading of JSON Schema). */
-export function fieldFromSchema(schema: unknown): FormField {
-  const s = (typeof schema === "string" ? safeParse(schema) : schema) as Record<string, unknown> | null;
-  if (!s || typeof s !== "object") return { kind: "json" };
-  const words = { title: str(s.title), description: str(s.description) };
-  const choicesOf = (x: Record<string, unknown> | undefined): Choice[] | null => {
-    if (!x) return null;
-    if (Array.isArray(x.enum)) return x.enum.map((value) => ({ value, label: typeof value === "string" ? value : JSON.stringify(value) }));
-    const any = (x.anyOf ?? x.oneOf) as Record<string, unknown>[] | undefined;
-    if (Array.isArray(any)) {
-      for (const member of any) {
-        const inner = choicesOf(member);
-        if (inner) return inner;
-      }
-    }
-    return null;
-  };
-  const choices = choicesOf(s);
-  if (choices) return { kind: "select", choices, ...words };
-  if (s.type === "array") {
-    const items = choicesOf(s.items as Record<string, unknown>);
-    if (items) return { kind: "multi-select", choices: items, ...words };
-  }
-  if (s.type === "boolean") return { kind: "confirm", ...words };
-  if (s.type === "string") return { kind: "text", nonBlank: typeof s.pattern === "string" && (s.pattern === "\\S" || s.pattern.startsWith("[^\\s")), minLength: num(s.minLength), maxLength: num(s.maxLength), ...words };
-  if (s.type === "integer" || s.type === "number") return { kind: "number", integer: s.type === "integer", minimum: num(s.minimum), maximum: num(s.maximum), ...words };
-  if (s.type === "object" && s.properties && typeof s.properties === "object") {
-    const required = new Set(Array.isArray(s.required) ? (s.required as string[]) : []);
-    const properties = Object.entries(s.properties as Record<string, unknown>).map(([name, schema]) => ({ name, required: required.has(name), field: fieldFromSchema(schema) }));
-    properties.sort((a, b) => Number(b.required) - Number(a.required));
-    return { kind: "object", properties, ...words };
-  }
-  return { kind: "json", ...words };
-}
-
-function safeParse(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return null;
-  }
-}
-function str(value: unknown): string | null {
-  return typeof value === "string" ? value : null;
-}
-function num(value: unknown): number | null {
-  return typeof value === "number" ? value : null;
-}
-
 /** The deadline of a question in milliseconds, if it has one. */
 export function deadlineOf(question: Question): number | null {
-  if (typeof question.expiresAtMs === "number") return question.expiresAtMs;
-  const at = question.suspendPayload?.expiresAt;
-  if (typeof at === "string") {
-    const ms = Date.parse(at);
-    if (!Number.isNaN(ms)) return ms;
-  }
-  return null;
+  const ms = question.expiresAt ? Date.parse(question.expiresAt) : NaN;
+  return Number.isNaN(ms) ? null : ms;
+}
+
+/** The field a question's answer is typed into: its form, else any JSON. */
+function fieldOf(question: Question): FormField {
+  return question.form ?? { kind: "json" };
 }
 
 /** The words of a question: ask_user's `question`, else the schema's title or the tool's name. */
 export function questionText(question: Question): string {
-  const payload = question.suspendPayload ?? {};
+  const payload = question.payload ?? {};
   if (question.kind === "approval") return `Approve the call of ${question.toolName}?`;
   if (typeof payload.question === "string") return payload.question;
   if (typeof payload.message === "string") return payload.message;
-  const field = question.form ?? fieldFromSchema(question.resumeSchema);
+  const field = fieldOf(question);
   return field.title ?? field.description ?? `${question.toolName} asks for an answer`;
 }
 
@@ -164,9 +125,9 @@ export function renderQuestion(question: Question): RenderedQuestion {
   if (question.kind === "approval") {
     control = approvalControl(id, question);
   } else {
-    const field = question.form ?? fieldFromSchema(question.resumeSchema);
-    const allowOther = question.suspendPayload?.allowOther === true;
-    control = fieldControl(id, withOptionDescriptions(field, question.suspendPayload), allowOther, question.toolName === "ask_user" ? null : field.title ?? field.description ?? null);
+    const field = fieldOf(question);
+    const allowOther = question.payload?.allowOther === true;
+    control = fieldControl(id, withOptionDescriptions(field, question.payload), allowOther, question.toolName === "ask_user" ? null : field.title ?? field.description ?? null);
   }
   box.append(control.element, problem);
   for (const input of control.inputs()) input.setAttribute("aria-describedby", [input.getAttribute("aria-describedby"), problem.id].filter(Boolean).join(" "));

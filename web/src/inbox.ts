@@ -1,57 +1,35 @@
 // The inbox view: every pending question the key may see, across runs, newest first, live
 // (GET /api/inbox/events says something changed; the list is read again), each answerable in
-// place (POST /api/runs/{runId}/responses). A `resync` event (this page fell behind the
-// server's events, which were not all delivered) rebuilds the whole list from the server.
+// place (POST /api/runs/{runId}/responses). A card answered here stays, showing what the run
+// did next (see ./outcome). A `resync` event (this page fell behind the server's events, which
+// were not all delivered) rebuilds the whole list from the server.
 
 import { ApiError, followEvents, requestJson } from "./api";
 import { renderQuestionForm, type Question, type Response } from "./form";
+import { renderOutcome } from "./outcome";
 
-interface PendingCall {
-  toolCallId: string;
-  toolName: string;
-  args?: unknown;
-  suspendPayload?: Record<string, unknown> | null;
-  resumeSchema?: unknown;
-  kind?: string;
-  expiresAtMs?: number | null;
-  form?: Question["form"];
-}
-
+/** A run of `GET /api/runs` (askloop-server's RunSummaryBody). */
 interface RunEntry {
   runId: string;
-  agentId?: string;
-  threadId?: string;
-  createdAtMs?: number;
-  updatedAtMs?: number;
-  pending?: PendingCall[];
-  pendingToolCalls?: PendingCall[];
-  questions?: PendingCall[];
+  agentId: string;
+  threadId: string;
+  resourceId?: string;
+  createdAt: string;
+  updatedAt: string;
+  /** Its pending calls, each in the one pending call shape. */
+  pendingToolCalls: Question[];
 }
 
 /** The questions of a `GET /api/runs?status=suspended` answer, newest run first. */
-export function questionsOfRuns(body: unknown): Question[] {
-  const b = body as { runs?: RunEntry[]; items?: RunEntry[]; data?: RunEntry[] } | RunEntry[];
-  const runs: RunEntry[] = Array.isArray(b) ? b : b.runs ?? b.items ?? b.data ?? [];
+export function questionsOfRuns(body: { runs: RunEntry[] }): Question[] {
   const questions: Question[] = [];
-  for (const run of runs) {
-    for (const call of run.pending ?? run.pendingToolCalls ?? run.questions ?? []) {
-      questions.push({
-        runId: run.runId,
-        agentId: run.agentId,
-        threadId: run.threadId,
-        createdAtMs: run.createdAtMs ?? run.updatedAtMs,
-        toolCallId: call.toolCallId,
-        toolName: call.toolName,
-        kind: call.kind === "approval" ? "approval" : "answer",
-        args: call.args,
-        suspendPayload: call.suspendPayload ?? null,
-        resumeSchema: typeof call.resumeSchema === "string" ? JSON.parse(call.resumeSchema) : call.resumeSchema,
-        form: call.form ?? null,
-        expiresAtMs: call.expiresAtMs ?? null,
-      });
+  for (const run of body.runs) {
+    for (const call of run.pendingToolCalls) {
+      questions.push({ ...call, agentId: run.agentId, threadId: run.threadId, resourceId: run.resourceId, askedAt: run.updatedAt });
     }
   }
-  questions.sort((a, b) => (b.createdAtMs ?? 0) - (a.createdAtMs ?? 0));
+  const time = (q: Question) => (q.askedAt ? Date.parse(q.askedAt) : 0);
+  questions.sort((a, b) => time(b) - time(a));
   return questions;
 }
 
@@ -66,6 +44,8 @@ function responseBody(response: Response): Record<string, unknown> {
 export class InboxView {
   private abort: AbortController | null = null;
   private shown = new Map<string, HTMLElement>();
+  /** Cards answered in this tab, newest first: they stay, with the run's outcome. */
+  private answered: HTMLElement[] = [];
   private refreshing: Promise<void> | null = null;
   private again = false;
 
@@ -112,7 +92,7 @@ export class InboxView {
       do {
         this.again = false;
         try {
-          const body = await requestJson<unknown>("GET", "/api/runs?status=suspended&limit=100");
+          const body = await requestJson<{ runs: RunEntry[] }>("GET", "/api/runs?status=suspended&limit=100");
           this.draw(questionsOfRuns(body));
         } catch (error) {
           this.status(`Inbox: ${(error as Error).message}`);
@@ -134,12 +114,17 @@ export class InboxView {
     for (const [runId, qs] of byRun) {
       const key = `${runId}|${qs.map((q) => q.toolCallId).join(",")}`;
       let item = this.shown.get(key);
+      if (item && this.answered.includes(item)) {
+        // Being answered: shown once, as answered.
+        next.set(key, item);
+        continue;
+      }
       if (!item) item = this.renderItem(runId, qs);
       next.set(key, item);
       items.push(item);
     }
     this.shown = next;
-    this.list.replaceChildren(...items);
+    this.list.replaceChildren(...this.answered, ...items);
     this.empty.hidden = items.length > 0;
     this.count.textContent = questions.length > 0 ? `(${questions.length})` : "";
   }
@@ -150,14 +135,15 @@ export class InboxView {
     const meta = document.createElement("p");
     meta.className = "meta";
     const first = questions[0];
-    meta.textContent = `Run ${runId}${first?.agentId ? ` of ${first.agentId}` : ""}${first?.createdAtMs ? `, asked ${new Date(first.createdAtMs).toLocaleString()}` : ""}`;
+    const asked = first?.askedAt ? Date.parse(first.askedAt) : NaN;
+    meta.textContent = `Run ${runId}${first?.agentId ? ` of ${first.agentId}` : ""}${Number.isNaN(asked) ? "" : `, asked ${new Date(asked).toLocaleString()}`}`;
     const form = renderQuestionForm(questions, "Answer", async (responses) => {
+      // The card stays while the run goes on, and after, with what it did.
+      this.answered = [item, ...this.answered.filter((other) => other !== item)];
       try {
         await requestJson("POST", `/api/runs/${encodeURIComponent(runId)}/responses`, { responses: responses.map(responseBody) });
-        this.status(`Answered run ${runId}.`);
-        await this.refresh();
-        return null;
       } catch (error) {
+        this.answered = this.answered.filter((other) => other !== item);
         if (error instanceof ApiError) {
           const details = error.details as { toolCallId?: string } | undefined;
           const target = details?.toolCallId ?? questions[0]?.toolCallId ?? "";
@@ -165,8 +151,19 @@ export class InboxView {
         }
         throw error;
       }
+      this.status(`Answered run ${runId}.`);
+      item.classList.add("answered");
+      form.element.replaceWith(await renderOutcome(questions, responses, () => this.dismiss(item)));
+      await this.refresh();
+      return null;
     });
     item.append(meta, form.element);
     return item;
+  }
+
+  /** Takes an answered card away. */
+  private dismiss(item: HTMLElement): void {
+    this.answered = this.answered.filter((other) => other !== item);
+    item.remove();
   }
 }

@@ -342,6 +342,7 @@ pub struct PendingToolCall {
 
 /// What a pending call waits for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum PendingKind {

@@ -1,12 +1,19 @@
 //! The JSON wire format of chunks: one object per chunk, as printed by `askloop --json` and
-//! sent over SSE.
+//! sent over SSE; and of a pending call ([`PendingCall`], with its answer form as JSON,
+//! [`field_to_json`]), as askloop's own API shows one.
 //!
 //! The shape follows the reference framework's agent stream (Mastra's `fullStream` chunks as its
 //! server sends them, captured in `shared/reference/`): `{"type", "runId", "from": "AGENT",
 //! "payload"}`, with the payload fields its client (`@mastra/client-js`) reads. The full format
 //! is documented in `docs/wire-format.md`; snapshot tests pin it against the captures.
 
+mod field;
+mod pending;
+
 use serde_json::{Value, json};
+
+pub use crate::wire::field::field_to_json;
+pub use crate::wire::pending::PendingCall;
 
 use crate::chunk::Chunk;
 use crate::ids::RunId;

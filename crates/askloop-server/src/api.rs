@@ -2,20 +2,16 @@
 //! shapes only; chunks go out as `askloop_core::wire` JSON, never through these types.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, UNIX_EPOCH};
 
+use askloop_core::PendingKind;
 use askloop_core::store::{RunState, RunSummary};
-use askloop_core::{PendingKind, PendingToolCall};
+use askloop_core::time::rfc3339;
+use askloop_core::wire::PendingCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
-
-/// An RFC 3339 timestamp (UTC, milliseconds) of ms since the Unix epoch.
-pub(crate) fn timestamp(ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-}
 
 // ---------------------------------------------------------------- requests
 
@@ -369,50 +365,6 @@ impl AgentDetails {
     }
 }
 
-/// A pending call of a run: what it asks and how to answer it.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct PendingCallBody {
-    /// The call's id: answer it with this.
-    pub(crate) tool_call_id: String,
-    /// The tool.
-    pub(crate) tool_name: String,
-    /// `answer` (a question) or `approval`.
-    pub(crate) kind: String,
-    /// The call's arguments.
-    #[schema(value_type = Object)]
-    pub(crate) args: Value,
-    /// What the tool asked (for `ask_user`: question, options, selectionMode).
-    #[schema(value_type = Object)]
-    pub(crate) payload: Value,
-    /// JSON Schema of accepted answers, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub(crate) resume_schema: Option<Value>,
-    /// When the call expires unheard (RFC 3339), if it has a deadline: a question's, or an
-    /// approval's (the agent's approval timeout).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) expires_at: Option<String>,
-}
-
-impl PendingCallBody {
-    pub(crate) fn of(call: &PendingToolCall) -> Self {
-        Self {
-            tool_call_id: call.tool_call_id.to_string(),
-            tool_name: call.tool_name.clone(),
-            kind: match call.kind {
-                PendingKind::Approval => "approval",
-                _ => "answer",
-            }
-            .to_owned(),
-            args: call.args.clone(),
-            payload: call.suspend_payload.clone(),
-            resume_schema: call.resume_schema.clone(),
-            expires_at: call.expires_at_ms.map(timestamp),
-        }
-    }
-}
-
 /// A run, summarised.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -433,7 +385,7 @@ pub(crate) struct RunSummaryBody {
     /// When it last changed (RFC 3339).
     pub(crate) updated_at: String,
     /// The calls that wait for a person (suspended runs).
-    pub(crate) pending_tool_calls: Vec<PendingCallBody>,
+    pub(crate) pending_tool_calls: Vec<PendingCall>,
 }
 
 impl RunSummaryBody {
@@ -444,9 +396,13 @@ impl RunSummaryBody {
             thread_id: summary.thread_id.to_string(),
             resource_id: summary.resource_id.as_ref().map(ToString::to_string),
             status: summary.status.to_string(),
-            created_at: timestamp(summary.created_at_ms),
-            updated_at: timestamp(summary.updated_at_ms),
-            pending_tool_calls: summary.pending.iter().map(PendingCallBody::of).collect(),
+            created_at: rfc3339(summary.created_at_ms),
+            updated_at: rfc3339(summary.updated_at_ms),
+            pending_tool_calls: summary
+                .pending
+                .iter()
+                .map(|call| PendingCall::of(&summary.run_id, call))
+                .collect(),
         }
     }
 }
@@ -558,7 +514,7 @@ impl SuspendedRun {
             status: summary.status.to_string(),
             thread_id: summary.thread_id.to_string(),
             resource_id: summary.resource_id.as_ref().map(ToString::to_string),
-            suspended_at: timestamp(summary.updated_at_ms),
+            suspended_at: rfc3339(summary.updated_at_ms),
             tool_calls: summary
                 .pending
                 .iter()

@@ -1,7 +1,8 @@
 //! Serving connections: the accept loop of [`crate::Server::serve`] on hyper-util (HTTP/1.1,
 //! and HTTP/2 with prior knowledge, as `axum::serve`), with the bounds `axum::serve` lacks —
-//! [`Limits::max_connections`], [`Limits::header_read_timeout`], [`Limits::idle_timeout`] —
-//! and the request body deadline of [`Limits::body_read_timeout`] that the router applies.
+//! [`Limits::max_connections`], [`Limits::header_read_timeout`], [`Limits::idle_timeout`]
+//! (the request body deadline, [`Limits::body_read_timeout`], is the router's:
+//! [`crate::body_deadline`]).
 //!
 //! A connection is **busy** from a request's head until its response body has been sent
 //! (dropped by hyper): an SSE response that streams for hours keeps its connection busy, and
@@ -21,6 +22,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -28,7 +30,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::Request;
 
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -38,8 +39,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
-use tokio::time::{Instant, Sleep};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tower::ServiceExt;
 
 use crate::edge::ConnectionAddrs;
@@ -58,39 +59,25 @@ pub(crate) async fn serve(
     open: Gauge,
     shutdown: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut capacity = Capacity::new(limits.max_connections);
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // Ours instead (see the module docs); `None` also keeps hyper from warning that its default
     // has no timer.
     builder.http1().header_read_timeout(None);
-    let timeouts = Timeouts {
-        header: limits.header_read_timeout,
-        idle: limits.idle_timeout,
+    let connections = Connections {
+        builder,
+        router,
+        open,
+        timeouts: Timeouts {
+            header: limits.header_read_timeout,
+            idle: limits.idle_timeout,
+        },
     };
     let mut shutdown = pin!(shutdown);
-    let mut last_warned: Option<Instant> = None;
     loop {
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                if last_warned.is_none_or(|at| at.elapsed() >= CAPACITY_WARNING_EVERY) {
-                    last_warned = Some(Instant::now());
-                    tracing::warn!(
-                        max_connections = limits.max_connections,
-                        "connection limit reached: new connections wait until one closes \
-                         (said at most once a minute)"
-                    );
-                }
-                tokio::select! {
-                    permit = permits.clone().acquire_owned() => match permit {
-                        Ok(permit) => permit,
-                        // The semaphore is never closed.
-                        Err(_) => break,
-                    },
-                    () = &mut shutdown => break,
-                }
-            }
+        let Some(permit) = capacity.permit(shutdown.as_mut()).await else {
+            break;
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -102,6 +89,77 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
+        connections.spawn(stream, peer, &graceful, permit);
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// The bound on open connections: a permit per connection, [`Limits::max_connections`] of them.
+struct Capacity {
+    permits: Arc<Semaphore>,
+    max_connections: usize,
+    /// When reaching the limit was last logged.
+    last_warned: Option<Instant>,
+}
+
+impl Capacity {
+    fn new(max_connections: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max_connections.max(1))),
+            max_connections,
+            last_warned: None,
+        }
+    }
+
+    /// A permit for one more connection: at once while fewer are open than the limit, else
+    /// once one closes (the wait logged at most once a minute); `None` if `shutdown` completes
+    /// first.
+    async fn permit(
+        &mut self,
+        shutdown: Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<OwnedSemaphorePermit> {
+        if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        if self
+            .last_warned
+            .is_none_or(|at| at.elapsed() >= CAPACITY_WARNING_EVERY)
+        {
+            self.last_warned = Some(Instant::now());
+            tracing::warn!(
+                max_connections = self.max_connections,
+                "connection limit reached: new connections wait until one closes \
+                 (said at most once a minute)"
+            );
+        }
+        tokio::select! {
+            // An error: the semaphore closed, which it never is.
+            permit = self.permits.clone().acquire_owned() => permit.ok(),
+            () = shutdown => None,
+        }
+    }
+}
+
+/// How every accepted connection is served.
+struct Connections {
+    builder: auto::Builder<TokioExecutor>,
+    router: Router,
+    /// The gauge of open connections.
+    open: Gauge,
+    timeouts: Timeouts,
+}
+
+impl Connections {
+    /// Serves the connection `stream` from `peer` in a task of its own, under `graceful`'s
+    /// shutdown, until it ends or expires ([`Activity::expired`]); `permit` is released then.
+    fn spawn(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        graceful: &GracefulShutdown,
+        permit: OwnedSemaphorePermit,
+    ) {
         if let Err(error) = stream.set_nodelay(true) {
             // SSE frames and small JSON answers go out at once instead of waiting for the
             // peer's delayed ACK (~40 ms per response on Linux otherwise).
@@ -113,30 +171,11 @@ pub(crate) async fn serve(
             stream,
             activity: activity.clone(),
         });
-        let service = {
-            let activity = activity.clone();
-            let router = router.clone();
-            hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                let busy = activity.request_started();
-                let mut request = request.map(Body::new);
-                if let Some(local) = local {
-                    request.extensions_mut().insert(ConnectionAddrs { local });
-                }
-                let router = router.clone();
-                async move {
-                    let response = match router.oneshot(request).await {
-                        Ok(response) => response,
-                        Err(never) => match never {},
-                    };
-                    Ok::<_, Infallible>(
-                        response.map(|body| Body::new(BusyBody { body, _busy: busy })),
-                    )
-                }
-            })
-        };
-        let builder = builder.clone();
+        let service = service(self.router.clone(), activity.clone(), local);
+        let builder = self.builder.clone();
         let watcher = graceful.watcher();
-        let open = open.clone();
+        let open = self.open.clone();
+        let timeouts = self.timeouts;
         open.inc();
         tokio::spawn(async move {
             let connection = watcher.watch(builder.serve_connection(io, service));
@@ -154,8 +193,35 @@ pub(crate) async fn serve(
             drop(permit);
         });
     }
-    drop(listener);
-    graceful.shutdown().await;
+}
+
+/// The hyper service of one connection: `router`, each request marking the connection busy
+/// until its response body is sent, and carrying the address it came in on (`local`).
+fn service(
+    router: Router,
+    activity: Arc<Activity>,
+    local: Option<SocketAddr>,
+) -> impl hyper::service::Service<
+    hyper::Request<Incoming>,
+    Response = axum::response::Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, Infallible>> + Send,
+> + Clone {
+    hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let busy = activity.request_started();
+        let mut request = request.map(Body::new);
+        if let Some(local) = local {
+            request.extensions_mut().insert(ConnectionAddrs { local });
+        }
+        let router = router.clone();
+        async move {
+            let response = match router.oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok::<_, Infallible>(response.map(|body| Body::new(BusyBody { body, _busy: busy })))
+        }
+    })
 }
 
 /// After a failed accept: connection errors of one client are skipped; anything else (e.g.
@@ -363,87 +429,6 @@ impl AsyncWrite for Watched {
     fn poll_shutdown(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(context)
     }
-}
-
-/// Why a request body was cut: it did not arrive whole in time.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body did not arrive within {} s", .after.as_secs_f64())]
-pub(crate) struct BodyReadTimeout {
-    /// [`Limits::body_read_timeout`].
-    pub(crate) after: Duration,
-}
-
-/// A request body that must arrive whole by a deadline ([`Limits::body_read_timeout`] after
-/// its head reached the router); past it, reading fails with [`BodyReadTimeout`], which the
-/// extractors answer with 408 `timeout`.
-pub(crate) struct DeadlineBody {
-    body: Body,
-    deadline: Instant,
-    after: Duration,
-    /// Armed on the first read that has to wait (a body already here costs no timer).
-    sleep: Option<Pin<Box<Sleep>>>,
-}
-
-impl DeadlineBody {
-    /// The body of `request`, due within `after` from now.
-    pub(crate) fn limit(request: Request, after: Duration) -> Request {
-        request.map(|body| {
-            Body::new(Self {
-                body,
-                deadline: Instant::now() + after,
-                after,
-                sleep: None,
-            })
-        })
-    }
-}
-
-impl http_body::Body for DeadlineBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        context: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let this = &mut *self;
-        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(context) {
-            if frame.is_none() {
-                this.sleep = None;
-            }
-            return Poll::Ready(frame);
-        }
-        let deadline = this.deadline;
-        let sleep = this
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        match sleep.as_mut().poll(context) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(BodyReadTimeout {
-                after: this.after,
-            })))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// Whether `error` or one of its causes is a [`BodyReadTimeout`]; the timeout, if so.
-pub(crate) fn body_read_timeout(error: &(dyn std::error::Error + 'static)) -> Option<Duration> {
-    let mut current = Some(error);
-    while let Some(error) = current {
-        if let Some(timeout) = error.downcast_ref::<BodyReadTimeout>() {
-            return Some(timeout.after);
-        }
-        current = error.source();
-    }
-    None
 }
 
 #[cfg(test)]

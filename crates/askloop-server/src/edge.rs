@@ -342,7 +342,7 @@ impl Edge {
                     HeaderName::from_static("x-api-key"),
                     header::USER_AGENT,
                 ])
-                .expose_headers([HeaderName::from_static(crate::chat::STREAM_HEADER.0)])
+                .expose_headers([HeaderName::from_static(crate::ui_stream::STREAM_HEADER.0)])
                 .max_age(PREFLIGHT_MAX_AGE),
         )
     }

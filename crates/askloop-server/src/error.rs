@@ -1,15 +1,20 @@
 //! Errors: [`ServerError`] (serving failed) and `ApiError`, the one JSON error body of every
-//! route (`{code, message, details?}`) with its status.
+//! route (`{code, message, details?}`) with its status; `json_errors` gives that body to the
+//! error responses of the router's layers.
 
 use askloop_core::registry::RegistryError;
 use askloop_core::{AgentError, ResumeError, RunId, StoreError, ThreadId, error_chain_text};
 use axum::Json;
+use axum::extract::Request;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
+
+use crate::body_deadline::body_read_timeout;
 
 /// Why [`crate::Server::serve`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -147,9 +152,36 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Gives every error response without a JSON body of ours (the body-limit layer's 413, the
+/// timeout layer's 408, axum's 405) the `{code, message}` body of its status; a 408 also closes
+/// its connection (the rest of a late body is not waited for).
+pub(crate) async fn json_errors(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let status = response.status();
+    if status == StatusCode::REQUEST_TIMEOUT {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
+    if (status.is_client_error() || status.is_server_error()) && !is_json {
+        let mut replaced = ApiError::for_status(status).into_response();
+        for name in [header::ALLOW, header::CONNECTION] {
+            if let Some(value) = response.headers().get(&name) {
+                replaced.headers_mut().insert(name, value.clone());
+            }
+        }
+        return replaced;
+    }
+    response
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
-        if let Some(after) = crate::connections::body_read_timeout(&rejection) {
+        if let Some(after) = body_read_timeout(&rejection) {
             return Self::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "timeout",

@@ -14,6 +14,9 @@
 //! while the stream runs; a `watch` channel only says "more is there", so a slow subscriber never
 //! lags behind and loses chunks); a buffer is removed once its stream ended and no subscriber is
 //! attached.
+//!
+//! Once a run was created or resumed the response is 200, and errors after that are `error`
+//! chunks, so a client retrying a 5xx never starts a run twice.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

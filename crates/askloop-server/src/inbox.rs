@@ -10,7 +10,7 @@
 //! one indexed query returning nothing. Events fan out over a tokio broadcast channel; each
 //! listener keeps those its key may see. A listener that falls more than [`BUFFER`] events
 //! behind is not skipped ahead silently: it gets a `resync` event and the questions pending
-//! now (see `routes::runs::inbox_events`). The poller keeps only the keys and names of the
+//! now (see `routes::inbox::inbox_events`). The poller keeps only the keys and names of the
 //! pending calls, never the questions: a listener reads the questions pending when it starts
 //! from the store, one page at a time, keeping those the poller holds ([`Inbox::pending_now`]).
 //!
@@ -29,11 +29,10 @@ use std::time::Duration;
 use askloop_core::store::{
     ListedRun, ResourceFilter, RunChange, RunChanges, RunFilter, RunSummary,
 };
+use askloop_core::wire::PendingCall;
 use askloop_core::{AgentId, ResourceId, RunId, RunKey, RunStatus, RunStore, ThreadId, ToolCallId};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
-
-use crate::api::PendingCallBody;
 
 /// How often the poller lists changed runs on a store that does not notify.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -68,7 +67,7 @@ pub(crate) struct InboxEvent {
     pub(crate) agent_id: AgentId,
     pub(crate) thread_id: ThreadId,
     pub(crate) resource_id: Option<ResourceId>,
-    /// The question (`PendingCallBody` JSON).
+    /// The question ([`PendingCall`] JSON; a resolved one's `toolCallId` and `toolName` only).
     pub(crate) question: Value,
 }
 
@@ -426,7 +425,8 @@ fn raised(summary: &RunSummary) -> Vec<InboxEvent> {
             agent_id: summary.agent_id.clone(),
             thread_id: summary.thread_id.clone(),
             resource_id: summary.resource_id.clone(),
-            question: serde_json::to_value(PendingCallBody::of(call)).unwrap_or(Value::Null),
+            question: serde_json::to_value(PendingCall::of(&summary.run_id, call))
+                .unwrap_or(Value::Null),
         })
         .collect()
 }

@@ -120,23 +120,30 @@
 //! # Ok(()) }
 //! ```
 
+mod access;
 mod api;
-mod chat;
+mod body_deadline;
+mod checks;
 mod closing;
 mod connections;
 mod edge;
 mod error;
+mod extract;
 mod hub;
 mod inbox;
 mod keys;
 mod limits;
+mod listing;
 mod metrics;
-mod page;
 mod replay;
+mod resume;
 mod routes;
 mod server;
 mod sse;
+mod state;
 mod sweep;
+mod ui_messages;
+mod ui_stream;
 
 pub use edge::{AllowListError, AllowedHost, CorsOrigin};
 pub use error::ServerError;

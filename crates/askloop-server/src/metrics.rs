@@ -1,4 +1,4 @@
-//! `GET /metrics`: the server's Prometheus metrics in the OpenMetrics text format
+//! The server's Prometheus metrics, which `GET /metrics` serves in the OpenMetrics text format
 //! (`prometheus-client`, one explicit [`Registry`] per [`crate::Server`], no global recorder).
 //!
 //! | metric | type | labels | what |
@@ -25,9 +25,9 @@ use std::time::Instant;
 use askloop_core::store::{ListedRun, RunFilter};
 use askloop_core::{RunStatus, RunStore, StoreError};
 use axum::extract::{MatchedPath, Request};
-use axum::http::{Method, header};
+use axum::http::Method;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -36,18 +36,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::error::ApiError;
-use crate::keys::Caller;
-use crate::routes::State;
-
 /// The most suspended runs whose pending calls one scrape counts (pages of the store's
 /// listing); beyond them `askloop_pending_questions` is a lower bound.
 pub(crate) const PENDING_SCAN_RUNS: usize = 10_000;
 /// Page size of that listing.
 const PENDING_PAGE: usize = 500;
-
-/// The content type of the OpenMetrics text format (Prometheus scrapes it).
-pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// How a run's stream ended, as the `outcome` label says.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -211,7 +204,7 @@ impl Metrics {
     }
 
     /// The text of a scrape: the store's counts read now, then every metric.
-    async fn scrape(&self, store: &dyn RunStore) -> Result<String, StoreError> {
+    pub(crate) async fn scrape(&self, store: &dyn RunStore) -> Result<String, StoreError> {
         let counts = store.run_counts().await?;
         for (status, count) in counts.iter() {
             self.runs
@@ -255,21 +248,6 @@ async fn count_pending(store: &dyn RunStore) -> Result<u64, StoreError> {
             _ => return Ok(pending),
         }
     }
-}
-
-/// `GET /metrics`: the metrics in the OpenMetrics text format. With keys configured it needs
-/// one (any key: the figures are the whole store's, no tenant's runs in particular).
-#[utoipa::path(get, path = "/metrics", tag = "runs",
-    responses(
-        (status = 200, description = "Prometheus / OpenMetrics text format", content_type = "application/openmetrics-text", body = String),
-        (status = 401, description = "Keys are configured and none was given", body = crate::error::ErrorBody),
-        (status = 500, description = "The store failed", body = crate::error::ErrorBody)))]
-pub(crate) async fn metrics(
-    axum::extract::State(state): State,
-    _caller: Caller,
-) -> Result<Response, ApiError> {
-    let text = state.metrics.scrape(state.store.as_ref()).await?;
-    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
 }
 
 /// Counts and times every request by its route template.

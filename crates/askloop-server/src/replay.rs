@@ -8,13 +8,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use askloop_core::model::{AssistantPart, FinishReason, Message, ToolArgs, ToolCall, Usage};
+use askloop_core::model::{
+    AssistantPart, FinishReason, Message, ToolArgs, ToolCall, ToolResult, Usage,
+};
 use askloop_core::store::{RunChange, RunChanges, RunState, StoredRun, lease_now_ms};
 use askloop_core::{Chunk, PendingKind, RunKey, RunStatus, Suspension, approval_schema, wire};
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// How often a follower of a run another process drives looks at the store again, on a store
 /// that does not notify.
@@ -159,80 +161,104 @@ pub(crate) fn step_chunks(state: &RunState, from: usize) -> Vec<Value> {
             .count(),
     )
     .unwrap_or(u32::MAX);
-    let closed = |reason| Chunk::StepFinish {
+    let mut out = Vec::new();
+    for (index, message) in messages.iter().enumerate().skip(from) {
+        let chunks = match message {
+            Message::User { .. } => continue,
+            Message::Assistant { parts } => {
+                step = step.saturating_add(1);
+                step_start_chunks(state, step, parts)
+            }
+            Message::Tool { results } => {
+                let earlier = messages.get(..index).unwrap_or_default();
+                result_chunks(calls_of_last_step(earlier), results)
+            }
+        };
+        out.extend(
+            chunks
+                .iter()
+                .map(|chunk| wire::chunk_to_json(run_id, chunk)),
+        );
+    }
+    out
+}
+
+/// The `step-finish` chunk of a step that closed for `reason`.
+fn step_finish(reason: FinishReason) -> Chunk {
+    Chunk::StepFinish {
         reason,
         usage: Usage::default(),
         is_continued: reason == FinishReason::ToolCalls,
-    };
-    let mut out = Vec::new();
-    for (index, message) in messages.iter().enumerate().skip(from) {
-        match message {
-            Message::User { .. } => {}
-            Message::Assistant { parts } => {
-                step = step.saturating_add(1);
-                out.push(wire::chunk_to_json(run_id, &Chunk::StepStart { step }));
-                let mut calls = false;
-                for part in parts {
-                    let chunk = match part {
-                        AssistantPart::Text { text } => Chunk::TextDelta { text: text.clone() },
-                        AssistantPart::Reasoning { text, .. } => {
-                            Chunk::ReasoningDelta { text: text.clone() }
-                        }
-                        AssistantPart::ToolCall(call) => {
-                            calls = true;
-                            Chunk::ToolCall { call: call.clone() }
-                        }
-                        _ => continue,
-                    };
-                    out.push(wire::chunk_to_json(run_id, &chunk));
-                }
-                if !calls {
-                    let reason = state.finish_reason().unwrap_or(FinishReason::Stop);
-                    out.push(wire::chunk_to_json(run_id, &closed(reason)));
-                }
-            }
-            Message::Tool { results } => {
-                let calls: Vec<&ToolCall> = messages
-                    .get(..index)
-                    .unwrap_or_default()
-                    .iter()
-                    .rev()
-                    .find_map(|message| match message {
-                        Message::Assistant { parts } => Some(parts),
-                        _ => None,
-                    })
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|part| match part {
-                        AssistantPart::ToolCall(call) => Some(call),
-                        _ => None,
-                    })
-                    .collect();
-                for result in results {
-                    let call = calls
-                        .iter()
-                        .find(|call| call.id == result.tool_call_id)
-                        .map_or_else(
-                            || ToolCall {
-                                id: result.tool_call_id.clone(),
-                                name: result.tool_name.clone(),
-                                args: ToolArgs::Json(Value::Null),
-                            },
-                            |call| (*call).clone(),
-                        );
-                    let chunk = Chunk::ToolResult {
-                        call,
-                        result: result.clone(),
-                    };
-                    out.push(wire::chunk_to_json(run_id, &chunk));
-                }
-                out.push(wire::chunk_to_json(
-                    run_id,
-                    &closed(FinishReason::ToolCalls),
-                ));
-            }
-        }
     }
+}
+
+/// The chunks of model step number `step` (an assistant message's `parts`): `step-start`, its
+/// text, reasoning and tool calls in order, and its `step-finish` if it called no tool (the
+/// run's finish reason).
+fn step_start_chunks(state: &RunState, step: u32, parts: &[AssistantPart]) -> Vec<Chunk> {
+    let mut out = vec![Chunk::StepStart { step }];
+    let mut calls = false;
+    for part in parts {
+        out.push(match part {
+            AssistantPart::Text { text } => Chunk::TextDelta { text: text.clone() },
+            AssistantPart::Reasoning { text, .. } => Chunk::ReasoningDelta { text: text.clone() },
+            AssistantPart::ToolCall(call) => {
+                calls = true;
+                Chunk::ToolCall { call: call.clone() }
+            }
+            _ => continue,
+        });
+    }
+    if !calls {
+        out.push(step_finish(
+            state.finish_reason().unwrap_or(FinishReason::Stop),
+        ));
+    }
+    out
+}
+
+/// The tool calls of the last assistant message of `messages`.
+fn calls_of_last_step(messages: &[Message]) -> Vec<&ToolCall> {
+    messages
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            Message::Assistant { parts } => Some(parts),
+            _ => None,
+        })
+        .into_iter()
+        .flatten()
+        .filter_map(|part| match part {
+            AssistantPart::ToolCall(call) => Some(call),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The chunks of a tool message's `results` (of `calls`; a result without its call gets a
+/// call of null arguments), then the step's `step-finish`.
+fn result_chunks(calls: Vec<&ToolCall>, results: &[ToolResult]) -> Vec<Chunk> {
+    let mut out: Vec<Chunk> = results
+        .iter()
+        .map(|result| {
+            let call = calls
+                .iter()
+                .find(|call| call.id == result.tool_call_id)
+                .map_or_else(
+                    || ToolCall {
+                        id: result.tool_call_id.clone(),
+                        name: result.tool_name.clone(),
+                        args: ToolArgs::Json(Value::Null),
+                    },
+                    |call| (*call).clone(),
+                );
+            Chunk::ToolResult {
+                call,
+                result: result.clone(),
+            }
+        })
+        .collect();
+    out.push(step_finish(FinishReason::ToolCalls));
     out
 }
 

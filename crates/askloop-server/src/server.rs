@@ -1,5 +1,5 @@
-//! [`Server`] and [`ServerBuilder`]: the shared state of every route, the router, and serving
-//! with graceful shutdown.
+//! [`Server`] and [`ServerBuilder`]: building the shared state of every route, the router, and
+//! serving with graceful shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use crate::inbox::Inbox;
 use crate::keys::{ApiKey, KeyRing};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
+use crate::state::AppState;
 
 /// The askloop HTTP server: agents, a store, keys and limits, shared by every route. Cheap to
 /// clone (an `Arc` inside). Build it with [`Server::builder`].
@@ -40,23 +41,6 @@ impl std::fmt::Debug for Server {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.debug_struct("Server").finish_non_exhaustive()
     }
-}
-
-/// What every route shares.
-pub(crate) struct AppState {
-    pub(crate) agents: Arc<dyn AgentRegistry>,
-    pub(crate) store: Arc<dyn RunStore>,
-    pub(crate) keys: KeyRing,
-    pub(crate) limits: Limits,
-    /// The Host and Origin rules, and the CORS origins.
-    pub(crate) edge: Arc<Edge>,
-    pub(crate) sweep_interval: Duration,
-    pub(crate) hub: RunHub,
-    pub(crate) inbox: Inbox,
-    /// The shutdown as open responses see it.
-    pub(crate) closing: Closing,
-    /// `/metrics`' registry; the run hub records stream durations in it.
-    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// Builds a [`Server`]: keys (none: open), limits, the hosts it answers to, the origins whose

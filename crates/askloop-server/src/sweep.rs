@@ -11,7 +11,7 @@ use askloop_core::{ResumeError, RunStatus, error_chain_text, expired_runs};
 use tokio::sync::watch;
 
 use crate::metrics::StreamKind;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Who the audit records for the sweep's actions.
 const SWEEPER: &str = "askloop-server-sweep";
@@ -51,6 +51,13 @@ fn refused(action: &str, run_id: &askloop_core::RunId, error: &ResumeError) {
 
 /// One sweep: expiries, then lease recovery.
 pub(crate) async fn sweep_once(state: &AppState) {
+    expire_due(state).await;
+    recover_abandoned(state).await;
+}
+
+/// Expires the due questions and approvals of runs this server does not drive now, each run's
+/// expiry streamed by the run hub.
+async fn expire_due(state: &AppState) {
     let now = lease_now_ms();
     match expired_runs(state.store.as_ref(), now).await {
         Ok(expired) => {
@@ -87,8 +94,13 @@ pub(crate) async fn sweep_once(state: &AppState) {
             tracing::warn!(error = %error_chain_text(&error), "sweep: listing expired calls failed")
         }
     }
+}
+
+/// Continues the runs left `running` under an expired lease (their process died) that this
+/// server does not drive now.
+async fn recover_abandoned(state: &AppState) {
     let running =
-        match crate::routes::all_runs(state, RunFilter::new().status(RunStatus::Running)).await {
+        match crate::listing::all_runs(state, RunFilter::new().status(RunStatus::Running)).await {
             Ok(running) => running,
             Err(_) => return,
         };

@@ -3,24 +3,25 @@
 
 use std::collections::BTreeMap;
 
-use askloop_core::store::{RunFilter, StoredRun};
-use askloop_core::{AgentId, ResumeError, RunOptions, RunStatus, ToolCallId};
+use askloop_core::store::RunFilter;
+use askloop_core::{AgentId, RunOptions, RunStatus, ToolCallId};
 use axum::Json;
 use axum::response::Response;
-use serde_json::{Value, json};
 
+use crate::access::{agent_for_caller, agent_of_run, listing_scope, resource_of, run_of_agent};
 use crate::api::{
     AgentDetails, ApprovalRequest, ResumeRequest, StreamRequest, SuspendedRun, SuspendedRunList,
     SuspendedRunsQuery,
 };
+use crate::checks::{check_answer, check_id, check_text, check_tool_call_id};
 use crate::error::{ApiError, ErrorBody};
+use crate::extract::{Body, Params, PathParam};
 use crate::keys::Caller;
+use crate::listing::all_runs;
 use crate::metrics::StreamKind;
-use crate::routes::{
-    Body, Params, PathParam, State, agent_for_caller, agent_of_run, check_answer, check_id,
-    check_text, check_tool_call_id, resource_of, visible_run,
-};
+use crate::resume::{claim, stream_claim};
 use crate::sse;
+use crate::state::State;
 
 /// `GET /api/agents`: the agents the caller may use, keyed by id.
 #[utoipa::path(get, path = "/api/agents", tag = "agents",
@@ -118,62 +119,6 @@ pub(crate) async fn stream(
     Ok(sse::chunks_response(chunks, state.closing.grace_over()))
 }
 
-/// The stored run behind a resume of `agent_id`'s run: visible to the caller, of this agent.
-async fn run_of_agent(
-    state: &State,
-    caller: &Caller,
-    agent_id: &AgentId,
-    run_id: &str,
-    resource: Option<&str>,
-) -> Result<StoredRun, ApiError> {
-    if !caller.may_use(agent_id) {
-        return Err(ApiError::forbidden(format!(
-            "this key may not use agent {:?}",
-            agent_id.as_str()
-        )));
-    }
-    let stored = visible_run(state, caller, run_id, resource).await?;
-    if stored.state.agent_id() != agent_id {
-        return Err(ApiError::run_not_found(run_id));
-    }
-    Ok(stored)
-}
-
-/// A refused resume as an `ApiError`; an invalid answer's details also list the question's
-/// allowed labels when it has options.
-pub(crate) fn resume_refused(
-    error: ResumeError,
-    stored: &StoredRun,
-    tool_call_id: Option<&str>,
-) -> ApiError {
-    let labels = match &error {
-        ResumeError::InvalidAnswer { tool_call_id, .. } => {
-            Some(allowed_labels(stored, tool_call_id.as_str()))
-        }
-        _ => None,
-    };
-    let _ = tool_call_id;
-    let api: ApiError = error.into();
-    match labels {
-        Some(Some(labels)) => api.add_detail("allowed", json!(labels)),
-        _ => api,
-    }
-}
-
-fn allowed_labels(stored: &StoredRun, tool_call_id: &str) -> Option<Vec<String>> {
-    let pending = stored.state.pending_tool_calls();
-    let call = pending
-        .iter()
-        .find(|call| call.tool_call_id.as_str() == tool_call_id)?;
-    let options = call.suspend_payload.get("options")?.as_array()?;
-    let labels: Vec<String> = options
-        .iter()
-        .filter_map(|option| option.get("label").and_then(Value::as_str))
-        .map(str::to_owned)
-        .collect();
-    (!labels.is_empty()).then_some(labels)
-}
-
 /// `POST /api/agents/{agentId}/resume-stream`: answers a suspended call and streams the run on.
 #[utoipa::path(post, path = "/api/agents/{agentId}/resume-stream", tag = "agents",
     params(("agentId" = String, Path, description = "The agent's id")),
@@ -209,31 +154,15 @@ pub(crate) async fn resume_stream(
         check_tool_call_id(id)?;
     }
     let agent = agent_of_run(&state, &stored).await?;
-    // The claim names the exact run and starts from the copy just checked: one store read
-    // per resume, not two.
-    let mut respond = agent.respond(stored.state.key()).loaded(stored.clone());
-    if let Some(by) = caller.by() {
-        respond = respond.by(by);
-    }
-    respond = match &request.tool_call_id {
+    let respond = claim(&agent, &stored, &caller);
+    let respond = match &request.tool_call_id {
         Some(id) => respond.answer(&ToolCallId::new(id.as_str()), request.resume_data),
         None => respond.answer_pending_call(request.resume_data),
     };
-    let run = respond
-        .stream()
-        .await
-        .map_err(|error| resume_refused(error, &stored, request.tool_call_id.as_deref()))?;
-    Ok(sse::chunks_response(
-        state.hub.spawn(
-            run,
-            &agent_id,
-            StreamKind::Resume(started),
-            Some(stored.state),
-        ),
-        state.closing.grace_over(),
-    ))
+    stream_claim(&state, respond, stored, started).await
 }
 
+/// Approves (`approved`) or declines the call a request names; the run streams on.
 async fn approval(
     state: State,
     caller: Caller,
@@ -257,30 +186,13 @@ async fn approval(
     }
     let agent = agent_of_run(&state, &stored).await?;
     let tool_call_id = ToolCallId::new(request.tool_call_id.as_str());
-    // The claim names the exact run and starts from the copy just checked: one store read
-    // per resume, not two.
-    let mut respond = agent.respond(stored.state.key()).loaded(stored.clone());
-    if let Some(by) = caller.by() {
-        respond = respond.by(by);
-    }
-    respond = if approved {
+    let respond = claim(&agent, &stored, &caller);
+    let respond = if approved {
         respond.approve(&tool_call_id)
     } else {
         respond.decline(&tool_call_id, request.reason.clone())
     };
-    let run = respond
-        .stream()
-        .await
-        .map_err(|error| resume_refused(error, &stored, Some(&request.tool_call_id)))?;
-    Ok(sse::chunks_response(
-        state.hub.spawn(
-            run,
-            &agent_id,
-            StreamKind::Resume(started),
-            Some(stored.state),
-        ),
-        state.closing.grace_over(),
-    ))
+    stream_claim(&state, respond, stored, started).await
 }
 
 /// `POST /api/agents/{agentId}/approve-tool-call`: approves a call; its tool runs.
@@ -367,22 +279,13 @@ pub(crate) async fn suspended_runs(
         check_id("threadId", thread)?;
         filter = filter.thread(thread.as_str());
     }
-    match (caller.resource(), &query.resource_id) {
-        (Some(own), Some(given)) if own.as_str() != given => {
-            check_id("resourceId", given)?;
-            return Ok(Json(SuspendedRunList {
-                runs: Vec::new(),
-                total: 0,
-            }));
-        }
-        (Some(own), _) => filter = filter.resource(own.clone()),
-        (None, Some(given)) => {
-            check_id("resourceId", given)?;
-            filter = filter.resource(given.as_str());
-        }
-        (None, None) => {}
-    }
-    let summaries = crate::routes::runs::all_runs(&state, filter).await?;
+    let Some(filter) = listing_scope(filter, &caller, query.resource_id.as_deref())? else {
+        return Ok(Json(SuspendedRunList {
+            runs: Vec::new(),
+            total: 0,
+        }));
+    };
+    let summaries = all_runs(&state, filter).await?;
     let total = summaries.len() as u64;
     let start = (page as usize).saturating_mul(per_page as usize);
     let runs = summaries

@@ -1,6 +1,8 @@
 //! `GET /openapi.json` (generated from the handlers by utoipa) and `GET /docs` (a static page
 //! listing the routes of that document; no CDN, no script).
 
+use askloop_core::PendingKind;
+use askloop_core::wire::PendingCall;
 use axum::Json;
 use axum::response::Html;
 use utoipa::OpenApi;
@@ -26,18 +28,18 @@ use crate::error::ErrorBody;
         crate::routes::runs::continue_run,
         crate::routes::runs::respond,
         crate::routes::runs::reattach,
-        crate::routes::runs::inbox_events,
-        crate::chat::post_chat,
-        crate::chat::get_messages,
-        crate::chat::get_stream,
+        crate::routes::inbox::inbox_events,
+        crate::routes::chat::post_chat,
+        crate::routes::chat::get_messages,
+        crate::routes::chat::get_stream,
         healthz,
-        crate::metrics::metrics,
+        crate::routes::metrics::metrics,
     ),
     components(schemas(ErrorBody, api::StreamRequest, api::ResumeRequest, api::ApprovalRequest,
         api::ResponsesRequest, api::CallResponseBody, api::AgentDetails, api::ToolInfo,
-        api::RunList, api::RunSummaryBody, api::PendingCallBody, api::RunDetail, api::FailureBody,
+        api::RunList, api::RunSummaryBody, PendingCall, PendingKind, api::RunDetail, api::FailureBody,
         api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody,
-        crate::chat::ChatRequest, crate::chat::UiMessage, crate::chat::ChatMessages)),
+        crate::routes::chat::ChatRequest, crate::routes::chat::UiMessage, crate::routes::chat::ChatMessages)),
     tags((name = "agents", description = "The reference framework's agent API"),
          (name = "runs", description = "askloop's runs and inbox"),
          (name = "chat", description = "The AI SDK's chat transport (`useChat`, `DefaultChatTransport`)")),

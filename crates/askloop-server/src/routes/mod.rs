@@ -1,87 +1,40 @@
-//! The router: every route and its layers, the extractors that turn their failures into
-//! `ApiError` JSON (never axum's plain-text rejections), and the checks routes share (which run
-//! a caller names and may see, which agent it may use; are ids and sizes acceptable).
+//! The router: every route and its layers. The handlers live here, one file per resource; what
+//! they share (state, extractors, checks, access, the resume tail) lives on the crate's ground
+//! floor and never imports a handler.
+//!
+//! A request: its connection's bounds (`connections.rs`) → Host and Origin (`edge.rs`: 421,
+//! 403; CORS) → the caller (`extract.rs`: `Authorization: Bearer` or `X-Api-Key`; open without
+//! keys) → checks (`checks.rs`, `access.rs`: ids: 400, 256 bytes, tool call ids 4,096; agent
+//! allowed: 403; the run's key: a keyed caller names only runs of its resource, so another
+//! tenant's run is 404 and its thread or run id is simply the caller's own; sizes: 413) → the
+//! agent call that can refuse (`respond(key).stream()`, `continue_stream`, `cancel_run`, a new
+//! run's start): refusals are plain HTTP errors, before any SSE → `hub.spawn(stream)` /
+//! `hub.start(stream)` → the response streams the subscription as `data: <chunk>` frames, then
+//! `data: [DONE]`, and ends (the reference client ends on body close, not on `[DONE]`). The
+//! timeout layer covers non-streaming routes only.
 
 mod agents;
+mod chat;
 mod docs;
+mod inbox;
+mod metrics;
+mod page;
 mod runs;
 
 use std::sync::Arc;
 
-use askloop_core::store::{StoredRun, keys_of_run};
-use askloop_core::{Agent, AgentId, IdProblem, ResourceId, RunId, RunKey, StoreError};
 use axum::Router;
-use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware;
 use axum::routing::{get, post};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::connections::DeadlineBody;
-use crate::error::ApiError;
-use crate::keys::Caller;
-use crate::server::AppState;
-
-pub(crate) use runs::all_runs;
-
-/// Shared state as the handlers see it.
-pub(crate) type State = axum::extract::State<Arc<AppState>>;
-
-/// A JSON body whose rejections are `ApiError`s (400 `bad_request`, 413 `too_large`).
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
-pub(crate) struct Body<T>(pub(crate) T);
-
-/// A query string whose rejections are 400 `bad_request`.
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
-pub(crate) struct Params<T>(pub(crate) T);
-
-/// A path parameter whose rejections are 400 `bad_request`.
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Path), rejection(ApiError))]
-pub(crate) struct PathParam<T>(pub(crate) T);
-
-impl FromRequestParts<Arc<AppState>> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &Arc<AppState>,
-    ) -> Result<Self, Self::Rejection> {
-        if state.keys.is_open() {
-            return Ok(Caller::Open);
-        }
-        // Every secret the request carries (each `Authorization: Bearer` and `X-Api-Key`
-        // header): one, possibly repeated, or the request is refused — two different keys in
-        // one request never resolve to either.
-        let bearers = parts
-            .headers
-            .get_all(header::AUTHORIZATION)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .filter_map(|value| {
-                value
-                    .strip_prefix("Bearer ")
-                    .or_else(|| value.strip_prefix("bearer "))
-            });
-        let api_keys = parts
-            .headers
-            .get_all("x-api-key")
-            .iter()
-            .filter_map(|value| value.to_str().ok());
-        let mut secrets = bearers.chain(api_keys).map(str::trim);
-        let secret = secrets.next().ok_or_else(ApiError::unauthorized)?;
-        if secrets.any(|other| other != secret) {
-            return Err(ApiError::unauthorized());
-        }
-        state.keys.lookup(secret).ok_or_else(ApiError::unauthorized)
-    }
-}
+use crate::body_deadline::DeadlineBody;
+use crate::error::{ApiError, json_errors};
+use crate::state::AppState;
 
 /// Every route, with its layers.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
@@ -106,8 +59,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/runs/{run_id}/continue", post(runs::continue_run))
         .route("/api/runs/{run_id}/responses", post(runs::respond))
         .route("/api/runs/{run_id}/stream", get(runs::reattach))
-        .route("/api/inbox/events", get(runs::inbox_events))
-        .merge(crate::chat::routes());
+        .route("/api/inbox/events", get(inbox::inbox_events))
+        .merge(chat::routes());
     let timed = Router::new()
         .route("/api/agents", get(agents::list_agents))
         .route("/api/agents/{agent_id}", get(agents::get_agent))
@@ -119,10 +72,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/runs/{run_id}", get(runs::get_run))
         .route("/api/runs/{run_id}/cancel", post(runs::cancel_run))
         .route("/healthz", get(docs::healthz))
-        .route("/metrics", get(crate::metrics::metrics))
+        .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(docs::openapi_json))
         .route("/docs", get(docs::docs_page))
-        .merge(crate::page::routes())
+        .merge(page::routes())
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             limits.request_timeout,
@@ -149,191 +102,4 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         }))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
-}
-
-/// Gives every error response without a JSON body of ours (the body-limit layer's 413, the
-/// timeout layer's 408, axum's 405) the `{code, message}` body of its status; a 408 also closes
-/// its connection (the rest of a late body is not waited for).
-async fn json_errors(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    let status = response.status();
-    if status == StatusCode::REQUEST_TIMEOUT {
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    let is_json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
-    if (status.is_client_error() || status.is_server_error()) && !is_json {
-        let mut replaced = ApiError::for_status(status).into_response();
-        for name in [header::ALLOW, header::CONNECTION] {
-            if let Some(value) = response.headers().get(&name) {
-                replaced.headers_mut().insert(name, value.clone());
-            }
-        }
-        return replaced;
-    }
-    response
-}
-
-/// The longest tool call id accepted, bytes: providers make their own ids, some of several
-/// hundred bytes, and every route takes what any provider may send.
-pub(crate) const MAX_TOOL_CALL_ID_BYTES: usize = 4096;
-
-/// Checks an id from a request (run, thread, resource, agent): the core's rule for ids
-/// ([`IdProblem::of`]: not blank, no control characters, at most 256 bytes), or 400 naming the
-/// field. Every route checks every id it is given with this (tool call ids with
-/// [`check_tool_call_id`]), before anything else.
-pub(crate) fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
-    match IdProblem::of(id) {
-        None => Ok(()),
-        Some(problem) => Err(ApiError::bad_request(format!("{field} {problem}"))),
-    }
-}
-
-/// Checks a tool call id from a request, the same way on every route: the core's rule for ids
-/// but up to [`MAX_TOOL_CALL_ID_BYTES`]; one error (400 `bad_request`) otherwise.
-pub(crate) fn check_tool_call_id(id: &str) -> Result<(), ApiError> {
-    match IdProblem::of(id) {
-        None => Ok(()),
-        Some(IdProblem::TooLong { bytes }) if bytes <= MAX_TOOL_CALL_ID_BYTES => Ok(()),
-        Some(IdProblem::TooLong { bytes }) => Err(ApiError::bad_request(format!(
-            "toolCallId is {bytes} bytes; at most {MAX_TOOL_CALL_ID_BYTES} are accepted"
-        ))),
-        Some(problem) => Err(ApiError::bad_request(format!("toolCallId {problem}"))),
-    }
-}
-
-/// Checks a text from a request: at most `max` bytes (413), no NUL (stores reject it).
-pub(crate) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
-    if text.len() > max {
-        return Err(ApiError::too_large(format!(
-            "{field} is {} bytes; at most {max} are accepted",
-            text.len()
-        )));
-    }
-    if text.contains('\0') {
-        return Err(ApiError::bad_request(format!(
-            "{field} must not contain NUL characters"
-        )));
-    }
-    Ok(())
-}
-
-/// Checks an answer: its JSON text at most `answer_bytes` (413), no NUL in it.
-pub(crate) fn check_answer(state: &AppState, answer: &serde_json::Value) -> Result<(), ApiError> {
-    let text = answer.to_string();
-    if text.len() > state.limits.answer_bytes {
-        return Err(ApiError::too_large(format!(
-            "the answer is {} bytes of JSON; at most {} are accepted",
-            text.len(),
-            state.limits.answer_bytes
-        )));
-    }
-    if text.contains("\\u0000") {
-        return Err(ApiError::bad_request(
-            "the answer must not contain NUL characters",
-        ));
-    }
-    Ok(())
-}
-
-/// The resource whose runs and threads a request acts on: the key's for a keyed caller (a
-/// `resourceId` given that differs is 403), else the one given (checked), else none.
-pub(crate) fn resource_of(
-    caller: &Caller,
-    given: Option<&str>,
-) -> Result<Option<ResourceId>, ApiError> {
-    match (caller.resource(), given) {
-        (Some(own), Some(given)) if own.as_str() != given => Err(ApiError::forbidden(
-            "resourceId differs from the API key's resource",
-        )),
-        (Some(own), _) => Ok(Some(own.clone())),
-        (None, Some(given)) => {
-            check_id("resourceId", given)?;
-            Ok(Some(ResourceId::new(given)))
-        }
-        (None, None) => Ok(None),
-    }
-}
-
-/// The exact run a request names by `run_id` (and, on a server without keys, optionally a
-/// `resourceId`): a keyed caller names a run of its own resource (another `resourceId` names
-/// nothing: 404); a caller without key names the run of the resource given, or, without one,
-/// the one run with this id (404 none, 409 `ambiguous_run` when several resources use it,
-/// naming them).
-pub(crate) async fn run_key_for(
-    state: &AppState,
-    caller: &Caller,
-    run_id: &str,
-    resource: Option<&str>,
-) -> Result<RunKey, ApiError> {
-    check_id("runId", run_id)?;
-    let run = RunId::new(run_id);
-    match (caller.resource(), resource) {
-        (Some(own), Some(given)) if own.as_str() != given => Err(ApiError::run_not_found(run_id)),
-        (Some(own), _) => Ok(RunKey::new(Some(own.clone()), run)),
-        (None, Some(given)) => {
-            check_id("resourceId", given)?;
-            Ok(RunKey::new(Some(ResourceId::new(given)), run))
-        }
-        (None, None) => {
-            let mut keys = keys_of_run(state.store.as_ref(), &run).await?;
-            match keys.len() {
-                0 => Err(ApiError::run_not_found(run_id)),
-                1 => Ok(keys.remove(0)),
-                _ => Err(askloop_core::ResumeError::AmbiguousRun {
-                    run_id: run,
-                    resources: keys.into_iter().map(|key| key.resource_id).collect(),
-                }
-                .into()),
-            }
-        }
-    }
-}
-
-/// The agent of new runs under `agent_id`, if the caller may use it (403 otherwise; 404
-/// unknown).
-pub(crate) async fn agent_for_caller(
-    state: &AppState,
-    caller: &Caller,
-    agent_id: &AgentId,
-) -> Result<Agent, ApiError> {
-    check_id("agentId", agent_id.as_str())
-        .map_err(|_| ApiError::agent_not_found(agent_id.as_str()))?;
-    if !caller.may_use(agent_id) {
-        return Err(ApiError::forbidden(format!(
-            "this key may not use agent {:?}",
-            agent_id.as_str()
-        )));
-    }
-    Ok(state.agents.agent(agent_id).await?)
-}
-
-/// The stored run a request names ([`run_key_for`]), if the caller may see it: another
-/// tenant's run is 404, like a missing one (a keyed caller only ever names runs of its own
-/// resource; a key restricted to some agents sees only their runs).
-pub(crate) async fn visible_run(
-    state: &AppState,
-    caller: &Caller,
-    run_id: &str,
-    resource: Option<&str>,
-) -> Result<StoredRun, ApiError> {
-    let key = run_key_for(state, caller, run_id, resource).await?;
-    let stored = match state.store.load_run(&key).await {
-        Ok(stored) => stored,
-        Err(StoreError::NotFound { .. }) => return Err(ApiError::run_not_found(run_id)),
-        Err(error) => return Err(error.into()),
-    };
-    if !caller.may_see(stored.state.resource_id(), stored.state.agent_id()) {
-        return Err(ApiError::run_not_found(run_id));
-    }
-    Ok(stored)
-}
-
-/// The agent that drives a stored run.
-pub(crate) async fn agent_of_run(state: &AppState, stored: &StoredRun) -> Result<Agent, ApiError> {
-    Ok(state.agents.agent_for_run(&stored.state).await?)
 }

@@ -1,59 +1,27 @@
-//! askloop's own routes: the runs and their inbox (`/api/runs…`, `/api/inbox/events`).
+//! askloop's own routes of runs (`/api/runs…`).
 
-use std::convert::Infallible;
-
-use askloop_core::store::{ListedRun, ResourceFilter, RunCursor, RunFilter, RunSummary};
+use askloop_core::store::{ListedRun, RunCursor, RunFilter};
 use askloop_core::{AgentId, RunStatus, ToolCallId};
 use axum::Json;
 use axum::response::Response;
-use axum::response::sse::Event;
-use futures::StreamExt;
 
+use crate::access::{agent_of_run, listing_scope, may_use_agent, visible_run};
 use crate::api::{
     CancelledBody, ResponsesRequest, RunDetail, RunList, RunQuery, RunSummaryBody, RunsQuery,
 };
+use crate::checks::{check_answer, check_id, check_text, check_tool_call_id};
 use crate::error::{ApiError, ErrorBody};
+use crate::extract::{Body, Params, PathParam};
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
 use crate::replay::{self, Follow};
-use crate::routes::agents::resume_refused;
-use crate::routes::{
-    Body, Params, PathParam, State, agent_of_run, check_answer, check_id, check_text,
-    check_tool_call_id, visible_run,
-};
-use crate::server::AppState;
+use crate::resume::{claim, resume_refused, run_response, stream_claim};
 use crate::sse;
+use crate::state::State;
 
 /// Default and largest page of `GET /api/runs`.
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
-/// Most runs a full listing reads (suspended-runs totals).
-const MAX_LISTED: usize = 10_000;
-
-/// Every run matching `filter` (at most 10,000), newest first; unreadable rows are logged and
-/// left out.
-pub(crate) async fn all_runs(
-    state: &AppState,
-    mut filter: RunFilter,
-) -> Result<Vec<RunSummary>, ApiError> {
-    filter.limit = Some(MAX_LIMIT as usize);
-    let mut runs = Vec::new();
-    loop {
-        let page = state.store.list_runs(&filter).await?;
-        for listed in page.runs {
-            match listed {
-                ListedRun::Run(summary) => runs.push(summary),
-                other => {
-                    tracing::warn!(run_id = %other.run_id(), "unreadable run left out of a listing")
-                }
-            }
-        }
-        match page.next_cursor {
-            Some(cursor) if runs.len() < MAX_LISTED => filter.cursor = Some(cursor),
-            _ => return Ok(runs),
-        }
-    }
-}
 
 /// `GET /api/runs`: runs newest first, cursor-paginated; with `status=suspended`, the inbox of
 /// pending questions.
@@ -89,33 +57,19 @@ pub(crate) async fn list_runs(
     if let Some(agent) = &query.agent_id {
         check_id("agentId", agent)?;
         let agent = AgentId::new(agent.as_str());
-        if !caller.may_use(&agent) {
-            return Err(ApiError::forbidden(format!(
-                "this key may not use agent {:?}",
-                agent.as_str()
-            )));
-        }
+        may_use_agent(&caller, &agent)?;
         filter = filter.agent(agent);
     }
     if let Some(thread) = &query.thread_id {
         check_id("threadId", thread)?;
         filter = filter.thread(thread.as_str());
     }
-    match (caller.resource(), &query.resource_id) {
-        (Some(own), Some(given)) if own.as_str() != given => {
-            check_id("resourceId", given)?;
-            return Ok(Json(RunList {
-                runs: Vec::new(),
-                next_cursor: None,
-            }));
-        }
-        (Some(own), _) => filter = filter.resource(own.clone()),
-        (None, Some(given)) => {
-            check_id("resourceId", given)?;
-            filter = filter.resource(given.as_str());
-        }
-        (None, None) => {}
-    }
+    let Some(mut filter) = listing_scope(filter, &caller, query.resource_id.as_deref())? else {
+        return Ok(Json(RunList {
+            runs: Vec::new(),
+            next_cursor: None,
+        }));
+    };
     if let Some(cursor) = &query.cursor {
         let cursor: RunCursor =
             cursor
@@ -183,7 +137,7 @@ pub(crate) async fn cancel_run(
     // it too (its driver, in whatever process, learns from the store).
     askloop_core::cancel_run_in(state.store.as_ref(), stored.state.key(), caller.by())
         .await
-        .map_err(|error| resume_refused(error, &stored, None))?;
+        .map_err(|error| resume_refused(error, &stored))?;
     Ok(Json(CancelledBody {
         run_id,
         status: RunStatus::Cancelled.to_string(),
@@ -211,14 +165,8 @@ pub(crate) async fn continue_run(
     let run = agent
         .continue_stream(stored.state.key())
         .await
-        .map_err(|error| resume_refused(error, &stored, None))?;
-    let agent_id = stored.state.agent_id().clone();
-    Ok(sse::chunks_response(
-        state
-            .hub
-            .spawn(run, &agent_id, StreamKind::Other, Some(stored.state)),
-        state.closing.grace_over(),
-    ))
+        .map_err(|error| resume_refused(error, &stored))?;
+    Ok(run_response(&state, run, stored, StreamKind::Other))
 }
 
 /// `POST /api/runs/{runId}/responses`: answers, approvals and declines of several waiting
@@ -248,12 +196,7 @@ pub(crate) async fn respond(
         return Err(ApiError::bad_request("responses is empty"));
     }
     let agent = agent_of_run(&state, &stored).await?;
-    // The claim names the exact run and starts from the copy just checked: one store read,
-    // not two.
-    let mut respond = agent.respond(stored.state.key()).loaded(stored.clone());
-    if let Some(by) = caller.by() {
-        respond = respond.by(by);
-    }
+    let mut respond = claim(&agent, &stored, &caller);
     for response in request.responses {
         check_tool_call_id(&response.tool_call_id)?;
         let id = ToolCallId::new(response.tool_call_id.as_str());
@@ -276,20 +219,7 @@ pub(crate) async fn respond(
             }
         };
     }
-    let run = respond
-        .stream()
-        .await
-        .map_err(|error| resume_refused(error, &stored, None))?;
-    let agent_id = stored.state.agent_id().clone();
-    Ok(sse::chunks_response(
-        state.hub.spawn(
-            run,
-            &agent_id,
-            StreamKind::Resume(started),
-            Some(stored.state),
-        ),
-        state.closing.grace_over(),
-    ))
+    stream_claim(&state, respond, stored, started).await
 }
 
 /// `GET /api/runs/{runId}/stream`: re-attaches to a run's stream.
@@ -336,55 +266,4 @@ pub(crate) async fn reattach(
         futures::stream::iter(replay::texts(replay::settled_chunks(&stored))),
         state.closing.grace_over(),
     ))
-}
-
-/// `GET /api/inbox/events`: SSE of questions raised and resolved, for the caller's runs, across
-/// every server on the store. A listener that falls more than `inbox::BUFFER` events behind
-/// gets `{"type":"resync"}` and then the questions pending now as `question-raised` events
-/// (never a silent gap).
-#[utoipa::path(get, path = "/api/inbox/events", tag = "runs",
-    responses(
-        (status = 200, description = "SSE: `data: {\"type\":\"question-raised\"|\"question-resolved\", runId, toolCallId, agentId, …}`; first the questions pending now, as raised. A listener that fell behind (more than 1,024 events unread) gets `data: {\"type\":\"resync\"}`: it forgets every question it shows, and the questions pending now follow as raised", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
-        (status = 401, description = "No or bad API key", body = ErrorBody),
-    ))]
-pub(crate) async fn inbox_events(state: State, caller: Caller) -> Result<Response, ApiError> {
-    let mut receiver = state.inbox.subscribe().await;
-    // A keyed caller reads only its resource's questions.
-    let resource = match caller.resource() {
-        Some(resource) => ResourceFilter::Is(resource.clone()),
-        None => ResourceFilter::Any,
-    };
-    let app = state.clone();
-    let events = async_stream::stream! {
-        loop {
-            // The questions pending now, read after the receiver was taken (see
-            // `Inbox::subscribe`).
-            let now = app.inbox.pending_now(resource.clone());
-            futures::pin_mut!(now);
-            while let Some(event) = now.next().await {
-                if caller.may_see(event.resource_id.as_ref(), &event.agent_id) {
-                    yield event.to_json();
-                }
-            }
-            loop {
-                match receiver.recv().await {
-                    Ok(event) => {
-                        if caller.may_see(event.resource_id.as_ref(), &event.agent_id) {
-                            yield event.to_json();
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(skipped)) => {
-                        // Never a silent gap: start again from the questions pending now.
-                        tracing::info!(skipped, "inbox listener lagged; resync");
-                        receiver = app.inbox.resubscribe();
-                        yield crate::inbox::resync_json();
-                        break;
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        }
-    }
-    .map(|event| Ok::<_, Infallible>(Event::default().data(event.to_string())));
-    Ok(sse::events_response(events, state.closing.begun()))
 }

@@ -14,6 +14,7 @@ mod connections;
 mod edge;
 mod inbox;
 mod metrics;
+mod pending_call;
 mod scenarios;
 mod socket;
 mod support;

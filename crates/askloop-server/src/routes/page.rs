@@ -3,6 +3,17 @@
 //! network and `cargo build` needs no npm. Every response carries a strict
 //! Content-Security-Policy: scripts, styles and requests only from this origin, no inline
 //! script, no framing.
+//!
+//! The page (web/src: plain TypeScript on the `ai` package's `AbstractChat` and
+//! `DefaultChatTransport`, bundled by esbuild through web/build.mjs) renders with `textContent`
+//! only, keeps the API key in `sessionStorage`, resumes a running turn after a reload
+//! (`resumeStream()` once the messages are loaded), stops a running turn with Stop (the AI
+//! SDK's `stop()`, then `POST /api/runs/{runId}/cancel` for the run its `start` chunk named: a
+//! mere disconnect never cancels, so a reload can follow the turn again), and follows the inbox
+//! with `fetch` (EventSource cannot send the key). CI rebuilds web/dist and fails if it
+//! differs, then runs tests/web (the protocol test with the `ai` client, Playwright in Debian's
+//! chromium, and a page of another origin calling the server with and without
+//! `--cors-origin`).
 
 use std::sync::Arc;
 
@@ -14,15 +25,15 @@ use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The page's Content-Security-Policy.
 pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-const INDEX_HTML: &str = include_str!("../../../web/dist/index.html");
-const APP_JS: &str = include_str!("../../../web/dist/app.js");
-const APP_CSS: &str = include_str!("../../../web/dist/app.css");
+const INDEX_HTML: &str = include_str!("../../../../web/dist/index.html");
+const APP_JS: &str = include_str!("../../../../web/dist/app.js");
+const APP_CSS: &str = include_str!("../../../../web/dist/app.css");
 
 /// The page's routes: `/`, `/assets/app.js`, `/assets/app.css`.
 pub(crate) fn routes() -> Router<Arc<AppState>> {

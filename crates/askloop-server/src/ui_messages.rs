@@ -1,0 +1,108 @@
+//! A run's stored messages as the AI SDK's UI messages (what the chat's messages route sends):
+//! the person's message, then one assistant message with every step, its results and its
+//! pending calls, so a reloaded page shows them again.
+
+use askloop_core::PendingKind;
+use askloop_core::model::{AssistantPart, Message, ToolResult};
+use askloop_core::store::RunState;
+use askloop_core::wire::PendingCall;
+use serde_json::{Value, json};
+
+use crate::ui_stream::error_text;
+
+/// The UI messages of one run: the person's message, then one assistant message with every
+/// step (a `step-start` part, text, reasoning and tool parts), its results, and its pending
+/// calls.
+pub(crate) fn ui_messages(run: &RunState) -> Vec<Value> {
+    let run_id = run.run_id().as_str();
+    let mut out = Vec::new();
+    let mut parts: Vec<Value> = Vec::new();
+    for message in run.messages() {
+        match message {
+            Message::User { text } => out.push(json!({
+                "id": format!("user-{run_id}"),
+                "role": "user",
+                "parts": [{"type": "text", "text": text}],
+            })),
+            Message::Assistant { parts: assistant } => push_step(&mut parts, assistant),
+            Message::Tool { results } => apply_results(&mut parts, results),
+        }
+    }
+    push_pending(&mut parts, run);
+    if !parts.is_empty() {
+        out.push(json!({
+            "id": format!("msg-{run_id}"),
+            "role": "assistant",
+            "metadata": {
+                "runId": run_id,
+                "threadId": run.thread_id().as_str(),
+                "agentId": run.agent_id().as_str(),
+            },
+            "parts": parts,
+        }));
+    }
+    out
+}
+
+/// The parts of one model step: `step-start`, then its text, reasoning and tool parts (a tool
+/// part `input-available` until its result comes).
+fn push_step(parts: &mut Vec<Value>, assistant: &[AssistantPart]) {
+    parts.push(json!({"type": "step-start"}));
+    for part in assistant {
+        match part {
+            AssistantPart::Text { text } => {
+                parts.push(json!({"type": "text", "text": text, "state": "done"}));
+            }
+            AssistantPart::Reasoning { text, .. } => {
+                parts.push(json!({"type": "reasoning", "text": text, "state": "done"}));
+            }
+            AssistantPart::ToolCall(call) => parts.push(json!({
+                "type": format!("tool-{}", call.name),
+                "toolCallId": call.id.as_str(),
+                "state": "input-available",
+                "input": call.args.to_value(),
+            })),
+            _ => {}
+        }
+    }
+}
+
+/// The tool part of `tool_call_id`, the latest one.
+fn tool_part<'parts>(parts: &'parts mut [Value], tool_call_id: &str) -> Option<&'parts mut Value> {
+    parts
+        .iter_mut()
+        .rev()
+        .find(|part| part.get("toolCallId").and_then(Value::as_str) == Some(tool_call_id))
+}
+
+/// Results into their tool parts: `output-available` with the output, or `output-error`.
+fn apply_results(parts: &mut [Value], results: &[ToolResult]) {
+    for result in results {
+        let Some(part) = tool_part(parts, result.tool_call_id.as_str()) else {
+            continue;
+        };
+        if result.is_error {
+            part["state"] = json!("output-error");
+            part["errorText"] = json!(error_text(&result.result));
+        } else {
+            part["state"] = json!("output-available");
+            part["output"] = result.result.clone();
+        }
+    }
+}
+
+/// The run's pending calls: an approval's tool part `approval-requested`, and per call a
+/// `data-askloop-question` part whose `data` is the [`PendingCall`].
+fn push_pending(parts: &mut Vec<Value>, run: &RunState) {
+    for pending in run.pending_tool_calls() {
+        let id = pending.tool_call_id.as_str();
+        if pending.kind == PendingKind::Approval
+            && let Some(part) = tool_part(parts, id)
+        {
+            part["state"] = json!("approval-requested");
+            part["approval"] = json!({"id": id});
+        }
+        let question = PendingCall::of(run.run_id(), &pending);
+        parts.push(json!({"type": "data-askloop-question", "id": id, "data": question}));
+    }
+}
