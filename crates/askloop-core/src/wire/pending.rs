@@ -57,6 +57,14 @@ use crate::wire::field::field_to_json;
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(description = "A call that waits for a person (a question or an \
+    approval), the same object everywhere askloop's API shows one: `pendingToolCalls[]` of the runs \
+    routes, the inbox's `question-raised` events, the `data` of the `/chat` stream's \
+    `data-askloop-question` part. `resumeSchema`, `form` and `expiresAt` are absent when the call has \
+    none (docs/wire-format.md, \"Pending calls\").")
+)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct PendingCall {
@@ -81,9 +89,9 @@ pub struct PendingCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub resume_schema: Option<Value>,
-    /// The resume schema read as a form field ([`Field::from_schema`], as JSON by
-    /// [`crate::wire::field_to_json`]): what a front end renders the answer form from. Absent
-    /// without a resume schema.
+    /// The resume schema read as a form field, as `askloop_core::wire::field_to_json` writes it
+    /// (`{kind, title, description, hint, …}`): what a front end renders the answer form from.
+    /// Absent without a resume schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub form: Option<Value>,

@@ -217,6 +217,15 @@ async fn issue32_a_pending_call_is_one_shape_everywhere(backend: Backend) {
     let mut documented: Vec<&str> = properties.keys().map(String::as_str).collect();
     documented.sort_unstable();
     assert_eq!(documented, keys);
+    let description = schemas["PendingCall"]["description"].as_str().unwrap();
+    assert!(
+        description.contains("data-askloop-question"),
+        "{description}"
+    );
+    assert!(
+        !description.contains("```"),
+        "no Rust example in the document: {description}"
+    );
     assert_eq!(
         schemas["RunSummaryBody"]["properties"]["pendingToolCalls"]["items"]["$ref"],
         "#/components/schemas/PendingCall"
