@@ -237,17 +237,7 @@ impl McpServer {
         answered: Vec<Answered>,
         can_ask: bool,
     ) -> Result<CallOutcome, McpError> {
-        let arguments: Map<String, Value> = match arguments {
-            Value::Object(map) => map,
-            Value::Null => Map::new(),
-            other => {
-                return Err(McpError::ArgumentsNotObject {
-                    server: self.inner.name.clone(),
-                    tool: tool.to_owned(),
-                    got: json_type(&other),
-                });
-            }
-        };
+        let arguments = self.arguments_object(tool, arguments)?;
         let _gate = self.inner.call_gate.lock().await;
         let peer = self.peer().await?;
         let mut params = CallToolRequestParams::new(tool.to_owned());
@@ -294,6 +284,39 @@ impl McpServer {
         }
         abandoned.notify_one();
         drop(slot);
+        self.call_result(tool, result).map(CallOutcome::Complete)
+    }
+
+    /// The arguments of a call to `tool` as a JSON object (`null` is an empty one).
+    ///
+    /// # Errors
+    /// [`McpError::ArgumentsNotObject`].
+    fn arguments_object(
+        &self,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Map<String, Value>, McpError> {
+        match arguments {
+            Value::Object(map) => Ok(map),
+            Value::Null => Ok(Map::new()),
+            other => Err(McpError::ArgumentsNotObject {
+                server: self.inner.name.clone(),
+                tool: tool.to_owned(),
+                got: json_type(&other),
+            }),
+        }
+    }
+
+    /// The server's answer to a `tools/call` of `tool`, read: an unknown tool (as a JSON-RPC
+    /// error or as the TypeScript SDK's error result) is [`McpError::ToolNotFound`].
+    ///
+    /// # Errors
+    /// [`McpError::ToolNotFound`]; [`McpError::TransportClosed`], [`McpError::Call`].
+    fn call_result(
+        &self,
+        tool: &str,
+        result: Result<CallToolResult, ServiceError>,
+    ) -> Result<CallToolResult, McpError> {
         let result = result.map_err(|source| {
             if let ServiceError::McpError(data) = &source
                 && data.code == rmcp::model::ErrorCode::INVALID_PARAMS
@@ -321,7 +344,7 @@ impl McpServer {
                 tool: tool.to_owned(),
             });
         }
-        Ok(CallOutcome::Complete(result))
+        Ok(result)
     }
 
     /// Ends the connection, if one is open, and waits for a stdio server's processes to exit

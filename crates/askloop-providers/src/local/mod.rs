@@ -49,6 +49,7 @@
 //! # Ok(()) }
 //! ```
 
+mod decode;
 mod error;
 mod fetch;
 mod files;
