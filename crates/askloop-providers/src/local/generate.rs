@@ -16,7 +16,7 @@ use llguidance::{Matcher, ParserFactory};
 use crate::local::decode::{Decoder, EventSink};
 use crate::local::error::LocalModelError;
 use crate::local::grammar::{self, DecodingPlan};
-use crate::local::llama::KvCache;
+use crate::local::kv_cache::KvCache;
 use crate::local::network::Network;
 use crate::local::prompt_cache::PromptCache;
 use crate::local::sampler::Sampler;
