@@ -1,11 +1,12 @@
-//! One model call: prompt in, [`ModelEvent`]s out, on a blocking thread.
+//! One model call: prompt in, [`askloop_core::model::ModelEvent`]s out, on a blocking thread.
 //!
 //! The prompt's tokens go through the model in one batch, reusing the KV cache of the longest
 //! prefix it shares with the previous call (the steps of one run share all but their tail).
 //! Then tokens are sampled one by one under the step's [`DecodingPlan`]: text tokens are sent as
-//! [`askloop_core::model::ModelEvent::TextDelta`] as they come; a tool call is collected and sent whole when its
-//! grammar completes. Runs of tokens the grammar forces (`{"name": "ask_user", "arguments": `)
-//! are appended in one batch without sampling.
+//! [`ModelEvent::TextDelta`](askloop_core::model::ModelEvent::TextDelta) as they come; a tool
+//! call is collected and sent whole when its grammar completes ([`crate::local::decode`]). Runs
+//! of tokens the grammar forces (`{"name": "ask_user", "arguments": `) are appended in one batch
+//! without sampling.
 
 use std::sync::{Mutex, PoisonError};
 
