@@ -237,17 +237,12 @@ impl McpServer {
         answered: Vec<Answered>,
         can_ask: bool,
     ) -> Result<CallOutcome, McpError> {
-        let arguments: Map<String, Value> = match arguments {
-            Value::Object(map) => map,
-            Value::Null => Map::new(),
-            other => {
-                return Err(McpError::ArgumentsNotObject {
-                    server: self.inner.name.clone(),
-                    tool: tool.to_owned(),
-                    got: json_type(&other),
-                });
-            }
-        };
+        let arguments =
+            arguments_object(arguments).map_err(|other| McpError::ArgumentsNotObject {
+                server: self.inner.name.clone(),
+                tool: tool.to_owned(),
+                got: json_type(&other),
+            })?;
         let _gate = self.inner.call_gate.lock().await;
         let peer = self.peer().await?;
         let mut params = CallToolRequestParams::new(tool.to_owned());
@@ -294,34 +289,29 @@ impl McpServer {
         }
         abandoned.notify_one();
         drop(slot);
-        let result = result.map_err(|source| {
-            if let ServiceError::McpError(data) = &source
-                && data.code == rmcp::model::ErrorCode::INVALID_PARAMS
-                && data.message.contains("not found")
-            {
-                return McpError::ToolNotFound {
-                    server: self.inner.name.clone(),
-                    tool: tool.to_owned(),
-                };
-            }
-            self.request_error(&format!("tools/call {tool}"), source)
-        })?;
-        // The TypeScript SDK answers an unknown tool with an error *result* whose text is the
-        // JSON-RPC error it used to send ("MCP error -32602: Tool NAME not found").
-        let unknown = format!("Tool {tool} not found");
-        if result.is_error == Some(true)
-            && result
-                .content
-                .iter()
-                .filter_map(|content| content.as_text())
-                .any(|text| text.text.contains("-32602") && text.text.contains(&unknown))
-        {
+        let result = result.map_err(|source| self.call_error(tool, source))?;
+        if is_unknown_tool_result(tool, &result) {
             return Err(McpError::ToolNotFound {
                 server: self.inner.name.clone(),
                 tool: tool.to_owned(),
             });
         }
         Ok(CallOutcome::Complete(result))
+    }
+
+    /// The error for a `tools/call` of `tool` that failed: an unknown tool (a JSON-RPC
+    /// "invalid params" error saying so) is [`McpError::ToolNotFound`].
+    fn call_error(&self, tool: &str, source: ServiceError) -> McpError {
+        if let ServiceError::McpError(data) = &source
+            && data.code == rmcp::model::ErrorCode::INVALID_PARAMS
+            && data.message.contains("not found")
+        {
+            return McpError::ToolNotFound {
+                server: self.inner.name.clone(),
+                tool: tool.to_owned(),
+            };
+        }
+        self.request_error(&format!("tools/call {tool}"), source)
     }
 
     /// Ends the connection, if one is open, and waits for a stdio server's processes to exit
@@ -545,6 +535,28 @@ async fn read_stderr(
             }
         }
     }
+}
+
+/// The arguments of a call as a JSON object (`null` is an empty one); another value back as
+/// the error.
+fn arguments_object(arguments: Value) -> Result<Map<String, Value>, Value> {
+    match arguments {
+        Value::Object(map) => Ok(map),
+        Value::Null => Ok(Map::new()),
+        other => Err(other),
+    }
+}
+
+/// Whether `result` is the TypeScript SDK's answer to an unknown tool: an error *result* whose
+/// text is the JSON-RPC error it used to send ("MCP error -32602: Tool NAME not found").
+fn is_unknown_tool_result(tool: &str, result: &CallToolResult) -> bool {
+    let unknown = format!("Tool {tool} not found");
+    result.is_error == Some(true)
+        && result
+            .content
+            .iter()
+            .filter_map(|content| content.as_text())
+            .any(|text| text.text.contains("-32602") && text.text.contains(&unknown))
 }
 
 fn json_type(value: &Value) -> &'static str {

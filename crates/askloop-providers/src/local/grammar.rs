@@ -98,6 +98,22 @@ fn bound(schema: &mut Value, string_length: u64) {
     let Value::Object(object) = schema else {
         return;
     };
+    bound_values(object, string_length);
+    bound_properties(object);
+    if has_type(object, "object") || object.contains_key("properties") {
+        match object.get("additionalProperties") {
+            Some(Value::Object(_)) if !object.contains_key("properties") => {}
+            _ => {
+                object.insert("additionalProperties".to_owned(), Value::Bool(false));
+            }
+        }
+    }
+    bound_children(object, string_length);
+}
+
+/// Bounds a string schema (at most `string_length` characters, never blank or padded) and an
+/// array schema (at most [`MAX_ARRAY_ITEMS`] items).
+fn bound_values(object: &mut Map<String, Value>, string_length: u64) {
     let constant = object.contains_key("enum") || object.contains_key("const");
     if has_type(object, "string") && !constant {
         cap(object, "maxLength", string_length);
@@ -110,6 +126,11 @@ fn bound(schema: &mut Value, string_length: u64) {
     if has_type(object, "array") || object.contains_key("items") {
         cap(object, "maxItems", MAX_ARRAY_ITEMS);
     }
+}
+
+/// Makes an object schema's required strings non-empty and its optional lists, when given,
+/// non-empty.
+fn bound_properties(object: &mut Map<String, Value>) {
     // A required string is never empty: schema-valid, and what every tool means by it.
     let required: Vec<String> = object
         .get("required")
@@ -122,34 +143,32 @@ fn bound(schema: &mut Value, string_length: u64) {
                 .collect()
         })
         .unwrap_or_default();
-    if let Some(Value::Object(properties)) = object.get_mut("properties") {
-        for name in &required {
-            if let Some(Value::Object(property)) = properties.get_mut(name) {
-                let free = !property.contains_key("enum") && !property.contains_key("const");
-                if has_type(property, "string") && free && !property.contains_key("minLength") {
-                    property.insert("minLength".to_owned(), json!(1));
-                }
-            }
-        }
-        // An optional list, when given, has something in it (`options: []` says nothing).
-        for (name, property) in properties.iter_mut() {
-            if let Value::Object(property) = property
-                && !required.contains(name)
-                && (has_type(property, "array") || property.contains_key("items"))
-                && !property.contains_key("minItems")
-            {
-                property.insert("minItems".to_owned(), json!(1));
+    let Some(Value::Object(properties)) = object.get_mut("properties") else {
+        return;
+    };
+    for name in &required {
+        if let Some(Value::Object(property)) = properties.get_mut(name) {
+            let free = !property.contains_key("enum") && !property.contains_key("const");
+            if has_type(property, "string") && free && !property.contains_key("minLength") {
+                property.insert("minLength".to_owned(), json!(1));
             }
         }
     }
-    if has_type(object, "object") || object.contains_key("properties") {
-        match object.get("additionalProperties") {
-            Some(Value::Object(_)) if !object.contains_key("properties") => {}
-            _ => {
-                object.insert("additionalProperties".to_owned(), Value::Bool(false));
-            }
+    // An optional list, when given, has something in it (`options: []` says nothing).
+    for (name, property) in properties.iter_mut() {
+        if let Value::Object(property) = property
+            && !required.contains(name)
+            && (has_type(property, "array") || property.contains_key("items"))
+            && !property.contains_key("minItems")
+        {
+            property.insert("minItems".to_owned(), json!(1));
         }
     }
+}
+
+/// Applies the bounds to every schema inside `object`: nested strings (in definitions, array
+/// items) get at most [`MAX_NESTED_STRING_LENGTH`] characters, the others `string_length`.
+fn bound_children(object: &mut Map<String, Value>, string_length: u64) {
     // Definitions are mostly reached through arrays (schemars puts item types there).
     for (key, length) in [
         ("properties", string_length),

@@ -9,8 +9,10 @@
 //! per machine and data folder, under a lock file. Any `llama` or `qwen2` GGUF file with a
 //! byte-level BPE (`gpt2`) tokenizer runs too (`--model local:PATH`).
 //!
-//! - **Forward pass**: by architecture: `qwen2` on candle-transformers' quantized layers (the
-//!   token embedding kept quantized), `llama` on askloop's own pass tuned for the 135M model.
+//! - **Forward pass**: one set of layers for both architectures (embedding, RMS norms, rotary
+//!   embeddings, grouped-query attention, gated MLP); each brings its own projections: `qwen2`
+//!   candle-transformers' quantized ones with biases (the token embedding kept quantized),
+//!   `llama` fused ones tuned for the 135M model.
 //! - **Tokenizer**: built from the file's own vocabulary and merges ([`LocalTokenizer`]), with
 //!   the pre-tokenizer the file names ([`PreTokenizer`]); it matches reference tokenizers' ids.
 //! - **Prompt**: Qwen2.5's own chat template with tools for `qwen2`; ChatML with a short tool
@@ -49,11 +51,14 @@
 //! # Ok(()) }
 //! ```
 
+mod config;
+mod decode;
 mod error;
 mod fetch;
 mod files;
 mod generate;
 mod grammar;
+mod kv_cache;
 mod llama;
 mod model;
 mod network;
@@ -63,6 +68,7 @@ mod qwen2;
 mod sampler;
 mod template;
 mod tokenizer;
+mod transformer;
 mod weights;
 
 use std::path::{Path, PathBuf};

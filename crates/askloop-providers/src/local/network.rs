@@ -5,16 +5,19 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file;
 
+use crate::local::config::LlamaConfig;
 use crate::local::error::LocalModelError;
-use crate::local::llama::{KvCache, LlamaConfig, LlamaModel};
+use crate::local::kv_cache::KvCache;
+use crate::local::llama::LlamaModel;
 use crate::local::qwen2::Qwen2Model;
 use crate::local::template::ChatFormat;
 
 /// A loaded model's weights, by architecture (`general.architecture`).
 pub(crate) enum Network {
-    /// `llama` (SmolLM2): askloop's own forward pass, tuned for a 135M model.
+    /// `llama` (SmolLM2): fused projections with dense copies for prompts, tuned for a 135M
+    /// model.
     Llama(LlamaModel),
-    /// `qwen2` (Qwen2.5): candle-transformers' layers, every matrix quantized.
+    /// `qwen2` (Qwen2.5): candle-transformers' projections with biases, every matrix quantized.
     Qwen2(Qwen2Model),
 }
 

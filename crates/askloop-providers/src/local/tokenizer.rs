@@ -119,6 +119,145 @@ fn string_array(
         .collect()
 }
 
+/// The pre-tokenizer of a GGUF file of the `gpt2` tokenizer family.
+///
+/// # Errors
+/// [`LocalModelError::UnsupportedArchitecture`] for another tokenizer model or an unknown
+/// pre-tokenizer.
+fn file_pre_tokenizer(
+    path: &Path,
+    content: &gguf_file::Content,
+) -> Result<PreTokenizer, LocalModelError> {
+    let model = content
+        .metadata
+        .get("tokenizer.ggml.model")
+        .and_then(|value| value.to_string().ok())
+        .cloned()
+        .unwrap_or_default();
+    if model != "gpt2" {
+        return Err(LocalModelError::UnsupportedArchitecture {
+            path: path.to_path_buf(),
+            architecture: format!("tokenizer {model}"),
+        });
+    }
+    let pre_name = content
+        .metadata
+        .get("tokenizer.ggml.pre")
+        .and_then(|value| value.to_string().ok())
+        .cloned();
+    PreTokenizer::from_gguf_name(pre_name.as_deref()).ok_or_else(|| {
+        LocalModelError::UnsupportedArchitecture {
+            path: path.to_path_buf(),
+            architecture: format!(
+                "pre-tokenizer {} (known: smollm, qwen2)",
+                pre_name.as_deref().unwrap_or_default()
+            ),
+        }
+    })
+}
+
+/// Each token's GGUF type (`tokenizer.ggml.token_type`); normal (1) when the file gives none.
+fn token_types(content: &gguf_file::Content, count: usize) -> Vec<i32> {
+    content
+        .metadata
+        .get("tokenizer.ggml.token_type")
+        .and_then(|value| value.to_vec().ok())
+        .map(|values| {
+            values
+                .iter()
+                .map(|value| value.to_i32().unwrap_or(1))
+                .collect()
+        })
+        .unwrap_or_else(|| vec![1; count])
+}
+
+/// The merges (`"A B"` each) as pairs.
+///
+/// # Errors
+/// [`LocalModelError::MissingMetadata`] for a merge that is not two tokens.
+fn merge_pairs(path: &Path, merges: &[String]) -> Result<Vec<(String, String)>, LocalModelError> {
+    merges
+        .iter()
+        .map(|merge| {
+            merge
+                .split_once(' ')
+                .map(|(left, right)| (left.to_owned(), right.to_owned()))
+                .ok_or_else(|| LocalModelError::MissingMetadata {
+                    path: path.to_path_buf(),
+                    key: format!("tokenizer.ggml.merges (entry {merge:?} is not \"A B\")"),
+                })
+        })
+        .collect()
+}
+
+/// The byte-level BPE model of `tokens` and `merges` with the pre-tokenizer `pre` and the
+/// byte-level decoder; added tokens come later.
+fn bpe_tokenizer(
+    tokens: &[String],
+    merges: Vec<(String, String)>,
+    pre: PreTokenizer,
+) -> Result<Tokenizer, tokenizers::Error> {
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(id, token)| (token.clone(), id as u32))
+        .collect();
+    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build()?;
+    let mut inner = Tokenizer::new(bpe);
+    match pre {
+        PreTokenizer::SmolLm => {
+            inner.with_pre_tokenizer(Some(Sequence::new(vec![
+                Digits::new(true).into(),
+                ByteLevel::new(false, true, true).into(),
+            ])));
+        }
+        PreTokenizer::Qwen2 => {
+            let split = Split::new(
+                SplitPattern::Regex(QWEN2_PATTERN.to_owned()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )?;
+            inner.with_pre_tokenizer(Some(Sequence::new(vec![
+                split.into(),
+                ByteLevel::new(false, false, false).into(),
+            ])));
+        }
+    }
+    inner.with_decoder(Some(ByteLevelDecoder::default()));
+    Ok(inner)
+}
+
+/// The bytes each token stands for: an added token's are its name, a byte-level token's the
+/// bytes its characters map back to.
+fn tokens_as_bytes(tokens: &[String], added: &[bool]) -> Vec<Vec<u8>> {
+    let table = byte_to_char_table();
+    let mut char_to_byte = std::collections::HashMap::new();
+    for (byte, character) in table.iter().enumerate() {
+        char_to_byte.insert(*character, byte as u8);
+    }
+    tokens
+        .iter()
+        .zip(added)
+        .map(|(token, added)| {
+            if *added {
+                token.as_bytes().to_vec()
+            } else {
+                token
+                    .chars()
+                    .map(|character| {
+                        // A character outside the byte map (not expected) stands for itself.
+                        char_to_byte
+                            .get(&character)
+                            .copied()
+                            .map_or_else(|| character.to_string().into_bytes(), |byte| vec![byte])
+                    })
+                    .collect::<Vec<_>>()
+                    .concat()
+            }
+        })
+        .collect()
+}
+
 impl LocalTokenizer {
     /// Builds the tokenizer from a GGUF file's metadata.
     ///
@@ -126,92 +265,16 @@ impl LocalTokenizer {
     /// [`LocalModelError::UnsupportedArchitecture`] for a tokenizer model other than `gpt2`;
     /// [`LocalModelError::MissingMetadata`]; [`LocalModelError::Tokenizer`].
     pub fn from_gguf(path: &Path, content: &gguf_file::Content) -> Result<Self, LocalModelError> {
-        let model = content
-            .metadata
-            .get("tokenizer.ggml.model")
-            .and_then(|value| value.to_string().ok())
-            .cloned()
-            .unwrap_or_default();
-        if model != "gpt2" {
-            return Err(LocalModelError::UnsupportedArchitecture {
-                path: path.to_path_buf(),
-                architecture: format!("tokenizer {model}"),
-            });
-        }
-        let pre_name = content
-            .metadata
-            .get("tokenizer.ggml.pre")
-            .and_then(|value| value.to_string().ok())
-            .cloned();
-        let pre = PreTokenizer::from_gguf_name(pre_name.as_deref()).ok_or_else(|| {
-            LocalModelError::UnsupportedArchitecture {
-                path: path.to_path_buf(),
-                architecture: format!(
-                    "pre-tokenizer {} (known: smollm, qwen2)",
-                    pre_name.as_deref().unwrap_or_default()
-                ),
-            }
-        })?;
+        let pre = file_pre_tokenizer(path, content)?;
         let tokens = string_array(path, content, "tokenizer.ggml.tokens")?;
         let merges = string_array(path, content, "tokenizer.ggml.merges")?;
-        let types: Vec<i32> = content
-            .metadata
-            .get("tokenizer.ggml.token_type")
-            .and_then(|value| value.to_vec().ok())
-            .map(|values| {
-                values
-                    .iter()
-                    .map(|value| value.to_i32().unwrap_or(1))
-                    .collect()
-            })
-            .unwrap_or_else(|| vec![1; tokens.len()]);
-        let merges = merges
-            .iter()
-            .map(|merge| {
-                merge
-                    .split_once(' ')
-                    .map(|(left, right)| (left.to_owned(), right.to_owned()))
-                    .ok_or_else(|| LocalModelError::MissingMetadata {
-                        path: path.to_path_buf(),
-                        key: format!("tokenizer.ggml.merges (entry {merge:?} is not \"A B\")"),
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let types = token_types(content, tokens.len());
+        let merges = merge_pairs(path, &merges)?;
         let tokenizer_error = |source: tokenizers::Error| LocalModelError::Tokenizer {
             path: path.to_path_buf(),
             source,
         };
-        let vocab: tokenizers::models::bpe::Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, token)| (token.clone(), id as u32))
-            .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(tokenizer_error)?;
-        let mut inner = Tokenizer::new(bpe);
-        match pre {
-            PreTokenizer::SmolLm => {
-                inner.with_pre_tokenizer(Some(Sequence::new(vec![
-                    Digits::new(true).into(),
-                    ByteLevel::new(false, true, true).into(),
-                ])));
-            }
-            PreTokenizer::Qwen2 => {
-                let split = Split::new(
-                    SplitPattern::Regex(QWEN2_PATTERN.to_owned()),
-                    SplitDelimiterBehavior::Isolated,
-                    false,
-                )
-                .map_err(tokenizer_error)?;
-                inner.with_pre_tokenizer(Some(Sequence::new(vec![
-                    split.into(),
-                    ByteLevel::new(false, false, false).into(),
-                ])));
-            }
-        }
-        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let mut inner = bpe_tokenizer(&tokens, merges, pre).map_err(tokenizer_error)?;
         let special: Vec<bool> = (0..tokens.len())
             .map(|id| types.get(id) == Some(&CONTROL_TOKEN))
             .collect();
@@ -233,33 +296,7 @@ impl LocalTokenizer {
         inner
             .add_tokens(added_tokens(false))
             .map_err(tokenizer_error)?;
-
-        let table = byte_to_char_table();
-        let mut char_to_byte = std::collections::HashMap::new();
-        for (byte, character) in table.iter().enumerate() {
-            char_to_byte.insert(*character, byte as u8);
-        }
-        let token_bytes = tokens
-            .iter()
-            .zip(&added)
-            .map(|(token, added)| {
-                if *added {
-                    token.as_bytes().to_vec()
-                } else {
-                    token
-                        .chars()
-                        .map(|character| {
-                            // A character outside the byte map (not expected) stands for itself.
-                            char_to_byte.get(&character).copied().map_or_else(
-                                || character.to_string().into_bytes(),
-                                |byte| vec![byte],
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .concat()
-                }
-            })
-            .collect();
+        let token_bytes = tokens_as_bytes(&tokens, &added);
         let end_of_turn = inner
             .token_to_id("<|im_end|>")
             .or_else(|| {
