@@ -95,12 +95,12 @@ pub use ids::{
     AgentId, IdKind, IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES, ResourceId, RunId, RunKey,
     RunRef, ThreadId, ThreadKey, ToolCallId,
 };
+pub use message::{AuditAction, AuditRecord};
 pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
 pub use response::CallResponse;
 pub use run::{
-    AuditAction, AuditRecord, PendingKind, PendingToolCall, RunFailure, RunStatus,
-    UnknownRunStatus, approval_schema,
+    PendingKind, PendingToolCall, RunFailure, RunStatus, UnknownRunStatus, approval_schema,
 };
 pub use run_loop::ExpiredRun;
 pub use store::{RunStore, StoreError};
