@@ -67,12 +67,17 @@ fn root_types_are_named() {
     let _ = named::<askloop::UnknownRunStatus>();
 }
 
-#[test]
-fn root_functions_are_named() {
-    let _ = askloop::expired_runs;
-    let _ = askloop::cancel_run_in::<askloop::RunId>;
-    let _: u64 = askloop::time::lease_now_ms();
-    let _: String = askloop::time::rfc3339(0);
+/// Names the root's functions and the clock a sweep reads: compiles only if the paths resolve.
+#[allow(dead_code)]
+async fn sweep(
+    store: &dyn askloop::RunStore,
+    run: askloop::RunId,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let now: u64 = askloop::time::lease_now_ms();
+    let _: Vec<askloop::ExpiredRun> = askloop::expired_runs(store, now).await?;
+    let _: String = askloop::time::rfc3339(now);
+    askloop::cancel_run_in(store, run, None).await?;
+    Ok(())
 }
 
 #[test]

@@ -330,7 +330,7 @@ fn apply(
                 status: state.status,
             });
         };
-        let action = resolve(agent, run_id, slot, resolution)?;
+        let action = resolve_call(agent, run_id, slot, resolution)?;
         if matches!(slot.state, CallState::Completed { .. }) {
             resolved.push(index);
         }
@@ -345,7 +345,7 @@ fn apply(
 /// (`resuming`), an approval starts it (`running`), a decline or an expiry completes it with an
 /// error result. Returns what the audit records; refuses a response past the call's deadline
 /// and one that does not fit what the call waits for.
-fn resolve(
+fn resolve_call(
     agent: &AgentDefinition,
     run_id: &RunId,
     slot: &mut CallSlot,
