@@ -1,4 +1,4 @@
-//! Time in one place: the wall clock ([`now_ms`]), the clock leases and deadlines are read
+//! Time in one place: the wall clock, the clock leases and deadlines are read
 //! against ([`lease_now_ms`]), and timestamps as people and clients read them ([`rfc3339`]).
 
 use std::sync::OnceLock;

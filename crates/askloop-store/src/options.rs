@@ -46,7 +46,7 @@ impl Synchronous {
 /// How to open a store: build one with [`OpenOptions::new`] (or `default()`) and its setters.
 ///
 /// The defaults open for reading and writing and create the file (and its folder) when
-/// missing. How durable commits are is part of the [`StoreUrl`].
+/// missing. How durable commits are is part of the [`StoreUrl`](crate::StoreUrl).
 ///
 /// # Example
 /// ```
@@ -82,7 +82,7 @@ impl OpenOptions {
 
     /// Open for reading only (default false): nothing is created, migrated or written, and a
     /// database in a read-only file or folder can still be read. A missing database is then
-    /// [`OpenError::NotFound`], whatever [`OpenOptions::create_if_missing()`] says.
+    /// [`OpenError::NotFound`](crate::OpenError::NotFound), whatever [`OpenOptions::create_if_missing()`] says.
     #[must_use]
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
@@ -90,7 +90,7 @@ impl OpenOptions {
     }
 
     /// Create the database (and its folder) when it does not exist (default true); when false,
-    /// a missing database is [`OpenError::NotFound`].
+    /// a missing database is [`OpenError::NotFound`](crate::OpenError::NotFound).
     #[must_use]
     pub fn create_if_missing(mut self, create: bool) -> Self {
         self.create_if_missing = create;
