@@ -84,26 +84,8 @@ impl FromStr for StoreUrl {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return parse_postgres(url);
         }
-        let rest = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .ok_or_else(invalid)?;
-        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        if path.is_empty() {
-            return Err(invalid());
-        }
-        let mut synchronous = Synchronous::Full;
-        for parameter in query.split('&').filter(|parameter| !parameter.is_empty()) {
-            synchronous = match parameter {
-                "synchronous=full" => Synchronous::Full,
-                "synchronous=normal" => Synchronous::Normal,
-                _ => return Err(invalid()),
-            };
-        }
-        Ok(Self::Sqlite {
-            path: PathBuf::from(path),
-            synchronous,
-        })
+        let (path, synchronous) = crate::sqlite::url::parse(url).ok_or_else(invalid)?;
+        Ok(Self::Sqlite { path, synchronous })
     }
 }
 
@@ -111,14 +93,9 @@ impl std::fmt::Display for StoreUrl {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Memory => formatter.write_str("memory"),
-            Self::Sqlite {
-                path,
-                synchronous: Synchronous::Full,
-            } => write!(formatter, "sqlite://{}", path.display()),
-            Self::Sqlite {
-                path,
-                synchronous: Synchronous::Normal,
-            } => write!(formatter, "sqlite://{}?synchronous=normal", path.display()),
+            Self::Sqlite { path, synchronous } => {
+                formatter.write_str(&crate::sqlite::url::shown(path, *synchronous))
+            }
             #[cfg(feature = "postgres")]
             Self::Postgres { url, synchronous } => match synchronous {
                 Synchronous::Full => write!(formatter, "{url}"),

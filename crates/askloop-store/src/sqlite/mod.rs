@@ -9,10 +9,11 @@
 //! - `read.rs` — the read pool and every query;
 //! - `columns.rs` — a run's row, encoded on the caller's thread, and summaries from columns;
 //! - `store.rs` — the [`RunStore`](askloop_core::RunStore) implementation;
-//! - `error.rs` — SQLite's errors mapped to store errors.
+//! - `error.rs` — SQLite's errors mapped to store errors;
+//! - `url.rs` — `sqlite://` store URLs.
 //!
 //! The PostgreSQL store (`postgres/`) has the same file for the same concern: `store.rs`,
-//! `error.rs`, `schema.rs`.
+//! `error.rs`, `schema.rs`, `url.rs`.
 
 mod checkpoint;
 mod columns;
@@ -20,6 +21,7 @@ mod error;
 mod read;
 mod schema;
 mod store;
+pub(crate) mod url;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -105,10 +107,7 @@ impl SqliteStore {
     ) -> Result<Self, OpenError> {
         let path = path.to_path_buf();
         let options = *options;
-        let url = match synchronous {
-            Synchronous::Full => format!("sqlite://{}", path.display()),
-            Synchronous::Normal => format!("sqlite://{}?synchronous=normal", path.display()),
-        };
+        let url = crate::sqlite::url::shown(&path, synchronous);
         if path.is_dir() {
             return Err(OpenError::IsDirectory {
                 path: path.display().to_string(),
