@@ -71,8 +71,7 @@ impl AskUser {
             _ => None,
         };
         let timeout = asked.or(self.timeout)?;
-        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        Some(crate::run_loop::clock::lease_now_ms().saturating_add(millis))
+        Some(crate::time::lease_now_ms().saturating_add(crate::time::millis(timeout)))
     }
 }
 
@@ -406,7 +405,7 @@ impl Tool for AskUser {
     }
 
     fn input_schema(&self) -> Value {
-        let mut schema = crate::tool::schema_of::<AskUserArgs>();
+        let mut schema = crate::schema::schema_of::<AskUserArgs>();
         if self.model_timeout.is_none()
             && let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut)
         {

@@ -8,8 +8,8 @@ use crate::ids::{AgentId, LeaseHolder};
 use crate::message::{AssistantPart, Message};
 use crate::model::{LanguageModel, ModelSettings, ToolDefinition};
 use crate::run::{RunState, RunStatus};
-use crate::run_loop::clock::{lease_now_ms, millis};
 use crate::store::{Lease, RunStore};
+use crate::time::{lease_now_ms, millis};
 use crate::tool::RegisteredTool;
 
 /// An agent as the loop sees it. Built once by `AgentBuilder::build`, never changed after.

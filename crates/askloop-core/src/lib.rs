@@ -19,7 +19,8 @@
 //! `test-support`), [`schema`] (JSON Schema checks that report every problem), [`form`] (what a
 //! resume schema asks a person for) and [`answer`] (typed text to a JSON answer, the same forms
 //! for every front end), [`registry`] (the agents a front end offers: new runs by agent id, stored
-//! runs by the agent that started them). Typed suspending tools implement [`SuspendingTool`] and are registered
+//! runs by the agent that started them), [`time`] (the clock leases and deadlines are read
+//! against, timestamps as text). Typed suspending tools implement [`SuspendingTool`] and are registered
 //! as [`Suspending`]`(tool)`.
 //!
 //! # Example
@@ -69,7 +70,6 @@ mod run_loop;
 mod stream;
 mod suspending;
 mod text;
-pub mod time;
 mod tool;
 
 pub mod answer;
@@ -79,6 +79,7 @@ pub mod registry;
 pub mod schema;
 pub mod store;
 pub mod testing;
+pub mod time;
 pub mod wire;
 
 pub use agent::{
@@ -95,12 +96,12 @@ pub use ids::{
     AgentId, IdKind, IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES, ResourceId, RunId, RunKey,
     RunRef, ThreadId, ThreadKey, ToolCallId,
 };
+pub use message::{AuditAction, AuditRecord};
 pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
 pub use response::CallResponse;
 pub use run::{
-    AuditAction, AuditRecord, PendingKind, PendingToolCall, RunFailure, RunStatus,
-    UnknownRunStatus, approval_schema,
+    PendingKind, PendingToolCall, RunFailure, RunStatus, UnknownRunStatus, approval_schema,
 };
 pub use run_loop::ExpiredRun;
 pub use store::{RunStore, StoreError};

@@ -1,13 +1,15 @@
 //! Conversation messages as askloop stores them and hands them to models.
 //!
 //! These are askloop's own provider-neutral types. Provider adapters translate them to and from
-//! their wire formats at the edge; they are never a provider's types. They are part of the stored
+//! their wire formats at the edge; they are never a provider's types. Each tool result carries its call's audit trail
+//! ([`AuditRecord`]: who answered, approved or declined, when). They are part of the stored
 //! run format (see `crate::run`): change them only with a format bump.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::ToolCallId;
+use crate::time::now_ms;
 
 /// One message of a conversation.
 ///
@@ -144,7 +146,7 @@ pub struct ToolResult {
     /// Who answered, approved, declined, expired or cancelled the call, and when (empty for a
     /// call no person touched); not sent to the model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub audit: Vec<crate::run::AuditRecord>,
+    pub audit: Vec<AuditRecord>,
 }
 
 impl ToolResult {
@@ -239,6 +241,67 @@ impl FinishReason {
             Self::MaxSteps => "max-steps",
             Self::Other => "other",
             Self::Superseded => "superseded",
+        }
+    }
+}
+
+/// What a person (or the program acting for one) did to a waiting call or a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum AuditAction {
+    /// Answered a suspended call.
+    Answer,
+    /// Approved a call that required approval.
+    Approve,
+    /// Declined a call that required approval (its tool never ran).
+    Decline,
+    /// The call's deadline passed without an answer or a decision (applied by a sweep).
+    Expire,
+    /// The run was cancelled while the call waited.
+    Cancel,
+    /// The person wrote a new message instead of answering.
+    Message,
+}
+
+impl AuditAction {
+    /// The action's name (`"answer"`, `"approve"`, `"decline"`, `"expire"`, `"cancel"`,
+    /// `"message"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answer => "answer",
+            Self::Approve => "approve",
+            Self::Decline => "decline",
+            Self::Expire => "expire",
+            Self::Cancel => "cancel",
+            Self::Message => "message",
+        }
+    }
+}
+
+/// One entry of a call's audit trail: what was done, by whom, when. Kept with the call's
+/// result ([`ToolResult::audit`]) and shown by `askloop runs show`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct AuditRecord {
+    /// What was done.
+    pub action: AuditAction,
+    /// Who did it, as the caller said: a resource id, an API key's name, `cli` for the
+    /// terminal, `sweep` for an expiry; `None` when the caller did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+impl AuditRecord {
+    /// A record of `action` by `by`, now.
+    pub fn now(action: AuditAction, by: Option<String>) -> Self {
+        Self {
+            action,
+            by,
+            at_ms: now_ms(),
         }
     }
 }

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use crate::message::{
-    AssistantPart, FinishReason, Message, ToolArgs, ToolCall, ToolResult, Usage,
+    AssistantPart, AuditAction, AuditRecord, FinishReason, Message, ToolArgs, ToolCall, ToolResult,
+    Usage,
 };
 
 /// A tool as the model sees it: name, description and the JSON Schema of its arguments.
@@ -215,9 +216,6 @@ pub enum ModelError {
         /// What the provider or the configuration said.
         message: String,
     },
-    /// A required setting is missing, e.g. an API key variable.
-    #[error("{0}")]
-    Configuration(String),
     /// The request failed after every retry (rate limits, server errors, timeouts, cut streams).
     #[error("model {model} request failed: {message}")]
     Request {

@@ -38,13 +38,14 @@
 //! Format 1 (read, upgraded by `codec::upgrade_v1`) copied the thread's history into
 //! `messages`, counted it in `historyLen`, and named one field `resume_data`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::{AgentId, ResourceId, RunId, RunKey, ThreadId, ThreadKey, ToolCallId};
-use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
+use crate::message::{
+    AuditAction, AuditRecord, FinishReason, Message, ToolCall, ToolResult, Usage,
+};
+use crate::time::now_ms;
 use crate::tool::Suspension;
 
 /// The stored run format this build writes and reads.
@@ -250,67 +251,6 @@ impl CallState {
     /// Whether the call waits for a person: an answer (`suspended`) or an approval.
     pub(crate) fn is_waiting(&self) -> bool {
         matches!(self, Self::Suspended { .. } | Self::AwaitingApproval { .. })
-    }
-}
-
-/// What a person (or the program acting for one) did to a waiting call or a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum AuditAction {
-    /// Answered a suspended call.
-    Answer,
-    /// Approved a call that required approval.
-    Approve,
-    /// Declined a call that required approval (its tool never ran).
-    Decline,
-    /// The call's deadline passed without an answer or a decision (applied by a sweep).
-    Expire,
-    /// The run was cancelled while the call waited.
-    Cancel,
-    /// The person wrote a new message instead of answering.
-    Message,
-}
-
-impl AuditAction {
-    /// The action's name (`"answer"`, `"approve"`, `"decline"`, `"expire"`, `"cancel"`,
-    /// `"message"`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Answer => "answer",
-            Self::Approve => "approve",
-            Self::Decline => "decline",
-            Self::Expire => "expire",
-            Self::Cancel => "cancel",
-            Self::Message => "message",
-        }
-    }
-}
-
-/// One entry of a call's audit trail: what was done, by whom, when. Kept with the call's
-/// result ([`ToolResult::audit`]) and shown by `askloop runs show`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[non_exhaustive]
-pub struct AuditRecord {
-    /// What was done.
-    pub action: AuditAction,
-    /// Who did it, as the caller said: a resource id, an API key's name, `cli` for the
-    /// terminal, `sweep` for an expiry; `None` when the caller did not say.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub by: Option<String>,
-    /// When, in milliseconds since the Unix epoch.
-    pub at_ms: u64,
-}
-
-impl AuditRecord {
-    /// A record of `action` by `by`, now.
-    pub fn now(action: AuditAction, by: Option<String>) -> Self {
-        Self {
-            action,
-            by,
-            at_ms: now_ms(),
-        }
     }
 }
 
@@ -725,14 +665,6 @@ pub(crate) fn expired_at(result: &ToolResult, slot_audit: &[AuditRecord]) -> Opt
         .and_then(Value::as_str)
         .and_then(crate::time::parse_rfc3339);
     Some(deadline.unwrap_or(record.at_ms))
-}
-
-/// Milliseconds since the Unix epoch (0 if the clock is before it).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -3,9 +3,13 @@
 //! A thin wrapper over the `jsonschema` crate that reports every problem, each with the path of
 //! the field it concerns, in words a model (or a person) can act on.
 
+use schemars::JsonSchema;
 use serde_json::Value;
 
-pub use crate::tool::schema_of;
+/// The JSON Schema schemars derives for `T`.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    schemars::schema_for!(T).to_value()
+}
 
 /// A compiled JSON Schema.
 pub struct SchemaValidator {

@@ -18,8 +18,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::schema::schema_of;
 use crate::tool::{
-    Execution, ResumeRejection, Suspension, Tool, ToolContext, schema_of, validate_against_schema,
+    Execution, ResumeRejection, Suspension, Tool, ToolContext, validate_against_schema,
 };
 
 /// What a typed suspending tool's call gives: an output, or a question to suspend with.

@@ -1,8 +1,35 @@
-//! Times as people and clients read them.
+//! Time in one place: the wall clock, the clock leases and deadlines are read
+//! against ([`lease_now_ms`]), and timestamps as people and clients read them ([`rfc3339`]).
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::run_loop::clock::millis;
+/// Milliseconds since the Unix epoch by the wall clock (0 if the clock is before it): when a
+/// run was created or changed, when an audit record was made.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0)
+}
+
+/// Milliseconds since the Unix epoch, as the lease clock says: the wall clock when first read,
+/// plus the time tokio's clock has moved since (equal to the wall clock's, unless paused).
+///
+/// Leases and the deadlines of waiting calls are read against this clock, so that tests with a
+/// paused clock (`tokio::time::pause`, `advance`) move them too; pass it to
+/// [`crate::expired_runs`] and [`crate::Agent::expire_due`].
+pub fn lease_now_ms() -> u64 {
+    static BASE: OnceLock<(u64, tokio::time::Instant)> = OnceLock::new();
+    let (wall, instant) = *BASE.get_or_init(|| (now_ms(), tokio::time::Instant::now()));
+    let elapsed = tokio::time::Instant::now().saturating_duration_since(instant);
+    wall.saturating_add(millis(elapsed))
+}
+
+/// A duration in whole milliseconds (saturating).
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// `ms` (milliseconds since the Unix epoch) as an RFC 3339 UTC timestamp with milliseconds,
 /// e.g. `2026-12-01T06:10:00.000Z`.

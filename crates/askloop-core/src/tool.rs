@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::ids::{RunId, ToolCallId};
 use crate::model::ToolDefinition;
-use crate::schema::SchemaValidator;
+use crate::schema::{SchemaValidator, schema_of};
 
 /// What a tool call produced: an output, or a request to suspend the run until someone answers.
 #[derive(Clone, Debug, PartialEq)]
@@ -265,11 +265,6 @@ pub trait Tool: Send + Sync + 'static {
         args: Self::Args,
         context: &ToolContext,
     ) -> Result<Execution<Self::Output>, Self::Error>;
-}
-
-/// The JSON Schema schemars derives for `T`.
-pub fn schema_of<T: JsonSchema>() -> Value {
-    schemars::schema_for!(T).to_value()
 }
 
 /// Checks `value` against `schema` (`None` accepts anything).

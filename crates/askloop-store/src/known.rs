@@ -66,7 +66,8 @@ impl KnownRuns {
             .map(|known| known.messages.len())
     }
 
-    /// The run's status at `version`, if remembered.
+    /// The run's status at `version`, if remembered (the PostgreSQL store's notifications ask).
+    #[cfg(feature = "postgres")]
     pub(crate) fn status_at(&self, run: &RunKey, version: u64) -> Option<RunStatus> {
         let runs = self.lock();
         runs.runs

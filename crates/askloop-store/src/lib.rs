@@ -27,6 +27,7 @@
 
 mod error;
 mod known;
+mod options;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;
@@ -36,7 +37,8 @@ pub use askloop_core::RunStore;
 pub use error::OpenError;
 #[cfg(feature = "postgres")]
 pub use error::PgUrlError;
+pub use options::{OpenOptions, Synchronous};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgStore, PgUrl};
-pub use sqlite::{SqliteStore, Synchronous};
-pub use url::{DEFAULT_DB_FILE, OpenOptions, StoreUrl, default_store_url, open_store};
+pub use sqlite::SqliteStore;
+pub use url::{DEFAULT_DB_FILE, StoreUrl, default_store_url, open_store};

@@ -10,9 +10,10 @@ use askloop_core::RunStore;
 use askloop_core::store::MemoryStore;
 
 use crate::error::OpenError;
+use crate::options::{OpenOptions, Synchronous};
 #[cfg(feature = "postgres")]
 use crate::postgres::{PgStore, PgUrl};
-use crate::sqlite::{SqliteStore, Synchronous};
+use crate::sqlite::SqliteStore;
 
 /// File name of the default SQLite store inside [`askloop_core::data_dir`].
 pub const DEFAULT_DB_FILE: &str = "askloop.db";
@@ -83,26 +84,8 @@ impl FromStr for StoreUrl {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return parse_postgres(url);
         }
-        let rest = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .ok_or_else(invalid)?;
-        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        if path.is_empty() {
-            return Err(invalid());
-        }
-        let mut synchronous = Synchronous::Full;
-        for parameter in query.split('&').filter(|parameter| !parameter.is_empty()) {
-            synchronous = match parameter {
-                "synchronous=full" => Synchronous::Full,
-                "synchronous=normal" => Synchronous::Normal,
-                _ => return Err(invalid()),
-            };
-        }
-        Ok(Self::Sqlite {
-            path: PathBuf::from(path),
-            synchronous,
-        })
+        let (path, synchronous) = crate::sqlite::url::parse(url).ok_or_else(invalid)?;
+        Ok(Self::Sqlite { path, synchronous })
     }
 }
 
@@ -110,14 +93,9 @@ impl std::fmt::Display for StoreUrl {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Memory => formatter.write_str("memory"),
-            Self::Sqlite {
-                path,
-                synchronous: Synchronous::Full,
-            } => write!(formatter, "sqlite://{}", path.display()),
-            Self::Sqlite {
-                path,
-                synchronous: Synchronous::Normal,
-            } => write!(formatter, "sqlite://{}?synchronous=normal", path.display()),
+            Self::Sqlite { path, synchronous } => {
+                formatter.write_str(&crate::sqlite::url::shown(path, *synchronous))
+            }
             #[cfg(feature = "postgres")]
             Self::Postgres { url, synchronous } => match synchronous {
                 Synchronous::Full => write!(formatter, "{url}"),
@@ -155,61 +133,6 @@ fn parse_postgres(text: &str) -> Result<StoreUrl, OpenError> {
 pub fn default_store_url() -> Result<StoreUrl, OpenError> {
     let dir = askloop_core::data_dir().ok_or(OpenError::NoDataDir)?;
     Ok(StoreUrl::sqlite(dir.join(DEFAULT_DB_FILE)))
-}
-
-/// How to open a store: build one with [`OpenOptions::new`] (or `default()`) and its setters.
-///
-/// The defaults open for reading and writing and create the file (and its folder) when
-/// missing. How durable commits are is part of the [`StoreUrl`].
-///
-/// # Example
-/// ```
-/// use askloop_store::OpenOptions;
-///
-/// let writer = OpenOptions::new().create_if_missing(false);
-/// let reader = OpenOptions::new().read_only(true);
-/// assert!(reader.read_only && !writer.read_only);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OpenOptions {
-    /// Whether to open for reading only; see [`OpenOptions::read_only()`].
-    pub read_only: bool,
-    /// Whether to create a missing database; see [`OpenOptions::create_if_missing()`].
-    pub create_if_missing: bool,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        Self {
-            read_only: false,
-            create_if_missing: true,
-        }
-    }
-}
-
-impl OpenOptions {
-    /// The defaults: read-write, create when missing.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Open for reading only (default false): nothing is created, migrated or written, and a
-    /// database in a read-only file or folder can still be read. A missing database is then
-    /// [`OpenError::NotFound`], whatever [`OpenOptions::create_if_missing()`] says.
-    #[must_use]
-    pub fn read_only(mut self, read_only: bool) -> Self {
-        self.read_only = read_only;
-        self
-    }
-
-    /// Create the database (and its folder) when it does not exist (default true); when false,
-    /// a missing database is [`OpenError::NotFound`].
-    #[must_use]
-    pub fn create_if_missing(mut self, create: bool) -> Self {
-        self.create_if_missing = create;
-        self
-    }
 }
 
 /// Opens the store at `url`: for writing (creating it if allowed, and migrating it), or for

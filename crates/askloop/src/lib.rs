@@ -11,11 +11,15 @@
 //! tool call and the loop goes on. The built-in [`AskUser`] tool asks people questions this way.
 //!
 //! The root holds what every user touches: the agent, its stream and chunks, tools and their
-//! context, ids and errors. The rest sits in modules: [`model`] (the `LanguageModel` trait and
-//! conversation messages), [`store`] (the `RunStore` trait, listing, the stores), [`wire`] (the
-//! JSON form of chunks), [`testing`] (a scripted model), [`providers`] (real models from a SPEC
-//! string, behind features), [`schema`] (JSON Schema checks), [`form`] (what a resume schema
-//! asks a person for) and [`answer`] (typed text to a JSON answer). Typed suspending tools
+//! context, answering waiting calls ([`Respond`], [`CallResponse`]) and expiring them
+//! ([`expired_runs`], [`ExpiredRun`]), ids and errors. The rest sits in modules: [`model`] (the
+//! `LanguageModel` trait and conversation messages), [`store`] (the `RunStore` trait, listing,
+//! change notifications, the stores), [`wire`] (the JSON form of chunks), [`testing`] (a scripted
+//! model), [`providers`] (real models from a SPEC string, behind features), [`schema`] (JSON
+//! Schema checks), [`form`] (what a resume schema asks a person for), [`answer`] (typed text to a
+//! JSON answer), [`registry`] (the agents a front end offers) and [`time`] (the clock deadlines
+//! are read against, timestamps as text). Every type in a public signature of this crate can be
+//! named through it. Typed suspending tools
 //! implement [`SuspendingTool`] and are registered as [`Suspending`]`(tool)`. What implementing a [`Tool`] needs
 //! is re-exported too ([`macro@async_trait`], [`schemars`], [`serde`], [`serde_json`]), so your
 //! `Cargo.toml` need not match askloop's versions of them.
@@ -52,14 +56,15 @@
 
 pub use askloop_core::{
     Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, AskUser, AskUserArgs,
-    AskUserOption, AskUserQuestion, AskUserResult, CancelHandle, Chunk, DEFAULT_LEASE,
-    DEFAULT_MAX_STEPS, DynTool, Execution, IdKind, IdProblem, InvalidId, LeaseHolder,
-    PendingToolCall, ResourceId, ResumeError, ResumeRejection, RunFailure, RunId, RunKey,
-    RunOptions, RunOutcome, RunOutput, RunRef, RunStatus, RunStore, SelectionMode, StoreError,
-    Suspendable, Suspending, SuspendingError, SuspendingTool, Suspension, ThreadId, ThreadKey,
-    Tool, ToolCallId, ToolContext, ToolError,
+    AskUserOption, AskUserQuestion, AskUserResult, AuditAction, AuditRecord, CallResponse,
+    CancelHandle, Chunk, DEFAULT_LEASE, DEFAULT_MAX_STEPS, DynTool, Execution, ExpiredRun, IdKind,
+    IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES, PendingKind, PendingToolCall, ResourceId,
+    Respond, ResumeError, ResumeRejection, RunFailure, RunId, RunKey, RunOptions, RunOutcome,
+    RunOutput, RunRef, RunStatus, RunStore, SelectionMode, StoreError, Suspendable, Suspending,
+    SuspendingError, SuspendingTool, Suspension, ThreadId, ThreadKey, Tool, ToolCallId,
+    ToolContext, ToolError, UnknownRunStatus, approval_schema, cancel_run_in, expired_runs,
 };
-pub use askloop_core::{answer, form, model, schema, wire};
+pub use askloop_core::{answer, form, model, registry, schema, time, wire};
 
 /// Re-exported for implementing [`Tool`]: `#[askloop::async_trait]` on the `impl`.
 pub use async_trait::async_trait;
@@ -76,9 +81,10 @@ pub use serde_json;
 /// stores.
 pub mod store {
     pub use askloop_core::store::{
-        InvalidCursor, Lease, ListedRun, MemoryStore, ResourceFilter, RunCursor, RunFilter,
-        RunPage, RunState, RunStore, RunSummary, StoreError, StoredRun, ThreadHistory,
-        UnfinishedCall, codec, keys_of_run, lease_now_ms, running_run_of,
+        ChangeFeed, InvalidCursor, Lease, ListedRun, MemoryStore, ResourceFilter, RunChange,
+        RunChanges, RunCounts, RunCursor, RunFilter, RunPage, RunState, RunStore, RunSummary,
+        StoreError, StoredRun, ThreadHistory, UnfinishedCall, codec, keys_of_run, notifies,
+        running_run_of,
     };
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub use askloop_store::{
@@ -107,8 +113,8 @@ pub mod providers {
     #[cfg(feature = "local")]
     pub use askloop_providers::local;
     pub use askloop_providers::{
-        ModelSpec, PROVIDERS, ProviderError, ProviderOptions, RetryPolicy, SpecError, WireError,
-        build_model,
+        ModelSpec, PROVIDERS, ProviderError, ProviderOptions, RetryPolicy, SpecError,
+        TransportProblem, WireError, build_model,
     };
 }
 

@@ -13,11 +13,12 @@ use serde_json::{Value, json};
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{IdKind, RunId, RunKey, RunRef, ToolCallId};
+use crate::message::{AuditAction, AuditRecord};
 use crate::message::{ToolCall, ToolResult};
 use crate::response::CallResponse;
-use crate::run::{AuditAction, AuditRecord, CallState, PendingStep, RunState, RunStatus, now_ms};
-use crate::run_loop::clock::lease_now_ms;
+use crate::run::{CallSlot, CallState, PendingStep, RunState, RunStatus};
 use crate::store::{Lease, ListedRun, RunFilter, RunStore, StoreError, StoredRun, keys_of_run};
+use crate::time::{lease_now_ms, now_ms};
 use crate::tool::ResumeRejection;
 
 /// The error result a call gets when the process running it stopped before its result was
@@ -126,10 +127,7 @@ pub(super) fn live_lease(stored: &StoredRun) -> Option<&Lease> {
     if stored.state.status != RunStatus::Running {
         return None;
     }
-    stored
-        .lease
-        .as_ref()
-        .filter(|lease| lease.is_live_at(lease_now_ms()))
+    stored.lease.as_ref().filter(|lease| lease.is_live())
 }
 
 fn in_progress(run_id: &RunId, lease: &Lease) -> ResumeError {
@@ -332,102 +330,129 @@ fn apply(
                 status: state.status,
             });
         };
-        let invalid = |rejection: ResumeRejection| ResumeError::InvalidAnswer {
-            run_id: run_id.clone(),
-            tool_call_id: slot.call.id.clone(),
-            tool_name: slot.call.name.clone(),
-            rejection,
-        };
-        // A call expires at its deadline: a response after it is refused, whether or not a
-        // sweep has given the call its result yet (the sweep will; this refusal changes nothing).
-        if let Resolution::Respond(_) = resolution
-            && let Some(at) = deadline_of(&slot.state).filter(|at| *at <= lease_now_ms())
-        {
-            return Err(ResumeError::Expired {
-                run_id: run_id.clone(),
-                tool_call_id: slot.call.id.clone(),
-                expired_at_ms: at,
-            });
+        let action = resolve_call(agent, run_id, slot, resolution)?;
+        if matches!(slot.state, CallState::Completed { .. }) {
+            resolved.push(index);
         }
-        let action = match (&slot.state, resolution) {
-            (
-                CallState::Suspended { suspension },
-                Resolution::Respond(CallResponse::Answer(answer)),
-            ) => {
-                let Some(tool) = agent.tool(&slot.call.name) else {
-                    return Err(ResumeError::ToolUnavailable {
-                        run_id: run_id.clone(),
-                        tool_name: slot.call.name.clone(),
-                    });
-                };
-                tool.tool()
-                    .validate_resume(suspension, answer)
-                    .map_err(invalid)?;
-                slot.state = CallState::Resuming {
-                    suspension: suspension.clone(),
-                    resume_data: answer.clone(),
-                };
-                AuditAction::Answer
-            }
-            (CallState::Suspended { .. }, Resolution::Respond(_)) => {
-                return Err(invalid(ResumeRejection {
-                    expected:
-                        "an answer: this call asks a question, it does not wait for an approval"
-                            .into(),
-                    problems: Vec::new(),
-                }));
-            }
-            (
-                state @ (CallState::Suspended { .. } | CallState::AwaitingApproval { .. }),
-                Resolution::Expire,
-            ) => {
-                // Only a call whose deadline has passed expires.
-                let deadline = deadline_of(state);
-                let Some(at) = deadline.filter(|at| *at <= lease_now_ms()) else {
-                    return Err(invalid(ResumeRejection {
-                        expected: "an expired call".into(),
-                        problems: vec![match deadline {
-                            Some(at) => format!("this one expires at {}", crate::time::rfc3339(at)),
-                            None => "this one has no deadline".into(),
-                        }],
-                    }));
-                };
-                let approval = matches!(state, CallState::AwaitingApproval { .. });
-                slot.state = CallState::Completed {
-                    result: expired_result(&slot.call, approval, at),
-                };
-                resolved.push(index);
-                AuditAction::Expire
-            }
-            (CallState::AwaitingApproval { .. }, Resolution::Respond(response)) => {
-                let (approved, reason) = approval_of(response).map_err(invalid)?;
-                if approved {
-                    // The approval is the journal entry: the call is committed as started
-                    // before its tool runs, and never asked for approval again.
-                    slot.state = CallState::Running {
-                        started_at_ms: now_ms(),
-                    };
-                    AuditAction::Approve
-                } else {
-                    let mut result =
-                        ToolResult::error(&slot.call, declined_text(reason.as_deref()));
-                    result.answer = recorded_answer(resolution);
-                    slot.state = CallState::Completed { result };
-                    resolved.push(index);
-                    AuditAction::Decline
-                }
-            }
-            _ => {
-                return Err(ResumeError::Conflict {
-                    run_id: run_id.clone(),
-                });
-            }
-        };
         slot.audit.push(AuditRecord::now(action, by.cloned()));
     }
     state.status = RunStatus::Running;
     state.touch();
     Ok((state, resolved))
+}
+
+/// Applies one resolution to the waiting call in `slot` of run `run_id`: an answer claims it
+/// (`resuming`), an approval starts it (`running`), a decline or an expiry completes it with an
+/// error result. Returns what the audit records; refuses a response past the call's deadline
+/// and one that does not fit what the call waits for.
+fn resolve_call(
+    agent: &AgentDefinition,
+    run_id: &RunId,
+    slot: &mut CallSlot,
+    resolution: &Resolution,
+) -> Result<AuditAction, ResumeError> {
+    let invalid = |rejection: ResumeRejection| ResumeError::InvalidAnswer {
+        run_id: run_id.clone(),
+        tool_call_id: slot.call.id.clone(),
+        tool_name: slot.call.name.clone(),
+        rejection,
+    };
+    // A call expires at its deadline: a response after it is refused, whether or not a
+    // sweep has given the call its result yet (the sweep will; this refusal changes nothing).
+    if let Resolution::Respond(_) = resolution
+        && let Some(at) = deadline_of(&slot.state).filter(|at| *at <= lease_now_ms())
+    {
+        return Err(ResumeError::Expired {
+            run_id: run_id.clone(),
+            tool_call_id: slot.call.id.clone(),
+            expired_at_ms: at,
+        });
+    }
+    let (next, action) = match (&slot.state, resolution) {
+        (
+            CallState::Suspended { suspension },
+            Resolution::Respond(CallResponse::Answer(answer)),
+        ) => {
+            let Some(tool) = agent.tool(&slot.call.name) else {
+                return Err(ResumeError::ToolUnavailable {
+                    run_id: run_id.clone(),
+                    tool_name: slot.call.name.clone(),
+                });
+            };
+            tool.tool()
+                .validate_resume(suspension, answer)
+                .map_err(invalid)?;
+            let resuming = CallState::Resuming {
+                suspension: suspension.clone(),
+                resume_data: answer.clone(),
+            };
+            (resuming, AuditAction::Answer)
+        }
+        (CallState::Suspended { .. }, Resolution::Respond(_)) => {
+            return Err(invalid(ResumeRejection {
+                expected: "an answer: this call asks a question, it does not wait for an approval"
+                    .into(),
+                problems: Vec::new(),
+            }));
+        }
+        (
+            state @ (CallState::Suspended { .. } | CallState::AwaitingApproval { .. }),
+            Resolution::Expire,
+        ) => (
+            expire(state, &slot.call).map_err(invalid)?,
+            AuditAction::Expire,
+        ),
+        (CallState::AwaitingApproval { .. }, Resolution::Respond(response)) => {
+            decide(&slot.call, response, resolution).map_err(invalid)?
+        }
+        _ => {
+            return Err(ResumeError::Conflict {
+                run_id: run_id.clone(),
+            });
+        }
+    };
+    slot.state = next;
+    Ok(action)
+}
+
+/// The state of a waiting call (`state`) that expires: completed with the error result of
+/// [`expired_result`]. Only a call whose deadline has passed expires.
+fn expire(state: &CallState, call: &ToolCall) -> Result<CallState, ResumeRejection> {
+    let deadline = deadline_of(state);
+    let Some(at) = deadline.filter(|at| *at <= lease_now_ms()) else {
+        return Err(ResumeRejection {
+            expected: "an expired call".into(),
+            problems: vec![match deadline {
+                Some(at) => format!("this one expires at {}", crate::time::rfc3339(at)),
+                None => "this one has no deadline".into(),
+            }],
+        });
+    };
+    let approval = matches!(state, CallState::AwaitingApproval { .. });
+    Ok(CallState::Completed {
+        result: expired_result(call, approval, at),
+    })
+}
+
+/// The state of a call awaiting approval after a person's `response` (recorded as
+/// `resolution`), and its audit action: approved, it is committed as started (`running`: the
+/// approval is the journal entry, and the call is never asked for approval again) before its
+/// tool runs; declined, it completes with an error result giving the reason.
+fn decide(
+    call: &ToolCall,
+    response: &CallResponse,
+    resolution: &Resolution,
+) -> Result<(CallState, AuditAction), ResumeRejection> {
+    let (approved, reason) = approval_of(response)?;
+    if approved {
+        let running = CallState::Running {
+            started_at_ms: now_ms(),
+        };
+        return Ok((running, AuditAction::Approve));
+    }
+    let mut result = ToolResult::error(call, declined_text(reason.as_deref()));
+    result.answer = recorded_answer(resolution);
+    Ok((CallState::Completed { result }, AuditAction::Decline))
 }
 
 /// The deadline of a waiting call (a question's or an approval's), if it has one.
@@ -490,30 +515,10 @@ fn pick_call(
     answer: &Value,
 ) -> Result<usize, ResumeError> {
     let state = &stored.state;
-    let run_id = &state.run_id;
     let step = state.pending_step.as_ref();
-    let not_suspended = || ResumeError::NotSuspended {
-        run_id: run_id.clone(),
-        status: state.status,
-    };
-    let already_answered =
-        |id: &ToolCallId, recorded: Option<&Value>| ResumeError::AlreadyAnswered {
-            run_id: run_id.clone(),
-            tool_call_id: id.clone(),
-            same_answer: recorded == Some(answer),
-        };
-    // A call that has its result says how it got it: expired, or answered.
-    let completed = |id: &ToolCallId, recorded: Option<&Value>| match state.expired_at_ms(id) {
-        Some(at) => ResumeError::Expired {
-            run_id: run_id.clone(),
-            tool_call_id: id.clone(),
-            expired_at_ms: at,
-        },
-        None => already_answered(id, recorded),
-    };
     // A cancelled run says so, whatever became of the call.
     if state.status == RunStatus::Cancelled {
-        return Err(not_suspended());
+        return Err(not_suspended(state));
     }
     let slot = tool_call_id.and_then(|id| {
         step.and_then(|step| {
@@ -523,91 +528,138 @@ fn pick_call(
                 .find(|(_, slot)| &slot.call.id == id)
         })
     });
-    // A call that has its answer says so first, whoever drives the run.
-    if let (Some(id), Some((_, slot))) = (tool_call_id, slot) {
-        match &slot.state {
-            CallState::Completed { result } => {
-                return Err(completed(id, result.answer.as_ref()));
-            }
-            CallState::Resuming { resume_data, .. } if resume_data == answer => {
-                return Err(already_answered(id, Some(resume_data)));
-            }
-            // Another answer to this call was claimed first.
-            CallState::Resuming { .. } if live_lease(stored).is_some() => {
-                return Err(ResumeError::Conflict {
-                    run_id: run_id.clone(),
-                });
-            }
-            CallState::Resuming { .. } => {
-                return Err(ResumeError::Interrupted {
-                    run_id: run_id.clone(),
-                    tool_call_id: id.clone(),
-                });
-            }
-            _ => {}
-        }
-    }
-    if let (Some(id), None) = (tool_call_id, slot)
-        && let Some(result) = state.result_for(id)
-    {
-        return Err(completed(id, result.answer.as_ref()));
+    if let Some(id) = tool_call_id {
+        refuse_answered(stored, id, slot.map(|(_, slot)| slot), answer)?;
     }
     if state.status == RunStatus::Running {
-        if let Some(lease) = live_lease(stored) {
-            // "The call pending now" is being answered by another resume.
-            let being_resumed = step.is_some_and(|step| {
-                step.calls
-                    .iter()
-                    .any(|slot| matches!(slot.state, CallState::Resuming { .. }))
-            });
-            if tool_call_id.is_none() && being_resumed {
-                return Err(ResumeError::Conflict {
-                    run_id: run_id.clone(),
-                });
-            }
-            return Err(in_progress(run_id, lease));
-        }
-        // The driver stopped (its lease expired): name the call it left unfinished.
-        let unfinished = step.and_then(|step| {
-            step.calls.iter().find(|slot| {
-                matches!(
-                    slot.state,
-                    CallState::Resuming { .. } | CallState::Running { .. }
-                )
-            })
-        });
-        if let Some(slot) = unfinished {
-            return Err(ResumeError::Interrupted {
-                run_id: run_id.clone(),
-                tool_call_id: slot.call.id.clone(),
-            });
-        }
-        return Err(not_suspended());
+        return Err(running_refusal(stored, tool_call_id));
     }
     let Some(id) = tool_call_id else {
-        if state.status != RunStatus::Suspended {
-            return Err(not_suspended());
-        }
-        let pending = step.map(PendingStep::suspended_ids).unwrap_or_default();
-        return match pending.as_slice() {
-            [only] => step
-                .and_then(|step| step.calls.iter().position(|slot| &slot.call.id == only))
-                .ok_or_else(not_suspended),
-            [] => Err(not_suspended()),
-            _ => Err(ResumeError::Ambiguous {
-                run_id: run_id.clone(),
-                pending,
-            }),
-        };
+        return only_pending(state);
     };
     match slot {
-        Some(_) if state.status != RunStatus::Suspended => Err(not_suspended()),
+        Some(_) if state.status != RunStatus::Suspended => Err(not_suspended(state)),
         Some((index, _)) => Ok(index),
-        None if state.status != RunStatus::Suspended => Err(not_suspended()),
+        None if state.status != RunStatus::Suspended => Err(not_suspended(state)),
         None => Err(ResumeError::UnknownToolCall {
-            run_id: run_id.clone(),
+            run_id: state.run_id.clone(),
             tool_call_id: id.clone(),
             pending: step.map(PendingStep::suspended_ids).unwrap_or_default(),
+        }),
+    }
+}
+
+/// [`ResumeError::NotSuspended`] for `state`.
+fn not_suspended(state: &RunState) -> ResumeError {
+    ResumeError::NotSuspended {
+        run_id: state.run_id.clone(),
+        status: state.status,
+    }
+}
+
+/// Refuses a response to call `id` (its pending `slot`, if it is of the pending step) when the
+/// call has its answer, whoever drives the run: it was answered or expired (its result says
+/// which), or an answer to it was claimed (the same `answer`, another one while the claimer
+/// lives, or one whose claimer stopped mid-way).
+fn refuse_answered(
+    stored: &StoredRun,
+    id: &ToolCallId,
+    slot: Option<&CallSlot>,
+    answer: &Value,
+) -> Result<(), ResumeError> {
+    let state = &stored.state;
+    let run_id = &state.run_id;
+    let already_answered = |recorded: Option<&Value>| ResumeError::AlreadyAnswered {
+        run_id: run_id.clone(),
+        tool_call_id: id.clone(),
+        same_answer: recorded == Some(answer),
+    };
+    // A call that has its result says how it got it: expired, or answered.
+    let completed = |recorded: Option<&Value>| match state.expired_at_ms(id) {
+        Some(at) => ResumeError::Expired {
+            run_id: run_id.clone(),
+            tool_call_id: id.clone(),
+            expired_at_ms: at,
+        },
+        None => already_answered(recorded),
+    };
+    let Some(slot) = slot else {
+        return match state.result_for(id) {
+            Some(result) => Err(completed(result.answer.as_ref())),
+            None => Ok(()),
+        };
+    };
+    match &slot.state {
+        CallState::Completed { result } => Err(completed(result.answer.as_ref())),
+        CallState::Resuming { resume_data, .. } if resume_data == answer => {
+            Err(already_answered(Some(resume_data)))
+        }
+        // Another answer to this call was claimed first.
+        CallState::Resuming { .. } if live_lease(stored).is_some() => Err(ResumeError::Conflict {
+            run_id: run_id.clone(),
+        }),
+        CallState::Resuming { .. } => Err(ResumeError::Interrupted {
+            run_id: run_id.clone(),
+            tool_call_id: id.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Why a resume of a running run is refused: its driver lives ([`ResumeError::InProgress`], or
+/// [`ResumeError::Conflict`] when "the call pending now" is being answered by another resume),
+/// or it stopped and left a call unfinished ([`ResumeError::Interrupted`]).
+fn running_refusal(stored: &StoredRun, tool_call_id: Option<&ToolCallId>) -> ResumeError {
+    let state = &stored.state;
+    let run_id = &state.run_id;
+    let step = state.pending_step.as_ref();
+    if let Some(lease) = live_lease(stored) {
+        let being_resumed = step.is_some_and(|step| {
+            step.calls
+                .iter()
+                .any(|slot| matches!(slot.state, CallState::Resuming { .. }))
+        });
+        if tool_call_id.is_none() && being_resumed {
+            return ResumeError::Conflict {
+                run_id: run_id.clone(),
+            };
+        }
+        return in_progress(run_id, lease);
+    }
+    // The driver stopped (its lease expired): name the call it left unfinished.
+    let unfinished = step.and_then(|step| {
+        step.calls.iter().find(|slot| {
+            matches!(
+                slot.state,
+                CallState::Resuming { .. } | CallState::Running { .. }
+            )
+        })
+    });
+    match unfinished {
+        Some(slot) => ResumeError::Interrupted {
+            run_id: run_id.clone(),
+            tool_call_id: slot.call.id.clone(),
+        },
+        None => not_suspended(state),
+    }
+}
+
+/// The slot of the only call a suspended run waits on, for a resume that names no call;
+/// [`ResumeError::Ambiguous`] when it waits on several.
+fn only_pending(state: &RunState) -> Result<usize, ResumeError> {
+    if state.status != RunStatus::Suspended {
+        return Err(not_suspended(state));
+    }
+    let step = state.pending_step.as_ref();
+    let pending = step.map(PendingStep::suspended_ids).unwrap_or_default();
+    match pending.as_slice() {
+        [only] => step
+            .and_then(|step| step.calls.iter().position(|slot| &slot.call.id == only))
+            .ok_or_else(|| not_suspended(state)),
+        [] => Err(not_suspended(state)),
+        _ => Err(ResumeError::Ambiguous {
+            run_id: state.run_id.clone(),
+            pending,
         }),
     }
 }

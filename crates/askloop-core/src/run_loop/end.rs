@@ -6,8 +6,9 @@
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{AgentId, ResourceId, RunId, RunKey, RunRef, ThreadKey, ToolCallId};
+use crate::message::{AuditAction, AuditRecord};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult};
-use crate::run::{AuditAction, AuditRecord, CallState, RunFailure, RunState, RunStatus};
+use crate::run::{CallState, RunFailure, RunState, RunStatus};
 use crate::run_loop::claim::{CLAIM_ATTEMPTS, load_own_run, map_store_error, resolve};
 use crate::store::{ListedRun, RunFilter, RunStore, StoreError};
 

@@ -11,7 +11,6 @@
 //! after a crash), when it suspends, when it finishes and when it fails.
 
 mod claim;
-pub(crate) mod clock;
 mod close;
 mod emit;
 mod end;

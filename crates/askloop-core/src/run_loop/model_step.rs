@@ -71,26 +71,61 @@ async fn call_model(run: &mut ActiveRun, out: &mut Emitter) -> Result<StepRespon
         Ok(events) => events,
         Err(error) => return Err(run.fail(AgentError::Model(error)).await),
     };
-    let mut ids = CallIds::default();
-    let mut parts: Vec<AssistantPart> = Vec::new();
-    let mut finish: Option<(FinishReason, Usage)> = None;
+    let mut draft = Draft::default();
     loop {
         let event = until_cancelled(run, events.next())
             .await
             .unwrap_or(Some(Err(ModelError::Cancelled)));
-        let Some(event) = event else { break };
         match event {
-            Ok(ModelEvent::TextDelta(text)) => {
+            None => break,
+            Some(Ok(event)) => {
+                if let Some(chunk) = draft.add(&run.state, event) {
+                    out.emit(chunk).await;
+                }
+            }
+            Some(Err(error)) => {
+                drop(events);
+                return Err(run.fail(AgentError::Model(error)).await);
+            }
+        }
+    }
+    drop(events);
+    let Some((reason, usage)) = draft.finish else {
+        let error = ModelError::InvalidResponse {
+            model: run.agent.model.model_id().to_owned(),
+            message: "the response ended without a finish event".into(),
+        };
+        return Err(run.fail(AgentError::Model(error)).await);
+    };
+    Ok(record_step(&mut run.state, draft.parts, reason, usage))
+}
+
+/// The assistant message of a step, built as the model's events arrive.
+#[derive(Default)]
+struct Draft {
+    parts: Vec<AssistantPart>,
+    ids: CallIds,
+    /// Why the model stopped and what it used, once it said so.
+    finish: Option<(FinishReason, Usage)>,
+}
+
+impl Draft {
+    /// Adds `event` to the message (a tool call gets an id unique in the run `state`); returns
+    /// the chunk the step streams for it, if any.
+    fn add(&mut self, state: &RunState, event: ModelEvent) -> Option<Chunk> {
+        let parts = &mut self.parts;
+        match event {
+            ModelEvent::TextDelta(text) => {
                 if text.is_empty() {
-                    continue;
+                    return None;
                 }
                 match parts.last_mut() {
                     Some(AssistantPart::Text { text: existing }) => existing.push_str(&text),
                     _ => parts.push(AssistantPart::Text { text: text.clone() }),
                 }
-                out.emit(Chunk::TextDelta { text }).await;
+                Some(Chunk::TextDelta { text })
             }
-            Ok(ModelEvent::ReasoningDelta(text)) => {
+            ModelEvent::ReasoningDelta(text) => {
                 match parts.last_mut() {
                     Some(AssistantPart::Reasoning {
                         text: existing,
@@ -101,38 +136,43 @@ async fn call_model(run: &mut ActiveRun, out: &mut Emitter) -> Result<StepRespon
                         signature: None,
                     }),
                 }
-                out.emit(Chunk::ReasoningDelta { text }).await;
+                Some(Chunk::ReasoningDelta { text })
             }
-            Ok(ModelEvent::Reasoning { text, signature }) => match parts.last_mut() {
-                Some(AssistantPart::Reasoning {
-                    text: existing,
-                    signature: slot @ None,
-                }) if *existing == text || text.is_empty() => *slot = signature,
-                _ => parts.push(AssistantPart::Reasoning { text, signature }),
-            },
-            Ok(ModelEvent::ToolCall(mut call)) => {
-                call.id = ids.claim(&run.state, call.id);
+            ModelEvent::Reasoning { text, signature } => {
+                match parts.last_mut() {
+                    Some(AssistantPart::Reasoning {
+                        text: existing,
+                        signature: slot @ None,
+                    }) if *existing == text || text.is_empty() => *slot = signature,
+                    _ => parts.push(AssistantPart::Reasoning { text, signature }),
+                }
+                None
+            }
+            ModelEvent::ToolCall(mut call) => {
+                call.id = self.ids.claim(state, call.id);
                 parts.push(AssistantPart::ToolCall(call));
+                None
             }
-            Ok(ModelEvent::Finish { reason, usage }) => finish = Some((reason, usage)),
+            ModelEvent::Finish { reason, usage } => {
+                self.finish = Some((reason, usage));
+                None
+            }
             // Argument deltas are for progress displays; the complete call follows.
-            Ok(_) => {}
-            Err(error) => {
-                drop(events);
-                return Err(run.fail(AgentError::Model(error)).await);
-            }
+            _ => None,
         }
     }
-    drop(events);
-    let Some((reason, usage)) = finish else {
-        let error = ModelError::InvalidResponse {
-            model: run.agent.model.model_id().to_owned(),
-            message: "the response ended without a finish event".into(),
-        };
-        return Err(run.fail(AgentError::Model(error)).await);
-    };
-    run.state.steps += 1;
-    run.state.usage.add(usage);
+}
+
+/// Appends the step's assistant message (`parts`) to the run and counts the step and its
+/// `usage`: what the model answered.
+fn record_step(
+    state: &mut RunState,
+    parts: Vec<AssistantPart>,
+    reason: FinishReason,
+    usage: Usage,
+) -> StepResponse {
+    state.steps += 1;
+    state.usage.add(usage);
     let calls: Vec<ToolCall> = parts
         .iter()
         .filter_map(|part| match part {
@@ -147,13 +187,13 @@ async fn call_model(run: &mut ActiveRun, out: &mut Emitter) -> Result<StepRespon
             _ => None,
         })
         .collect();
-    run.state.messages.push(Message::Assistant { parts });
-    Ok(StepResponse {
+    state.messages.push(Message::Assistant { parts });
+    StepResponse {
         calls,
         text,
         reason,
         usage,
-    })
+    }
 }
 
 /// The tool call ids of a run. Answers are routed by id, so every call needs its own within the

@@ -959,7 +959,7 @@ async fn a_live_lease_is_renewed_and_a_dead_one_expires() {
     else {
         panic!("{error:?}")
     };
-    assert!(lease_expires_at_ms > crate::run_loop::clock::lease_now_ms());
+    assert!(lease_expires_at_ms > crate::time::lease_now_ms());
     tokio::time::sleep(crate::DEFAULT_LEASE).await;
     let output = build()
         .continue_stream(&run_id)

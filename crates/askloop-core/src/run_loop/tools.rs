@@ -19,10 +19,12 @@ use crate::chunk::Chunk;
 use crate::definition::AgentDefinition;
 use crate::error::{AgentError, error_chain_text};
 use crate::ids::RunId;
+use crate::message::AuditAction;
 use crate::message::{ToolCall, ToolResult};
-use crate::run::{AuditAction, CallSlot, CallState, PendingStep, RunStatus, now_ms};
+use crate::run::{CallSlot, CallState, PendingStep, RunStatus};
 use crate::run_loop::ActiveRun;
 use crate::run_loop::emit::Emitter;
+use crate::time::now_ms;
 use crate::tool::{Execution, Suspension, ToolContext, ToolError};
 
 /// One call to run: its index in the step, its checked arguments, and on resume its answer and

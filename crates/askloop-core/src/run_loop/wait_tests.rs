@@ -12,8 +12,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::ids::{RunId, RunKey, ToolCallId};
+use crate::message::AuditAction;
 use crate::model::Message;
-use crate::run::{AuditAction, PendingKind, RunStatus};
+use crate::run::{PendingKind, RunStatus};
 use crate::store::{MemoryStore, RunFilter, RunStore, codec};
 use crate::testing::conformance::YieldingStore;
 use crate::testing::conformance::support::*;
@@ -144,11 +145,11 @@ async fn issue31_approvals_carry_the_deadline_of_the_most_specific_rule() {
     };
     for per_tool in [false, true] {
         let agent = build(per_tool);
-        let before = crate::run_loop::clock::lease_now_ms();
+        let before = crate::time::lease_now_ms();
         let stream = agent.stream("pay the bills");
         let run_id = stream.run_id().clone();
         let chunks = chunks_of(stream).await;
-        let after = crate::run_loop::clock::lease_now_ms();
+        let after = crate::time::lease_now_ms();
         let deadlines = approval_deadlines(&chunks);
         let expected = if per_tool {
             [("k1", 30), ("w1", 60), ("k2", 30)]

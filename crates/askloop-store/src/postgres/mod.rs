@@ -1,12 +1,15 @@
 //! [`PgStore`]: runs in a PostgreSQL database shared by any number of processes.
 //!
-//! `url.rs` holds [`PgUrl`]; `store.rs` the [`RunStore`](askloop_core::RunStore)
-//! implementation (each commit one statement: a compare-and-swap, the new messages, the lease
-//! and the completion sequence in one call of a SQL function of the migration); `notify.rs` its
-//! change notifications (`LISTEN/NOTIFY`).
+//! `url.rs` holds [`PgUrl`]; `schema.rs` the migrations; `store.rs` the
+//! [`RunStore`](askloop_core::RunStore) implementation (each commit one statement: a
+//! compare-and-swap, the new messages, the lease and the completion sequence in one call of a
+//! SQL function of the migration); `error.rs` the driver's errors mapped to store errors;
+//! `notify.rs` its change notifications (`LISTEN/NOTIFY`). The SQLite store (`sqlite/`) has the
+//! same file for the same concern.
 
 mod error;
 mod notify;
+mod schema;
 mod store;
 mod url;
 
@@ -18,8 +21,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Postgres};
 
 use crate::error::OpenError;
-use crate::sqlite::Synchronous;
-use crate::url::OpenOptions;
+use crate::options::{OpenOptions, Synchronous};
 
 pub use self::url::PgUrl;
 use crate::known::KnownRuns;
@@ -116,25 +118,7 @@ impl PgStore {
             }
             Err(error) => return Err(connect_error(error)),
         };
-        let has_tables: bool = sqlx::query_scalar("SELECT to_regclass('runs') IS NOT NULL")
-            .fetch_one(&mut connection)
-            .await
-            .map_err(|source| OpenError::Schema {
-                url: shown.clone(),
-                source: source.into(),
-            })?;
-        if !has_tables && (!writes || !options.create_if_missing) {
-            return Err(OpenError::NotFound { url: shown });
-        }
-        if writes {
-            sqlx::migrate!("./migrations/postgres")
-                .run(&mut connection)
-                .await
-                .map_err(|source| OpenError::Migrate {
-                    url: shown.clone(),
-                    source: source.into(),
-                })?;
-        }
+        schema::prepare(&mut connection, &shown, options).await?;
         // Closing politely only tells the server goodbye; nothing depends on it.
         let _ = connection.close().await;
 

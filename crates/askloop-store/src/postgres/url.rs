@@ -6,7 +6,7 @@ use sqlx::ConnectOptions;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::error::{OpenError, PgUrlError, mask_password};
-use crate::sqlite::Synchronous;
+use crate::options::Synchronous;
 
 /// askloop's own URL parameter: how commits wait for the disk.
 const SYNCHRONOUS_PARAMETER: &str = "synchronous";

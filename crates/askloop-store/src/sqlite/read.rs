@@ -13,8 +13,8 @@ use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, StoreError, ThreadKey}
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
 
-use super::columns::{CURRENT_HEAD_PREFIX, ListedColumns, millis, summary, unsigned};
-use crate::error::{backend, map_sqlite_error};
+use crate::sqlite::columns::{CURRENT_HEAD_PREFIX, ListedColumns, millis, summary, unsigned};
+use crate::sqlite::error::{backend, map_sqlite_error};
 
 /// Idle read connections kept open.
 const MAX_IDLE: usize = 4;
@@ -60,7 +60,7 @@ pub(super) fn open_reader(path: &Path, mode: &ReadMode) -> rusqlite::Result<Conn
     };
     connection.busy_timeout(BUSY_TIMEOUT)?;
     connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    super::schema::version(&connection)?;
+    crate::sqlite::schema::version(&connection)?;
     Ok(connection)
 }
 

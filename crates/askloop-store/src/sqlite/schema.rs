@@ -8,7 +8,7 @@ use askloop_core::store::codec;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use rusqlite_migration::{HookError, HookResult, M, Migrations};
 
-use super::columns::{Head, millis};
+use crate::sqlite::columns::{Head, millis};
 
 /// The schema version this build reads and writes.
 pub(super) const SCHEMA_VERSION: i64 = 4;

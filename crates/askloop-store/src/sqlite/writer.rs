@@ -18,9 +18,9 @@ use askloop_core::{RunId, RunKey, StoreError, ThreadId};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::checkpoint::Checkpointer;
-use super::columns::Head;
-use crate::error::{backend, map_sqlite_error};
+use crate::sqlite::checkpoint::Checkpointer;
+use crate::sqlite::columns::Head;
+use crate::sqlite::error::{backend, map_sqlite_error};
 
 /// Most requests committed in one transaction.
 const MAX_BATCH: usize = 512;
@@ -53,14 +53,6 @@ pub(super) enum Write {
         holder: String,
         expires_at_ms: i64,
     },
-}
-
-impl Write {
-    fn key(&self) -> &RunKey {
-        match self {
-            Self::Insert { key, .. } | Self::Update { key, .. } | Self::Renew { key, .. } => key,
-        }
-    }
 }
 
 /// What a write returns: the run's version after it.
@@ -484,7 +476,6 @@ fn cas_failure(
 
 /// Runs one request's statements.
 fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
-    let map = |error| map_sqlite_error(&write.key().run_id, error);
     match write {
         Write::Insert {
             key,
@@ -493,137 +484,186 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
             created_at_ms,
             head,
             messages,
-        } => {
-            if head.status == "running"
-                && let Some(running) =
-                    other_running(connection, key.scope(), thread_id, key.run_id.as_str())
-                        .map_err(map)?
-            {
-                return Err(thread_busy(thread_id.clone(), running));
-            }
-            let completion_seq = if head.ended {
-                Some(next_completion_seq(connection).map_err(map)?)
-            } else {
-                None
-            };
-            // An insert notifies unless the run is running (`store::notifies`).
-            let change_seq = if head.status == "running" {
-                None
-            } else {
-                Some(next_change_seq(connection).map_err(map)?)
-            };
-            connection
-                .prepare_cached(
-                    "INSERT INTO runs (scope, id, thread_id, agent_id, status, version, \
-                     created_at_ms, updated_at_ms, head, message_count, pending, lease_holder, \
-                     lease_expires_at_ms, completion_seq, change_seq) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                )
-                .and_then(|mut insert| {
-                    insert.execute(params![
-                        key.scope(),
-                        key.run_id.as_str(),
-                        thread_id,
-                        agent_id,
-                        head.status,
-                        created_at_ms,
-                        head.updated_at_ms,
-                        head.head,
-                        head.message_count,
-                        head.pending,
-                        head.lease_holder,
-                        head.lease_expires_at_ms,
-                        completion_seq,
-                        change_seq,
-                    ])
-                })
-                .map_err(map)?;
-            append_messages(connection, key, 0, messages).map_err(map)?;
-            Ok(1)
-        }
+        } => insert_run(
+            connection,
+            key,
+            thread_id,
+            agent_id,
+            *created_at_ms,
+            head,
+            messages,
+        ),
         Write::Update {
             key,
             expected_version,
             stored_count,
             head,
             new_messages,
-        } => {
-            if head.status == "running"
-                && let Some((thread_id, running)) =
-                    busy_for_update(connection, key, *expected_version).map_err(map)?
-            {
-                return Err(thread_busy(thread_id, running));
-            }
-            let completion_seq = if head.ended {
-                Some(next_completion_seq(connection).map_err(map)?)
-            } else {
-                None
-            };
-            // A commit that changes the status or leaves the run suspended is stamped with the
-            // next change sequence (`store::notifies`; the status before is the row's: `status`
-            // on the right of SET is the old value); a running run's own commits are not.
-            let change_seq = next_change_seq(connection).map_err(map)?;
-            // Only the columns that change are named: SQLite rewrites the entries of every
-            // index whose columns an UPDATE sets. The thread, resource, agent and creation
-            // time of a run never change.
-            let updated = connection
-                .prepare_cached(
-                    "UPDATE runs SET status = ?1, version = version + 1, updated_at_ms = ?2, \
-                     head = ?3, message_count = ?4, pending = ?5, lease_holder = ?6, \
-                     lease_expires_at_ms = ?7, completion_seq = COALESCE(completion_seq, ?8), \
-                     change_seq = CASE WHEN status <> ?1 OR ?1 = 'suspended' \
-                       THEN ?13 ELSE change_seq END \
-                     WHERE scope = ?9 AND id = ?10 AND version = ?11 AND message_count = ?12",
-                )
-                .and_then(|mut update| {
-                    update.execute(params![
-                        head.status,
-                        head.updated_at_ms,
-                        head.head,
-                        head.message_count,
-                        head.pending,
-                        head.lease_holder,
-                        head.lease_expires_at_ms,
-                        completion_seq,
-                        key.scope(),
-                        key.run_id.as_str(),
-                        expected_version,
-                        stored_count,
-                        change_seq,
-                    ])
-                })
-                .map_err(map)?;
-            if updated == 0 {
-                return cas_failure(connection, key, *expected_version);
-            }
-            append_messages(connection, key, *stored_count, new_messages).map_err(map)?;
-            Ok(u64::try_from(*expected_version).unwrap_or(0) + 1)
-        }
+        } => update_run(
+            connection,
+            key,
+            *expected_version,
+            *stored_count,
+            head,
+            new_messages,
+        ),
         Write::Renew {
             key,
             expected_version,
             holder,
             expires_at_ms,
-        } => {
-            let updated = connection
-                .prepare_cached(
-                    "UPDATE runs SET lease_holder = ?1, lease_expires_at_ms = ?2 \
-                     WHERE scope = ?3 AND id = ?4 AND version = ?5",
-                )
-                .and_then(|mut update| {
-                    update.execute(params![
-                        holder,
-                        expires_at_ms,
-                        key.scope(),
-                        key.run_id.as_str(),
-                        expected_version
-                    ])
-                })
-                .map_err(map)?;
-            if updated == 0 {
-                return cas_failure(connection, key, *expected_version);
-            }
-            Ok(u64::try_from(*expected_version).unwrap_or(0))
-        }
+        } => renew_lease(connection, key, *expected_version, holder, *expires_at_ms),
     }
+}
+
+/// The completion sequence of a commit that ends its run (`ended`): the next one; `None`
+/// otherwise.
+fn completion_seq_if(connection: &Connection, ended: bool) -> rusqlite::Result<Option<i64>> {
+    if ended {
+        next_completion_seq(connection).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Inserts a new run at version 1 with its messages ([`Write::Insert`]).
+fn insert_run(
+    connection: &Connection,
+    key: &RunKey,
+    thread_id: &str,
+    agent_id: &str,
+    created_at_ms: i64,
+    head: &Head,
+    messages: &[String],
+) -> Result<u64, StoreError> {
+    let map = |error| map_sqlite_error(&key.run_id, error);
+    if head.status == "running"
+        && let Some(running) =
+            other_running(connection, key.scope(), thread_id, key.run_id.as_str()).map_err(map)?
+    {
+        return Err(thread_busy(thread_id.to_owned(), running));
+    }
+    let completion_seq = completion_seq_if(connection, head.ended).map_err(map)?;
+    // An insert notifies unless the run is running (`store::notifies`).
+    let change_seq = if head.status == "running" {
+        None
+    } else {
+        Some(next_change_seq(connection).map_err(map)?)
+    };
+    connection
+        .prepare_cached(
+            "INSERT INTO runs (scope, id, thread_id, agent_id, status, version, \
+             created_at_ms, updated_at_ms, head, message_count, pending, lease_holder, \
+             lease_expires_at_ms, completion_seq, change_seq) \
+             VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        )
+        .and_then(|mut insert| {
+            insert.execute(params![
+                key.scope(),
+                key.run_id.as_str(),
+                thread_id,
+                agent_id,
+                head.status,
+                created_at_ms,
+                head.updated_at_ms,
+                head.head,
+                head.message_count,
+                head.pending,
+                head.lease_holder,
+                head.lease_expires_at_ms,
+                completion_seq,
+                change_seq,
+            ])
+        })
+        .map_err(map)?;
+    append_messages(connection, key, 0, messages).map_err(map)?;
+    Ok(1)
+}
+
+/// A compare-and-swap update ([`Write::Update`]): the run must be at `expected_version` and
+/// hold `stored_count` messages; `new_messages` are appended from there.
+fn update_run(
+    connection: &Connection,
+    key: &RunKey,
+    expected_version: i64,
+    stored_count: i64,
+    head: &Head,
+    new_messages: &[String],
+) -> Result<u64, StoreError> {
+    let map = |error| map_sqlite_error(&key.run_id, error);
+    if head.status == "running"
+        && let Some((thread_id, running)) =
+            busy_for_update(connection, key, expected_version).map_err(map)?
+    {
+        return Err(thread_busy(thread_id, running));
+    }
+    let completion_seq = completion_seq_if(connection, head.ended).map_err(map)?;
+    // A commit that changes the status or leaves the run suspended is stamped with the
+    // next change sequence (`store::notifies`; the status before is the row's: `status`
+    // on the right of SET is the old value); a running run's own commits are not.
+    let change_seq = next_change_seq(connection).map_err(map)?;
+    // Only the columns that change are named: SQLite rewrites the entries of every
+    // index whose columns an UPDATE sets. The thread, resource, agent and creation
+    // time of a run never change.
+    let updated = connection
+        .prepare_cached(
+            "UPDATE runs SET status = ?1, version = version + 1, updated_at_ms = ?2, \
+             head = ?3, message_count = ?4, pending = ?5, lease_holder = ?6, \
+             lease_expires_at_ms = ?7, completion_seq = COALESCE(completion_seq, ?8), \
+             change_seq = CASE WHEN status <> ?1 OR ?1 = 'suspended' \
+               THEN ?13 ELSE change_seq END \
+             WHERE scope = ?9 AND id = ?10 AND version = ?11 AND message_count = ?12",
+        )
+        .and_then(|mut update| {
+            update.execute(params![
+                head.status,
+                head.updated_at_ms,
+                head.head,
+                head.message_count,
+                head.pending,
+                head.lease_holder,
+                head.lease_expires_at_ms,
+                completion_seq,
+                key.scope(),
+                key.run_id.as_str(),
+                expected_version,
+                stored_count,
+                change_seq,
+            ])
+        })
+        .map_err(map)?;
+    if updated == 0 {
+        return cas_failure(connection, key, expected_version);
+    }
+    append_messages(connection, key, stored_count, new_messages).map_err(map)?;
+    Ok(u64::try_from(expected_version).unwrap_or(0) + 1)
+}
+
+/// Renews a run's lease at `expected_version` ([`Write::Renew`]; the version does not change).
+fn renew_lease(
+    connection: &Connection,
+    key: &RunKey,
+    expected_version: i64,
+    holder: &str,
+    expires_at_ms: i64,
+) -> Result<u64, StoreError> {
+    let updated = connection
+        .prepare_cached(
+            "UPDATE runs SET lease_holder = ?1, lease_expires_at_ms = ?2 \
+             WHERE scope = ?3 AND id = ?4 AND version = ?5",
+        )
+        .and_then(|mut update| {
+            update.execute(params![
+                holder,
+                expires_at_ms,
+                key.scope(),
+                key.run_id.as_str(),
+                expected_version
+            ])
+        })
+        .map_err(|error| map_sqlite_error(&key.run_id, error))?;
+    if updated == 0 {
+        return cas_failure(connection, key, expected_version);
+    }
+    Ok(u64::try_from(expected_version).unwrap_or(0))
 }

@@ -15,11 +15,12 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::ids::RunKey;
+use crate::message::AuditAction;
 use crate::model::{
     AssistantPart, FinishReason, LanguageModel, Message, ModelError, ModelEvent, ModelEventStream,
     ModelRequest, Usage,
 };
-use crate::run::{AuditAction, RunStatus};
+use crate::run::RunStatus;
 use crate::store::RunStore;
 use crate::testing::conformance::support::*;
 use crate::{Agent, AgentError, AgentStream, Chunk, Execution, RunOptions, Tool, ToolContext};

@@ -9,8 +9,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::ids::{RunId, ThreadId, ToolCallId};
+use crate::message::AuditAction;
 use crate::model::{FinishReason, Message};
-use crate::run::{AuditAction, PendingKind, RunStatus};
+use crate::run::{PendingKind, RunStatus};
 use crate::store::RunStore;
 use crate::testing::conformance::support::*;
 use crate::{Agent, AskUser, Chunk, ResumeError, RunOptions, RunOutcome};

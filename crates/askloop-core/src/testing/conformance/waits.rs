@@ -9,8 +9,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::ids::ToolCallId;
+use crate::message::AuditAction;
 use crate::model::Message;
-use crate::run::{AuditAction, PendingKind, RunStatus};
+use crate::run::{PendingKind, RunStatus};
 use crate::store::RunStore;
 use crate::testing::conformance::support::*;
 use crate::{Agent, ResumeError, RunOutcome};
