@@ -11,7 +11,7 @@ use std::time::Duration;
 use askloop_core::model::{
     AssistantPart, FinishReason, Message, ToolArgs, ToolCall, ToolResult, Usage,
 };
-use askloop_core::store::{RunChange, RunChanges, RunState, StoredRun, lease_now_ms};
+use askloop_core::store::{RunChange, RunChanges, RunState, StoredRun};
 use askloop_core::{Chunk, PendingKind, RunKey, RunStatus, Suspension, approval_schema, wire};
 use futures::StreamExt;
 use serde_json::Value;
@@ -42,7 +42,7 @@ pub(crate) fn driven_elsewhere(stored: &StoredRun) -> bool {
         && stored
             .lease
             .as_ref()
-            .is_some_and(|lease| lease.is_live_at(lease_now_ms()))
+            .is_some_and(|lease| lease.is_live())
 }
 
 /// Wire chunk JSON values as the texts a response sends.

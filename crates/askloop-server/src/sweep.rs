@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use askloop_core::store::{RunFilter, lease_now_ms};
+use askloop_core::store::RunFilter;
+use askloop_core::time::lease_now_ms;
 use askloop_core::{ResumeError, RunStatus, error_chain_text, expired_runs};
 use tokio::sync::watch;
 
@@ -120,7 +121,7 @@ async fn recover_abandoned(state: &AppState) {
             && stored
                 .lease
                 .as_ref()
-                .is_none_or(|lease| !lease.is_live_at(lease_now_ms()));
+                .is_none_or(|lease| !lease.is_live());
         if !abandoned {
             continue;
         }
