@@ -238,10 +238,11 @@ async fn run(agent: &Agent, case: &'static Case) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
-    crate::commands::model::ensure_available("local")
+    let spec = crate::model::Spec::parse(crate::catalogue::LOCAL_SPEC).unwrap();
+    crate::catalogue::ensure_available(spec.parsed())
         .await
         .expect("the default model is fetched");
-    let model = crate::model::build_model("local")
+    let model = crate::model::build_model(&spec)
         .await
         .expect("the default model loads");
     let definition = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
@@ -255,10 +256,11 @@ async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
         let agent = definition
             .build(
                 Arc::clone(&model),
-                "local",
+                &spec,
                 Arc::clone(&store),
                 &askloop_mcp::McpToolset::default(),
                 None,
+                Vec::new(),
             )
             .unwrap();
         let outcome = run(&agent, case).await;
