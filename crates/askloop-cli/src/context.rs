@@ -5,12 +5,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use askloop_core::store::{MemoryStore, RunState, StoredRun, keys_of_run};
-use askloop_core::{Agent, IdKind, ResourceId, ResumeError, RunId, RunKey, RunStore, StoreError};
+use askloop_core::{
+    Agent, IdKind, ResourceId, ResumeError, RunId, RunKey, RunStatus, RunStore, StoreError,
+    ToolCallId,
+};
 use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
 
 use crate::cli::GlobalArgs;
 use crate::config::LoadedConfig;
 use crate::exit::{check_key_id, invalid, invalid_because};
+use crate::command_line::{CommandLine, program};
 use crate::format::{format_time, shell_quote};
 use crate::env::{CONFIG_ENV, STORE_ENV, env_value, lease_from_env};
 use crate::model::Spec;
@@ -257,6 +261,41 @@ impl Context {
         anyhow::Error::new(error).context(line)
     }
 
+    /// The same answer again: nothing to do, and nothing changed (exit status 0). Says what the
+    /// run is doing, and what to run when the process that took the answer stopped.
+    pub(crate) async fn already_answered(
+        &self,
+        run: &RunKey,
+        tool_call_id: &ToolCallId,
+    ) -> anyhow::Result<()> {
+        use std::io::Write;
+
+        let run_id = &run.run_id;
+        let continue_run = self.command("runs continue").run(run);
+        let stored = self.load_stored(run).await?;
+        let live = stored
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.is_live_at(askloop_core::store::lease_now_ms()));
+        let status = match stored.state.status() {
+            RunStatus::Running if live => "another process is running it now".to_owned(),
+            RunStatus::Running => {
+                format!("the process that took it stopped before finishing: run `{continue_run}`")
+            }
+            RunStatus::Failed => format!("the step after it failed: retry it with `{continue_run}`"),
+            status => format!(
+                "the run is {status} (see `{}`)",
+                self.command("runs show").run(run)
+            ),
+        };
+        writeln!(
+            std::io::stderr(),
+            "note: tool call {tool_call_id} of run {run_id} was already answered with this answer; \
+             nothing changed; {status}"
+        )?;
+        Ok(())
+    }
+
     /// What to do about a thread whose turn `running` runs: wait, cancel it, or continue it
     /// when its process died.
     pub(crate) fn busy_remedy(&self, running: &RunKey) -> String {
@@ -302,7 +341,7 @@ impl Context {
     /// given as they are, e.g. `runs continue`); add its arguments and flags with
     /// [`CommandLine`]'s methods.
     pub(crate) fn command(&self, subcommand: &str) -> CommandLine {
-        CommandLine(format!("{} {subcommand}", self.command_prefix()))
+        CommandLine::new(format!("{} {subcommand}", self.command_prefix()))
     }
 
     /// Whether runs survive this process (false for the memory store).
@@ -310,95 +349,6 @@ impl Context {
         !matches!(self.store_url, StoreUrl::Memory)
     }
 }
-
-/// A command printed for the user to paste, built word by word, each value shell-quoted
-/// ([`shell_quote`]). It keeps every flag that finds the same run and agent: build it with
-/// [`Context::command`] (store and config), then [`CommandLine::agent`],
-/// [`CommandLine::model`] and [`CommandLine::flag`] for `--resource`, `--thread` and the
-/// rest, each only when given.
-#[derive(Clone, Debug)]
-pub(crate) struct CommandLine(String);
-
-impl CommandLine {
-    /// Adds one argument, quoted.
-    pub(crate) fn arg(mut self, word: &str) -> Self {
-        self.0.push(' ');
-        self.0.push_str(&shell_quote(word));
-        self
-    }
-
-    /// Adds a run: its id, and `--resource R` when it has one (the run ids of two resources may
-    /// be the same).
-    pub(crate) fn run(self, run: &RunKey) -> Self {
-        self.arg(run.run_id.as_str()).flag(
-            "--resource",
-            run.resource_id.as_ref().map(ResourceId::as_str),
-        )
-    }
-
-    /// Adds `NAME VALUE` (the value quoted) when there is a value.
-    pub(crate) fn flag(mut self, name: &str, value: Option<&str>) -> Self {
-        if let Some(value) = value {
-            self.0.push(' ');
-            self.0.push_str(name);
-            self = self.arg(value);
-        }
-        self
-    }
-
-    /// Adds `--agent ID` unless it is the built-in agent (the default).
-    pub(crate) fn agent(self, agent: &str) -> Self {
-        let agent = (agent != crate::agent::DEFAULT_AGENT).then_some(agent);
-        self.flag("--agent", agent)
-    }
-
-    /// Adds `--model SPEC` when one was given ([`Context::model_flag`]: a relative path in it
-    /// is made absolute, as the command may be pasted elsewhere).
-    pub(crate) fn model(self, spec: Option<&str>) -> Self {
-        self.flag("--model", spec)
-    }
-
-    /// Adds text as it is (e.g. `--answer '<your answer>'` or `…`), unquoted.
-    pub(crate) fn raw(mut self, text: &str) -> Self {
-        self.0.push(' ');
-        self.0.push_str(text);
-        self
-    }
-}
-
-impl std::fmt::Display for CommandLine {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(&self.0)
-    }
-}
-
-/// This program as a command that works when pasted in a shell: `askloop` when the `askloop`
-/// found on `PATH` is this very file, otherwise this executable's own path, quoted (e.g. after
-/// `cargo run`, or when another askloop comes first on `PATH`).
-pub(crate) fn program() -> String {
-    let Some(exe) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.canonicalize().ok())
-    else {
-        return "askloop".to_owned();
-    };
-    let on_path = std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(PROGRAM_NAME))
-        .find(|candidate| candidate.is_file());
-    match on_path.and_then(|found| found.canonicalize().ok()) {
-        Some(found) if found == exe => "askloop".to_owned(),
-        _ => shell_quote(&exe.display().to_string()),
-    }
-}
-
-/// The binary's file name.
-const PROGRAM_NAME: &str = if cfg!(windows) {
-    "askloop.exe"
-} else {
-    "askloop"
-};
 
 /// The URL with a relative SQLite path made absolute against `base`.
 fn absolute(url: StoreUrl, base: &Path) -> StoreUrl {

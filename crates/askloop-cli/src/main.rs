@@ -9,6 +9,7 @@
 mod agent;
 mod catalogue;
 mod cli;
+mod command_line;
 mod commands;
 mod config;
 mod context;

@@ -7,7 +7,6 @@ use askloop_core::store::RunState;
 use askloop_core::{PendingKind, ResumeError, RunKey, RunStatus, ToolCallId};
 
 use crate::cli::{ApproveArgs, DeclineArgs, GlobalArgs};
-use crate::commands::resume::already_answered;
 use crate::context::{Access, Context};
 use crate::exit::invalid;
 use crate::output::Mode;
@@ -73,7 +72,7 @@ async fn respond(
                     tool_call_id,
                     ..
                 }) => {
-                    already_answered(context, &run, &tool_call_id).await?;
+                    context.already_answered(&run, &tool_call_id).await?;
                     return Ok(ExitCode::SUCCESS);
                 }
                 Err(error) => return Err(context.refused(&run, error)),

@@ -70,7 +70,7 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
                     same_answer: true,
                     ..
                 }) => {
-                    already_answered(context, &run, &tool_call_id).await?;
+                    context.already_answered(&run, &tool_call_id).await?;
                     return Ok(ExitCode::SUCCESS);
                 }
                 Err(error) => return Err(refusal(context, &run, error)),
@@ -109,7 +109,7 @@ async fn failed_run(
         if let Some(answer) = &answer
             && answered_with(state, &tool_call_id, answer)
         {
-            already_answered(context, run, &tool_call_id).await?;
+            context.already_answered(run, &tool_call_id).await?;
             return Ok(ExitCode::SUCCESS);
         }
     }
@@ -242,41 +242,6 @@ fn answer_for(
         )),
         None => invalid(format!("invalid answer: {error}")),
     })
-}
-
-/// The same answer again: nothing to do, and nothing changed (exit status 0). Says what the
-/// run is doing, and what to run when the process that took the answer stopped.
-pub(crate) async fn already_answered(
-    context: &Context,
-    run: &RunKey,
-    tool_call_id: &ToolCallId,
-) -> anyhow::Result<()> {
-    use std::io::Write;
-
-    let run_id = &run.run_id;
-    let continue_run = context.command("runs continue").run(run);
-    let stored = context.load_stored(run).await?;
-    let live = stored
-        .lease
-        .as_ref()
-        .is_some_and(|lease| lease.is_live_at(askloop_core::store::lease_now_ms()));
-    let status = match stored.state.status() {
-        RunStatus::Running if live => "another process is running it now".to_owned(),
-        RunStatus::Running => {
-            format!("the process that took it stopped before finishing: run `{continue_run}`")
-        }
-        RunStatus::Failed => format!("the step after it failed: retry it with `{continue_run}`"),
-        status => format!(
-            "the run is {status} (see `{}`)",
-            context.command("runs show").run(run)
-        ),
-    };
-    writeln!(
-        std::io::stderr(),
-        "note: tool call {tool_call_id} of run {run_id} was already answered with this answer; \
-         nothing changed; {status}"
-    )?;
-    Ok(())
 }
 
 /// Whether the run's messages hold a result of call `tool_call_id` that a resume gave

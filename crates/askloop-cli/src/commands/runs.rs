@@ -17,7 +17,8 @@ use serde_json::Value;
 use crate::cli::{
     CancelArgs, ContinueArgs, GlobalArgs, ListArgs, RecoverArgs, ShowArgs, SweepArgs,
 };
-use crate::context::{Access, CommandLine, Context};
+use crate::command_line::CommandLine;
+use crate::context::{Access, Context};
 use crate::exit::{invalid, invalid_because};
 use crate::format::{SHOW_LIMIT, compact_json, cut, format_time, result_summary, truncate};
 use crate::output::{Mode, Output};
