@@ -375,7 +375,9 @@ mod tests {
             ask_first()
         );
         assert_eq!(
-            planner.settings_for(&spec("openai:gpt-4o")).first_step_tool_choice,
+            planner
+                .settings_for(&spec("openai:gpt-4o"))
+                .first_step_tool_choice,
             None
         );
         let chooser = AgentDefinition::find(&config, "chooser").unwrap();

@@ -12,11 +12,11 @@ use askloop_core::{
 use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
 
 use crate::cli::GlobalArgs;
-use crate::config::LoadedConfig;
-use crate::exit::{check_key_id, invalid, invalid_because};
 use crate::command_line::{CommandLine, program};
-use crate::format::{format_time, shell_quote};
+use crate::config::LoadedConfig;
 use crate::env::{CONFIG_ENV, STORE_ENV, env_value, lease_from_env};
+use crate::exit::{check_key_id, invalid, invalid_because};
+use crate::format::{format_time, shell_quote};
 use crate::model::Spec;
 use crate::registry::{ConfigRegistry, FlagScope};
 use crate::test_hook::TestHooks;
@@ -98,7 +98,7 @@ impl Context {
             (Some(Ok(spec)), _) => Some(spec.text().to_owned()),
             (_, raw) => raw,
         };
-        let registry = ConfigRegistry::new(config, store.clone(), flag_spec, scope, lease, hooks);
+        let registry = ConfigRegistry::new(config, store.clone(), flag_spec, scope, lease, hooks)?;
         Ok(Self {
             store_is_default: default_url.as_ref() == Some(&store_url),
             store_missing,
@@ -282,7 +282,9 @@ impl Context {
             RunStatus::Running => {
                 format!("the process that took it stopped before finishing: run `{continue_run}`")
             }
-            RunStatus::Failed => format!("the step after it failed: retry it with `{continue_run}`"),
+            RunStatus::Failed => {
+                format!("the step after it failed: retry it with `{continue_run}`")
+            }
             status => format!(
                 "the run is {status} (see `{}`)",
                 self.command("runs show").run(run)

@@ -306,9 +306,9 @@ pub(crate) fn format_time(ms: u64) -> String {
 /// `tool NAME wants to run with {args}` for a call waiting for approval, with its deadline if
 /// it has one.
 pub(crate) fn approval_line(call: &PendingToolCall) -> String {
-    let by = call.expires_at_ms.map_or_else(String::new, |at| {
-        format!(" by {} UTC", format_time(at))
-    });
+    let by = call
+        .expires_at_ms
+        .map_or_else(String::new, |at| format!(" by {} UTC", format_time(at)));
     format!(
         "tool {} wants to run with {} (approve or decline{by})",
         escape_controls(&call.tool_name),

@@ -108,15 +108,30 @@ mod tests {
 
     #[test]
     fn relative_script_paths_become_absolute() {
-        let spec = resolve_spec("scripted:demo.json", Path::new("/work/x")).unwrap().text().to_owned();
+        let spec = resolve_spec("scripted:demo.json", Path::new("/work/x"))
+            .unwrap()
+            .text()
+            .to_owned();
         assert_eq!(spec, "scripted:/work/x/demo.json");
-        let spec = resolve_spec("scripted:/abs/demo.json", Path::new("/work/x")).unwrap().text().to_owned();
+        let spec = resolve_spec("scripted:/abs/demo.json", Path::new("/work/x"))
+            .unwrap()
+            .text()
+            .to_owned();
         assert_eq!(spec, "scripted:/abs/demo.json");
-        let spec = resolve_spec("openai:gpt-4o-mini", Path::new("/work/x")).unwrap().text().to_owned();
+        let spec = resolve_spec("openai:gpt-4o-mini", Path::new("/work/x"))
+            .unwrap()
+            .text()
+            .to_owned();
         assert_eq!(spec, "openai:gpt-4o-mini");
-        let spec = resolve_spec("local:smollm2-135m", Path::new("/work/x")).unwrap().text().to_owned();
+        let spec = resolve_spec("local:smollm2-135m", Path::new("/work/x"))
+            .unwrap()
+            .text()
+            .to_owned();
         assert_eq!(spec, "local:smollm2-135m");
-        let spec = resolve_spec("local:models/a.gguf", Path::new("/work/x")).unwrap().text().to_owned();
+        let spec = resolve_spec("local:models/a.gguf", Path::new("/work/x"))
+            .unwrap()
+            .text()
+            .to_owned();
         assert_eq!(spec, "local:/work/x/models/a.gguf");
     }
 

@@ -236,8 +236,11 @@ async fn run(agent: &Agent, case: &'static Case) -> Outcome {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
+/// The default local model, fetched first if missing, and its SPEC.
+async fn local_model() -> (
+    crate::model::Spec,
+    Arc<dyn askloop_core::model::LanguageModel>,
+) {
     let spec = crate::model::Spec::parse(crate::catalogue::LOCAL_SPEC).unwrap();
     crate::catalogue::ensure_available(spec.parsed())
         .await
@@ -245,6 +248,12 @@ async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
     let model = crate::model::build_model(&spec)
         .await
         .expect("the default model loads");
+    (spec, model)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
+    let (spec, model) = local_model().await;
     let definition = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
     let started = Instant::now();

@@ -18,8 +18,8 @@ use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 use crate::agent::{AgentDefinition, DEFAULT_AGENT};
-use crate::config::LoadedConfig;
 use crate::catalogue::{LOCAL_SPEC, ensure_available};
+use crate::config::LoadedConfig;
 use crate::env::{MODEL_ENV, env_value};
 use crate::exit::{invalid, invalid_because, invalid_error};
 use crate::model::{Spec, build_model};

@@ -52,7 +52,11 @@ async fn respond(
         .run(async |context| {
             let run = context.resolve_run(&run_id, resource.as_deref()).await?;
             let stored = context.load_stored(&run).await?;
-            let verb = if decline.is_some() { "decline" } else { "approve" };
+            let verb = if decline.is_some() {
+                "decline"
+            } else {
+                "approve"
+            };
             let tool_call_id = match tool_call_id {
                 Some(id) => ToolCallId::new(id),
                 None => only_approval(context, &run, &stored.state, verb)?,

@@ -2,15 +2,15 @@
 
 use std::process::ExitCode;
 
+use askloop_core::Tool as _;
 use askloop_core::model::{AssistantPart, Message, ToolCall};
 use askloop_core::store::{
     ListedRun, RunCursor, RunFilter, RunState, RunSummary, StoredRun, codec, lease_now_ms,
 };
 use askloop_core::{
-    AgentId, AskUser, AskUserArgs, PendingToolCall, ResourceId, ResumeError, RunId, RunKey, RunStatus,
-    ThreadId, error_chain_text,
+    AgentId, AskUser, AskUserArgs, PendingToolCall, ResourceId, ResumeError, RunId, RunKey,
+    RunStatus, ThreadId, error_chain_text,
 };
-use askloop_core::Tool as _;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -98,10 +98,7 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
                 }
             }
             if let Some(cursor) = &page.next_cursor {
-                output.note(&format!(
-                    "more runs: {}",
-                    next_page(context, &args, cursor)
-                ))?;
+                output.note(&format!("more runs: {}", next_page(context, &args, cursor)))?;
             }
             Ok(ExitCode::SUCCESS)
         })

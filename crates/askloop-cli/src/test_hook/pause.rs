@@ -180,4 +180,3 @@ impl LanguageModel for PausingModel {
         Ok(Box::pin(events.take(1).chain(paused)))
     }
 }
-

@@ -4,10 +4,9 @@
 
 use async_trait::async_trait;
 
-
 /// `test_pay`'s arguments.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
-struct PayArgs {
+pub(crate) struct PayArgs {
     /// Amount in cents.
     amount_cents: u64,
     /// Who is paid.
@@ -16,7 +15,7 @@ struct PayArgs {
 
 /// `test_pay`'s question.
 #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-struct PayQuestion {
+pub(crate) struct PayQuestion {
     /// What is asked.
     question: String,
     /// The amount to confirm.
@@ -26,7 +25,7 @@ struct PayQuestion {
 /// `test_pay`'s answer. Fields in name order, so the prompts' order is the same whether
 /// serde_json keeps the schema's order or sorts it.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
-struct PayAnswer {
+pub(crate) struct PayAnswer {
     /// The amount, typed again.
     amount_cents: u64,
     /// Whether to pay.
