@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::support::{ASK_THEN_ANSWER, TestDir};
 
 /// The lease of the kill tests: a killed server's run is recoverable this long after.
+#[cfg(feature = "test-hooks")]
 const LEASE_MS: &str = "1500";
 
 /// A running `askloop serve`, killed when dropped.
