@@ -1,4 +1,4 @@
-//! Text for people: questions, resume commands, times, shell quoting, short JSON, and
+//! Text for people: questions, approvals, resume commands, times, shell quoting, short JSON, and
 //! [`escape_controls`], which every line printed for people goes through.
 
 use std::borrow::Cow;
