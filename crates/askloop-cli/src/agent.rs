@@ -8,11 +8,10 @@ use askloop_core::model::{LanguageModel, ModelSettings, ToolChoice};
 use askloop_core::{Agent, AskUser, DynTool, RunStore, Tool};
 
 use askloop_mcp::{McpError, McpServerConfig, McpToolset};
-use askloop_providers::ModelSpec;
 
 use crate::config::{AgentConfig, LoadedConfig};
 use crate::exit::invalid;
-use crate::model::resolve_spec;
+use crate::model::{Spec, resolve_spec};
 
 /// The id of the built-in agent.
 pub(crate) const DEFAULT_AGENT: &str = "assistant";
@@ -42,7 +41,7 @@ pub(crate) struct AgentDefinition {
     /// The system prompt.
     pub(crate) instructions: Option<String>,
     /// The model SPEC from askloop.toml (the agent's own, else the file's), resolved.
-    pub(crate) model: Option<String>,
+    pub(crate) model: Option<Spec>,
     /// Built-in tool names.
     pub(crate) tools: Vec<String>,
     /// Step limit per run.
@@ -109,7 +108,7 @@ impl AgentDefinition {
     }
 
     /// The built-in `assistant` with this model SPEC.
-    fn builtin(model: Option<String>) -> Self {
+    fn builtin(model: Option<Spec>) -> Self {
         Self {
             id: DEFAULT_AGENT.to_owned(),
             name: Some("Assistant".to_owned()),
@@ -131,7 +130,7 @@ impl AgentDefinition {
         loaded: &LoadedConfig,
         id: &str,
         agent: &AgentConfig,
-        file_model: Option<String>,
+        file_model: Option<Spec>,
     ) -> anyhow::Result<Self> {
         let model = match &agent.model {
             Some(spec) => Some(resolve_spec(spec, &loaded.base_dir)?),
@@ -182,9 +181,9 @@ impl AgentDefinition {
     /// with `ask_user` is made to ask first (`first_step_tool_choice = { tool = "ask_user" }`),
     /// since small models, left to choose, often answer in text at once (the 135M one always
     /// does), unless the agent sets `first_step_tool_choice` itself or `tool_choice = "none"`.
-    pub(crate) fn settings_for(&self, spec: &str) -> ModelSettings {
+    pub(crate) fn settings_for(&self, spec: &Spec) -> ModelSettings {
         let mut settings = self.settings.clone();
-        let local = matches!(ModelSpec::parse(spec), Ok(ModelSpec::Local(_)));
+        let local = spec.is_local();
         let asks = self.tools.iter().any(|tool| tool == AskUser::NAME);
         if local
             && asks
@@ -217,29 +216,31 @@ impl AgentDefinition {
     /// The question budget with the model `spec`: the configured `max_questions`; else, for
     /// the built-in agent (also when an `[agents.assistant]` table changes it) on the embedded
     /// local model, [`LOCAL_MAX_QUESTIONS`]; else none.
-    pub(crate) fn max_questions_for(&self, spec: &str) -> Option<u32> {
-        let local = matches!(ModelSpec::parse(spec), Ok(ModelSpec::Local(_)));
+    pub(crate) fn max_questions_for(&self, spec: &Spec) -> Option<u32> {
+        let local = spec.is_local();
         self.max_questions
             .or((local && self.id == DEFAULT_AGENT).then_some(LOCAL_MAX_QUESTIONS))
     }
 
     /// Builds the agent with this model (recording `spec` with its runs), store, the tools
-    /// of its MCP servers and the lease duration (the core's default when `None`).
+    /// of its MCP servers, the lease duration (the core's default when `None`) and `extra`
+    /// tools (the test hooks').
     ///
     /// # Errors
     /// Invalid input for an unknown tool; the builder's errors.
     pub(crate) fn build(
         &self,
         model: Arc<dyn LanguageModel>,
-        spec: &str,
+        spec: &Spec,
         store: Arc<dyn RunStore>,
         mcp: &McpToolset,
         lease: Option<std::time::Duration>,
+        extra: Vec<Arc<dyn DynTool>>,
     ) -> anyhow::Result<Agent> {
         let settings = self.settings_for(spec);
         let mut builder = Agent::builder(self.id.as_str())
             .shared_model(model)
-            .model_spec(spec)
+            .model_spec(spec.text())
             .shared_store(store)
             .settings(settings);
         if let Some(name) = &self.name {
@@ -302,7 +303,7 @@ impl AgentDefinition {
         for tool in mcp_tools {
             builder = builder.shared_tool(tool);
         }
-        for tool in crate::test_hook::test_tools() {
+        for tool in extra {
             builder = builder.shared_tool(tool);
         }
         Ok(builder.build()?)
@@ -313,7 +314,7 @@ impl AgentDefinition {
     /// A built-in tool by name, with this agent's settings.
     fn builtin_tool(&self, name: &str) -> anyhow::Result<Arc<dyn DynTool>> {
         match name {
-            "ask_user" => {
+            name if name == AskUser::NAME => {
                 let mut ask_user = AskUser::new().allow_other(self.allow_other);
                 if let Some(timeout) = self.question_timeout {
                     ask_user = ask_user.timeout(timeout);
@@ -340,8 +341,12 @@ mod tests {
         }
     }
 
+    fn spec(text: &str) -> Spec {
+        Spec::parse(text).unwrap()
+    }
+
     fn ask_first() -> Option<ToolChoice> {
-        Some(ToolChoice::Tool("ask_user".to_owned()))
+        Some(ToolChoice::Tool(AskUser::NAME.to_owned()))
     }
 
     #[test]
@@ -360,35 +365,37 @@ mod tests {
         );
         let planner = AgentDefinition::find(&config, "planner").unwrap();
         assert_eq!(
-            planner.settings_for("local").first_step_tool_choice,
+            planner.settings_for(&spec("local")).first_step_tool_choice,
             ask_first()
         );
         assert_eq!(
             planner
-                .settings_for("local:/models/x.gguf")
+                .settings_for(&spec("local:/models/x.gguf"))
                 .first_step_tool_choice,
             ask_first()
         );
         assert_eq!(
-            planner.settings_for("openai:gpt-4o").first_step_tool_choice,
+            planner
+                .settings_for(&spec("openai:gpt-4o"))
+                .first_step_tool_choice,
             None
         );
         let chooser = AgentDefinition::find(&config, "chooser").unwrap();
         assert_eq!(
-            chooser.settings_for("local").first_step_tool_choice,
+            chooser.settings_for(&spec("local")).first_step_tool_choice,
             Some(ToolChoice::Auto)
         );
         for id in ["silent", "quiet"] {
             let agent = AgentDefinition::find(&config, id).unwrap();
             assert_eq!(
-                agent.settings_for("local").first_step_tool_choice,
+                agent.settings_for(&spec("local")).first_step_tool_choice,
                 None,
                 "{id}"
             );
         }
         let builtin = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
         assert_eq!(
-            builtin.settings_for("local").first_step_tool_choice,
+            builtin.settings_for(&spec("local")).first_step_tool_choice,
             ask_first()
         );
     }
@@ -397,30 +404,31 @@ mod tests {
     fn issue8_the_builtin_agent_on_the_local_model_has_a_question_budget() {
         let builtin = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
         assert_eq!(
-            builtin.max_questions_for("local"),
+            builtin.max_questions_for(&spec("local")),
             Some(LOCAL_MAX_QUESTIONS)
         );
         assert_eq!(
-            builtin.max_questions_for("local:smollm2-135m"),
+            builtin.max_questions_for(&spec("local:smollm2-135m")),
             Some(LOCAL_MAX_QUESTIONS)
         );
-        assert_eq!(builtin.max_questions_for("openai:gpt-4o"), None);
+        assert_eq!(builtin.max_questions_for(&spec("openai:gpt-4o")), None);
         let config = loaded(
             "[agents.assistant]\nmax_questions = 5\n[agents.planner]\n[agents.terse]\nmax_questions = 1\n",
         );
         let assistant = AgentDefinition::find(&config, DEFAULT_AGENT).unwrap();
-        assert_eq!(assistant.max_questions_for("local"), Some(5));
+        assert_eq!(assistant.max_questions_for(&spec("local")), Some(5));
         let planner = AgentDefinition::find(&config, "planner").unwrap();
-        assert_eq!(planner.max_questions_for("local"), None);
+        assert_eq!(planner.max_questions_for(&spec("local")), None);
         let terse = AgentDefinition::find(&config, "terse").unwrap();
-        assert_eq!(terse.max_questions_for("openai:gpt-4o"), Some(1));
+        assert_eq!(terse.max_questions_for(&spec("openai:gpt-4o")), Some(1));
         let agent = terse
             .build(
                 Arc::new(askloop_core::testing::ScriptedModel::from_steps(vec![])),
-                "openai:gpt-4o",
+                &spec("openai:gpt-4o"),
                 Arc::new(askloop_core::store::MemoryStore::new()),
                 &McpToolset::default(),
                 None,
+                Vec::new(),
             )
             .unwrap();
         assert_eq!(agent.max_questions(), Some(1));

@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use askloop_core::model::ToolChoice;
 use serde::Deserialize;
 
-use askloop_core::is_blank;
+use askloop_core::{AskUser, Tool as _, is_blank};
 
 use crate::exit::{invalid, invalid_because};
 
@@ -58,7 +58,7 @@ use crate::exit::{invalid, invalid_because};
 pub(crate) const DEFAULT_CONFIG_FILE: &str = "askloop.toml";
 
 /// The built-in tools an agent may list in `tools`.
-pub(crate) const KNOWN_TOOLS: [&str; 1] = ["ask_user"];
+pub(crate) const KNOWN_TOOLS: [&str; 1] = [AskUser::NAME];
 
 /// The parsed file.
 #[derive(Debug, Default, Deserialize)]
@@ -340,7 +340,7 @@ impl AgentConfig {
     pub(crate) fn tool_names(&self) -> Vec<String> {
         self.tools
             .clone()
-            .unwrap_or_else(|| vec!["ask_user".to_owned()])
+            .unwrap_or_else(|| vec![AskUser::NAME.to_owned()])
     }
 }
 

@@ -3,31 +3,23 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use askloop_core::store::{MemoryStore, RunState, StoredRun, keys_of_run};
 use askloop_core::{
-    Agent, IdKind, ResourceId, ResumeError, RunId, RunKey, RunStore, StoreError, is_blank,
+    Agent, IdKind, ResourceId, ResumeError, RunId, RunKey, RunStatus, RunStore, StoreError,
+    ToolCallId,
 };
 use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
 
 use crate::cli::GlobalArgs;
+use crate::command_line::{CommandLine, program};
 use crate::config::LoadedConfig;
+use crate::env::{CONFIG_ENV, STORE_ENV, env_value, lease_from_env};
 use crate::exit::{check_key_id, invalid, invalid_because};
 use crate::format::{format_time, shell_quote};
-use crate::model::resolve_spec;
+use crate::model::Spec;
 use crate::registry::{ConfigRegistry, FlagScope};
-use crate::test_hook::Pause;
-
-/// The environment variable holding the default model SPEC.
-pub(crate) const MODEL_ENV: &str = "ASKLOOP_MODEL";
-/// The environment variable holding the store URL when `--store` is not given.
-pub(crate) const STORE_ENV: &str = "ASKLOOP_STORE";
-/// The environment variable holding the agents file when `--config` is not given.
-pub(crate) const CONFIG_ENV: &str = "ASKLOOP_CONFIG";
-/// The environment variable holding the lease duration in milliseconds (default 30 s): how
-/// long after this process dies another one may take over the run it was driving.
-pub(crate) const LEASE_ENV: &str = "ASKLOOP_LEASE_MS";
+use crate::test_hook::TestHooks;
 
 /// What a command does with the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,11 +34,6 @@ pub(crate) enum Access {
     Create,
 }
 
-/// The value of an environment variable, `None` when unset or empty.
-pub(crate) fn env_value(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|value| !is_blank(value))
-}
-
 /// The loaded config and the opened store.
 pub(crate) struct Context {
     /// Where runs are kept (SQLite paths absolute).
@@ -59,7 +46,8 @@ pub(crate) struct Context {
     store_missing: bool,
     /// The `--config` given, absolute.
     explicit_config: Option<PathBuf>,
-    /// The `--model` given to this command, if any: repeated in the commands it prints.
+    /// The `--model` given to this command, if any, with a relative path in it made absolute
+    /// (kept as given when it does not parse): repeated in the commands it prints.
     pub(crate) model_flag: Option<String>,
     /// The agents, built on demand; their MCP servers are closed by [`Context::close`].
     registry: Arc<ConfigRegistry>,
@@ -96,73 +84,21 @@ impl Context {
         let default_url = default_store_url()
             .ok()
             .map(|url| absolute(url, &current_dir));
-        // Parsed here, with the password masked in every message (StoreUrl's errors mask it).
-        let flag_or_env = match &global.store {
-            Some(text) => Some(
-                text.parse::<StoreUrl>()
-                    .map_err(|error| invalid_because("invalid --store", error))?,
-            ),
-            None => env_value(STORE_ENV)
-                .map(|text| text.parse::<StoreUrl>())
-                .transpose()
-                .map_err(|error| invalid_because(format!("invalid {STORE_ENV}"), error))?,
+        let store_url = store_url(global, &config, &current_dir)?;
+        let lease = lease_from_env()?;
+        let hooks = TestHooks::from_env()?;
+        let (store, store_missing) = open_run_store(&store_url, access).await?;
+        let store = hooks.wrap_store(store);
+        // Parsed once: the agents' model, and (made absolute) the flag the printed commands
+        // repeat.
+        let flag_spec = model_flag
+            .as_deref()
+            .map(|text| Spec::resolve(text, &current_dir));
+        let model_flag = match (&flag_spec, model_flag) {
+            (Some(Ok(spec)), _) => Some(spec.text().to_owned()),
+            (_, raw) => raw,
         };
-        let store_url = match (flag_or_env, &config.config.store) {
-            (Some(url), _) => absolute(url, &current_dir),
-            (None, Some(text)) => {
-                let url: StoreUrl = text.parse().map_err(|error| {
-                    let file = config.path.as_ref().map_or_else(
-                        || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
-                        |path| path.display().to_string(),
-                    );
-                    invalid_because(format!("invalid `store` in {file}"), error)
-                })?;
-                absolute(url, &config.base_dir)
-            }
-            (None, None) => absolute(default_store_url()?, &current_dir),
-        };
-        let options = match access {
-            Access::Read => OpenOptions::new().read_only(true),
-            Access::Update => OpenOptions::new().create_if_missing(false),
-            Access::Create => OpenOptions::new(),
-        };
-        let lease = env_value(LEASE_ENV)
-            .map(|text| {
-                text.trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|ms| *ms > 0)
-                    .map(Duration::from_millis)
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "invalid {LEASE_ENV}: {text:?} (a number of milliseconds, more than 0)"
-                        ))
-                    })
-            })
-            .transpose()?;
-        let pause = Pause::from_env()?;
-        let (store, store_missing): (Arc<dyn RunStore>, bool) =
-            match open_store(&store_url, &options).await {
-                Ok(store) => (store, false),
-                // Nothing to read or update: an empty store answers "not found" without
-                // creating the file.
-                Err(OpenError::NotFound { .. }) if access != Access::Create => {
-                    (Arc::new(MemoryStore::new()), true)
-                }
-                Err(error) => return Err(error.into()),
-            };
-        let store = match pause {
-            Some(pause) => pause.wrap_store(store),
-            None => store,
-        };
-        let registry = ConfigRegistry::new(
-            config,
-            store.clone(),
-            model_flag.clone(),
-            scope,
-            lease,
-            pause,
-        )?;
+        let registry = ConfigRegistry::new(config, store.clone(), flag_spec, scope, lease, hooks)?;
         Ok(Self {
             store_is_default: default_url.as_ref() == Some(&store_url),
             store_missing,
@@ -172,6 +108,20 @@ impl Context {
             model_flag,
             registry: Arc::new(registry),
         })
+    }
+
+    /// Runs `command` on this context, then closes it ([`Context::close`]) whatever the
+    /// outcome: the open, run, close of every command.
+    ///
+    /// # Errors
+    /// The command's.
+    pub(crate) async fn run<T>(
+        self,
+        command: impl AsyncFnOnce(&Self) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let result = command(&self).await;
+        self.close().await;
+        result
     }
 
     /// An agent for a new run: its definition, and the model from `--model`, then
@@ -311,6 +261,43 @@ impl Context {
         anyhow::Error::new(error).context(line)
     }
 
+    /// The same answer again: nothing to do, and nothing changed (exit status 0). Says what the
+    /// run is doing, and what to run when the process that took the answer stopped.
+    pub(crate) async fn already_answered(
+        &self,
+        run: &RunKey,
+        tool_call_id: &ToolCallId,
+    ) -> anyhow::Result<()> {
+        use std::io::Write;
+
+        let run_id = &run.run_id;
+        let continue_run = self.command("runs continue").run(run);
+        let stored = self.load_stored(run).await?;
+        let live = stored
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.is_live_at(askloop_core::store::lease_now_ms()));
+        let status = match stored.state.status() {
+            RunStatus::Running if live => "another process is running it now".to_owned(),
+            RunStatus::Running => {
+                format!("the process that took it stopped before finishing: run `{continue_run}`")
+            }
+            RunStatus::Failed => {
+                format!("the step after it failed: retry it with `{continue_run}`")
+            }
+            status => format!(
+                "the run is {status} (see `{}`)",
+                self.command("runs show").run(run)
+            ),
+        };
+        writeln!(
+            std::io::stderr(),
+            "note: tool call {tool_call_id} of run {run_id} was already answered with this answer; \
+             nothing changed; {status}"
+        )?;
+        Ok(())
+    }
+
     /// What to do about a thread whose turn `running` runs: wait, cancel it, or continue it
     /// when its process died.
     pub(crate) fn busy_remedy(&self, running: &RunKey) -> String {
@@ -356,7 +343,7 @@ impl Context {
     /// given as they are, e.g. `runs continue`); add its arguments and flags with
     /// [`CommandLine`]'s methods.
     pub(crate) fn command(&self, subcommand: &str) -> CommandLine {
-        CommandLine(format!("{} {subcommand}", self.command_prefix()))
+        CommandLine::new(format!("{} {subcommand}", self.command_prefix()))
     }
 
     /// Whether runs survive this process (false for the memory store).
@@ -364,101 +351,6 @@ impl Context {
         !matches!(self.store_url, StoreUrl::Memory)
     }
 }
-
-/// A command printed for the user to paste, built word by word, each value shell-quoted
-/// ([`shell_quote`]). It keeps every flag that finds the same run and agent: build it with
-/// [`Context::command`] (store and config), then [`CommandLine::agent`],
-/// [`CommandLine::model`] and [`CommandLine::flag`] for `--resource`, `--thread` and the
-/// rest, each only when given.
-#[derive(Clone, Debug)]
-pub(crate) struct CommandLine(String);
-
-impl CommandLine {
-    /// Adds one argument, quoted.
-    pub(crate) fn arg(mut self, word: &str) -> Self {
-        self.0.push(' ');
-        self.0.push_str(&shell_quote(word));
-        self
-    }
-
-    /// Adds a run: its id, and `--resource R` when it has one (the run ids of two resources may
-    /// be the same).
-    pub(crate) fn run(self, run: &RunKey) -> Self {
-        self.arg(run.run_id.as_str()).flag(
-            "--resource",
-            run.resource_id.as_ref().map(ResourceId::as_str),
-        )
-    }
-
-    /// Adds `NAME VALUE` (the value quoted) when there is a value.
-    pub(crate) fn flag(mut self, name: &str, value: Option<&str>) -> Self {
-        if let Some(value) = value {
-            self.0.push(' ');
-            self.0.push_str(name);
-            self = self.arg(value);
-        }
-        self
-    }
-
-    /// Adds `--agent ID` unless it is the built-in agent (the default).
-    pub(crate) fn agent(self, agent: &str) -> Self {
-        let agent = (agent != crate::agent::DEFAULT_AGENT).then_some(agent);
-        self.flag("--agent", agent)
-    }
-
-    /// Adds `--model SPEC` when one was given, with a relative path in it made absolute (the
-    /// command may be pasted elsewhere).
-    pub(crate) fn model(self, spec: Option<&str>) -> Self {
-        let spec = spec.map(|spec| {
-            std::env::current_dir()
-                .ok()
-                .and_then(|dir| resolve_spec(spec, &dir).ok())
-                .unwrap_or_else(|| spec.to_owned())
-        });
-        self.flag("--model", spec.as_deref())
-    }
-
-    /// Adds text as it is (e.g. `--answer '<your answer>'` or `…`), unquoted.
-    pub(crate) fn raw(mut self, text: &str) -> Self {
-        self.0.push(' ');
-        self.0.push_str(text);
-        self
-    }
-}
-
-impl std::fmt::Display for CommandLine {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(&self.0)
-    }
-}
-
-/// This program as a command that works when pasted in a shell: `askloop` when the `askloop`
-/// found on `PATH` is this very file, otherwise this executable's own path, quoted (e.g. after
-/// `cargo run`, or when another askloop comes first on `PATH`).
-pub(crate) fn program() -> String {
-    let Some(exe) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.canonicalize().ok())
-    else {
-        return "askloop".to_owned();
-    };
-    let on_path = std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(PROGRAM_NAME))
-        .find(|candidate| candidate.is_file());
-    match on_path.and_then(|found| found.canonicalize().ok()) {
-        Some(found) if found == exe => "askloop".to_owned(),
-        _ => shell_quote(&exe.display().to_string()),
-    }
-}
-
-/// The binary's file name.
-const PROGRAM_NAME: &str = if cfg!(windows) {
-    "askloop.exe"
-} else {
-    "askloop"
-};
 
 /// The URL with a relative SQLite path made absolute against `base`.
 fn absolute(url: StoreUrl, base: &Path) -> StoreUrl {
@@ -468,5 +360,68 @@ fn absolute(url: StoreUrl, base: &Path) -> StoreUrl {
             synchronous,
         },
         other => other,
+    }
+}
+
+/// The store's URL: `--store`, else [`STORE_ENV`] (read only when the flag is absent, so the
+/// flag overrides a bad value), else the file's `store` (relative to its folder), else the
+/// default SQLite file in the data folder. Parsed here, with the password masked in every
+/// message (StoreUrl's errors mask it).
+///
+/// # Errors
+/// Invalid input for a URL that does not parse; no data folder known for the default.
+fn store_url(
+    global: &GlobalArgs,
+    config: &LoadedConfig,
+    current_dir: &Path,
+) -> anyhow::Result<StoreUrl> {
+    let flag_or_env = match &global.store {
+        Some(text) => Some(
+            text.parse::<StoreUrl>()
+                .map_err(|error| invalid_because("invalid --store", error))?,
+        ),
+        None => env_value(STORE_ENV)
+            .map(|text| text.parse::<StoreUrl>())
+            .transpose()
+            .map_err(|error| invalid_because(format!("invalid {STORE_ENV}"), error))?,
+    };
+    Ok(match (flag_or_env, &config.config.store) {
+        (Some(url), _) => absolute(url, current_dir),
+        (None, Some(text)) => {
+            let url: StoreUrl = text.parse().map_err(|error| {
+                let file = config.path.as_ref().map_or_else(
+                    || crate::config::DEFAULT_CONFIG_FILE.to_owned(),
+                    |path| path.display().to_string(),
+                );
+                invalid_because(format!("invalid `store` in {file}"), error)
+            })?;
+            absolute(url, &config.base_dir)
+        }
+        (None, None) => absolute(default_store_url()?, current_dir),
+    })
+}
+
+/// Opens the store at `url` for `access`; for reads and updates, a database that does not
+/// exist is an empty store that creates nothing (then `true`).
+///
+/// # Errors
+/// The store's open errors.
+async fn open_run_store(
+    url: &StoreUrl,
+    access: Access,
+) -> anyhow::Result<(Arc<dyn RunStore>, bool)> {
+    let options = match access {
+        Access::Read => OpenOptions::new().read_only(true),
+        Access::Update => OpenOptions::new().create_if_missing(false),
+        Access::Create => OpenOptions::new(),
+    };
+    match open_store(url, &options).await {
+        Ok(store) => Ok((store, false)),
+        // Nothing to read or update: an empty store answers "not found" without creating
+        // the file.
+        Err(OpenError::NotFound { .. }) if access != Access::Create => {
+            Ok((Arc::new(MemoryStore::new()), true))
+        }
+        Err(error) => Err(error.into()),
     }
 }

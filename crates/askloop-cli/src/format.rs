@@ -1,4 +1,4 @@
-//! Text for people: questions, resume commands, times, shell quoting, short JSON, and
+//! Text for people: questions, approvals, resume commands, times, shell quoting, short JSON, and
 //! [`escape_controls`], which every line printed for people goes through.
 
 use std::borrow::Cow;
@@ -303,6 +303,19 @@ pub(crate) fn format_time(ms: u64) -> String {
 }
 
 /// A pending `ask_user` call with `payload` and the resume schema `ask_user` gives it.
+/// `tool NAME wants to run with {args}` for a call waiting for approval, with its deadline if
+/// it has one.
+pub(crate) fn approval_line(call: &PendingToolCall) -> String {
+    let by = call
+        .expires_at_ms
+        .map_or_else(String::new, |at| format!(" by {} UTC", format_time(at)));
+    format!(
+        "tool {} wants to run with {} (approve or decline{by})",
+        escape_controls(&call.tool_name),
+        cut(&call.args.to_string(), SHOW_LIMIT)
+    )
+}
+
 #[cfg(test)]
 pub(crate) fn ask_user_call(payload: Value) -> PendingToolCall {
     let question: askloop_core::AskUserQuestion = serde_json::from_value(payload.clone())

@@ -7,10 +7,13 @@
 //! here only; [`exit`] turns them into one line on stderr and an exit status.
 
 mod agent;
+mod catalogue;
 mod cli;
+mod command_line;
 mod commands;
 mod config;
 mod context;
+mod env;
 mod exit;
 mod format;
 mod interrupt;

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use askloop_core::{Chunk, RunId, wire};
+use askloop_core::{AskUser, Chunk, RunId, Tool as _, wire};
 use serde_json::Value;
 
 use crate::format::{SHOW_LIMIT, cut, escape_controls, result_summary};
@@ -51,7 +51,7 @@ impl Output {
         }
         match chunk {
             Chunk::TextDelta { text } => self.text(text),
-            Chunk::ToolCall { call } if call.name != "ask_user" => {
+            Chunk::ToolCall { call } if call.name != AskUser::NAME => {
                 self.note(&format!(
                     "» {} {}",
                     call.name,

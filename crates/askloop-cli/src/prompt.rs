@@ -13,7 +13,8 @@ use inquire::{Confirm, CustomUserError, InquireError, MultiSelect, Select, Text}
 use serde_json::Value;
 
 use crate::format::{
-    SHOW_LIMIT, cut, escape_controls, option_description, question_lines, question_of,
+    SHOW_LIMIT, approval_line, cut, escape_controls, option_description, question_lines,
+    question_of,
 };
 use crate::output::Output;
 
@@ -326,7 +327,7 @@ fn parse_line_answer(call: &PendingToolCall, line: &str) -> Result<Value, String
 /// An approval on a terminal: `y` runs the tool; `n` asks for an optional reason for the model.
 /// The answer is the reference framework's approval data, `{"approved": …, "reason"?: …}`.
 fn ask_approval_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
-    let message = crate::session::approval_line(call);
+    let message = approval_line(call);
     let approved = inquire::Confirm::new(&format!("{message} - allow it?"))
         .with_help_message(&help(Some("y/n"), call))
         .prompt()?;

@@ -236,14 +236,24 @@ async fn run(agent: &Agent, case: &'static Case) -> Outcome {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
-    crate::commands::model::ensure_available("local")
+/// The default local model, fetched first if missing, and its SPEC.
+async fn local_model() -> (
+    crate::model::Spec,
+    Arc<dyn askloop_core::model::LanguageModel>,
+) {
+    let spec = crate::model::Spec::parse(crate::catalogue::LOCAL_SPEC).unwrap();
+    crate::catalogue::ensure_available(spec.parsed())
         .await
         .expect("the default model is fetched");
-    let model = crate::model::build_model("local")
+    let model = crate::model::build_model(&spec)
         .await
         .expect("the default model loads");
+    (spec, model)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
+    let (spec, model) = local_model().await;
     let definition = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
     let started = Instant::now();
@@ -255,10 +265,11 @@ async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
         let agent = definition
             .build(
                 Arc::clone(&model),
-                "local",
+                &spec,
                 Arc::clone(&store),
                 &askloop_mcp::McpToolset::default(),
                 None,
+                Vec::new(),
             )
             .unwrap();
         let outcome = run(&agent, case).await;

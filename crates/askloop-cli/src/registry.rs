@@ -6,7 +6,6 @@
 //! the server as core's [`AgentRegistry`].
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,15 +13,17 @@ use askloop_core::registry::{AgentRegistry, RegistryError};
 use askloop_core::store::RunState;
 use askloop_core::{Agent, AgentId, RunStore};
 use askloop_mcp::McpToolset;
+use askloop_providers::SpecError;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 use crate::agent::{AgentDefinition, DEFAULT_AGENT};
+use crate::catalogue::{LOCAL_SPEC, ensure_available};
 use crate::config::LoadedConfig;
-use crate::context::{MODEL_ENV, env_value};
-use crate::exit::{invalid, invalid_because};
-use crate::model::{build_model, resolve_spec};
-use crate::test_hook::Pause;
+use crate::env::{MODEL_ENV, env_value};
+use crate::exit::{invalid, invalid_because, invalid_error};
+use crate::model::{Spec, build_model};
+use crate::test_hook::TestHooks;
 
 /// An agent built for a model: `(agent id, model SPEC)`.
 type AgentKey = (String, String);
@@ -38,17 +39,17 @@ pub(crate) enum FlagScope {
     NewRuns,
 }
 
-/// The model choice of new runs: `--model`, then [`MODEL_ENV`], then askloop.toml.
+/// The model choice of new runs: `--model`, then [`MODEL_ENV`], then askloop.toml. The flag
+/// and the variable are parsed once, their relative paths resolved against the current
+/// directory; a SPEC that does not parse is an error only for the runs that use it.
 #[derive(Clone, Debug)]
 struct ModelChoice {
-    /// `--model`, as given.
-    flag: Option<String>,
+    /// `--model`, parsed.
+    flag: Option<Result<Spec, SpecError>>,
     /// Which runs the flag applies to.
     scope: FlagScope,
-    /// [`MODEL_ENV`], as set when the registry was made.
-    env: Option<String>,
-    /// The folder relative SPECs of the flag and the variable are resolved against.
-    current_dir: PathBuf,
+    /// [`MODEL_ENV`] as set when the registry was made, parsed.
+    env: Option<Result<Spec, SpecError>>,
 }
 
 /// The agents of a loaded askloop.toml plus the built-in `assistant`.
@@ -65,8 +66,8 @@ pub(crate) struct ConfigRegistry {
     model: ModelChoice,
     /// The lease of runs driven here, when not the core's default.
     lease: Option<Duration>,
-    /// The test-only pause point wrapped around each model.
-    pause: Option<Pause>,
+    /// The test hooks: a pause point around each model, extra tools.
+    hooks: TestHooks,
     /// The agents built, by agent id and model SPEC.
     agents: Mutex<HashMap<AgentKey, Arc<OnceCell<Agent>>>>,
     /// The MCP servers connected, by agent id.
@@ -85,30 +86,30 @@ impl std::fmt::Debug for ConfigRegistry {
 }
 
 impl ConfigRegistry {
-    /// A registry over `config` whose agents keep runs in `store`. `model_flag` is `--model`
-    /// (applying to the runs of `scope`); [`MODEL_ENV`] is read now.
+    /// A registry over `config` whose agents keep runs in `store`. `model_flag` is `--model`,
+    /// parsed (applying to the runs of `scope`); [`MODEL_ENV`] is read now.
     ///
     /// # Errors
     /// The current directory cannot be read.
     pub(crate) fn new(
         config: LoadedConfig,
         store: Arc<dyn RunStore>,
-        model_flag: Option<String>,
+        model_flag: Option<Result<Spec, SpecError>>,
         scope: FlagScope,
         lease: Option<Duration>,
-        pause: Option<Pause>,
+        hooks: TestHooks,
     ) -> anyhow::Result<Self> {
+        let current_dir = std::env::current_dir()?;
         Ok(Self {
             config,
             store,
             model: ModelChoice {
                 flag: model_flag,
                 scope,
-                env: env_value(MODEL_ENV),
-                current_dir: std::env::current_dir()?,
+                env: env_value(MODEL_ENV).map(|text| Spec::resolve(&text, &current_dir)),
             },
             lease,
-            pause,
+            hooks,
             agents: Mutex::default(),
             mcp: Mutex::default(),
         })
@@ -205,7 +206,7 @@ impl ConfigRegistry {
         &self,
         recorded: Option<&str>,
         definition: &AgentDefinition,
-    ) -> anyhow::Result<String> {
+    ) -> anyhow::Result<Spec> {
         let choice = &self.model;
         // `serve --model` is the model of the agents that name none: an `[agents.ID]` with a
         // `model` of its own keeps it.
@@ -219,21 +220,21 @@ impl ConfigRegistry {
             FlagScope::AllRuns => true,
             FlagScope::NewRuns => recorded.is_none() && !own_model,
         };
-        if let Some(spec) = choice.flag.as_deref().filter(|_| flag_applies) {
-            return resolve_spec(spec, &choice.current_dir);
+        if let Some(spec) = choice.flag.as_ref().filter(|_| flag_applies) {
+            return spec.clone().map_err(invalid_error);
         }
         if let Some(spec) = recorded {
-            return Ok(spec.to_owned());
+            return Spec::parse(spec);
         }
         if let Some(spec) = &choice.env {
-            return resolve_spec(spec, &choice.current_dir);
+            return spec.clone().map_err(invalid_error);
         }
         if let Some(spec) = &definition.model {
             return Ok(spec.clone());
         }
         if cfg!(feature = "local") {
             // The embedded model: works offline, with no key and no server.
-            return Ok(crate::commands::model::LOCAL_SPEC.to_owned());
+            return Spec::parse(LOCAL_SPEC);
         }
         Err(invalid(format!(
             "no model is set for agent {:?}: pass --model SPEC (e.g. --model \
@@ -243,11 +244,11 @@ impl ConfigRegistry {
     }
 
     /// The agent of `definition` on the model `spec`, built on first use.
-    async fn built(&self, definition: &AgentDefinition, spec: String) -> anyhow::Result<Agent> {
+    async fn built(&self, definition: &AgentDefinition, spec: Spec) -> anyhow::Result<Agent> {
         let cell = {
             let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
             agents
-                .entry((definition.id.clone(), spec.clone()))
+                .entry((definition.id.clone(), spec.text().to_owned()))
                 .or_default()
                 .clone()
         };
@@ -258,15 +259,12 @@ impl ConfigRegistry {
     }
 
     /// Builds the agent of `definition` on the model `spec`.
-    async fn build(&self, definition: &AgentDefinition, spec: &str) -> anyhow::Result<Agent> {
-        crate::commands::model::ensure_available(spec).await?;
-        let model = build_model(spec).await?;
-        let model = match self.pause {
-            Some(pause) => pause.wrap_model(model),
-            None => model,
-        };
+    async fn build(&self, definition: &AgentDefinition, spec: &Spec) -> anyhow::Result<Agent> {
+        ensure_available(spec.parsed()).await?;
+        let model = self.hooks.wrap_model(build_model(spec).await?);
         let mcp = self.mcp_of(definition).await?;
-        definition.build(model, spec, self.store.clone(), &mcp, self.lease)
+        let extra = self.hooks.tools();
+        definition.build(model, spec, self.store.clone(), &mcp, self.lease, extra)
     }
 
     /// The MCP servers of `definition`, connected on first use.
@@ -336,10 +334,10 @@ mod tests {
         ConfigRegistry::new(
             config,
             Arc::new(MemoryStore::new()),
-            flag.map(str::to_owned),
+            flag.map(|flag| Spec::resolve(flag, std::path::Path::new("/"))),
             scope,
             None,
-            None,
+            TestHooks::default(),
         )
         .unwrap()
     }
@@ -403,20 +401,22 @@ mod tests {
         let definition = AgentDefinition::find(&LoadedConfig::default(), "assistant").unwrap();
         let new_runs = registry("", Some("openai:gpt-4o"), FlagScope::NewRuns);
         assert_eq!(
-            new_runs.model_spec(None, &definition).unwrap(),
+            new_runs.model_spec(None, &definition).unwrap().text(),
             "openai:gpt-4o"
         );
         assert_eq!(
             new_runs
                 .model_spec(Some("anthropic:claude"), &definition)
-                .unwrap(),
+                .unwrap()
+                .text(),
             "anthropic:claude"
         );
         let all_runs = registry("", Some("openai:gpt-4o"), FlagScope::AllRuns);
         assert_eq!(
             all_runs
                 .model_spec(Some("anthropic:claude"), &definition)
-                .unwrap(),
+                .unwrap()
+                .text(),
             "openai:gpt-4o"
         );
     }

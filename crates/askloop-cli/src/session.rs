@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::context::Context;
 use crate::exit::{FAILURE, HUNG_UP, INTERRUPTED, Interrupted, RunFailed, TERMINATED};
-use crate::format::{SHOW_LIMIT, answer_example, cut, question_lines};
+use crate::format::{SHOW_LIMIT, answer_example, approval_line, cut, question_lines};
 use crate::interrupt::Interrupt;
 use crate::output::{Mode, Output};
 use crate::prompt::{Answerer, Asked};
@@ -429,17 +429,4 @@ fn print_approval(
     } else {
         output.note(&line)
     }
-}
-
-/// `tool NAME wants to run with {args}` for a call waiting for approval, with its deadline if
-/// it has one.
-pub(crate) fn approval_line(call: &PendingToolCall) -> String {
-    let by = call.expires_at_ms.map_or_else(String::new, |at| {
-        format!(" by {} UTC", crate::format::format_time(at))
-    });
-    format!(
-        "tool {} wants to run with {} (approve or decline{by})",
-        crate::format::escape_controls(&call.tool_name),
-        cut(&call.args.to_string(), SHOW_LIMIT)
-    )
 }

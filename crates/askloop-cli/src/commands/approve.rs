@@ -3,7 +3,8 @@
 
 use std::process::ExitCode;
 
-use askloop_core::{PendingKind, ResumeError, RunStatus, ToolCallId};
+use askloop_core::store::RunState;
+use askloop_core::{PendingKind, ResumeError, RunKey, RunStatus, ToolCallId};
 
 use crate::cli::{ApproveArgs, DeclineArgs, GlobalArgs};
 use crate::context::{Access, Context};
@@ -47,71 +48,88 @@ async fn respond(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Update).await?;
-    let result: anyhow::Result<ExitCode> = async {
-        let run = context.resolve_run(&run_id, resource.as_deref()).await?;
-        let run_id = run.run_id.clone();
-        let state = context.load_run(&run).await?;
-        let verb = if decline.is_some() { "decline" } else { "approve" };
-        let waiting: Vec<_> = state
-            .pending_tool_calls()
-            .into_iter()
-            .filter(|call| call.kind == PendingKind::Approval)
-            .collect();
-        let tool_call_id = match tool_call_id {
-            Some(id) => ToolCallId::new(id),
-            None => match waiting.as_slice() {
-                [only] => only.tool_call_id.clone(),
-                [] if state.status() != RunStatus::Suspended => {
-                    return Err(context.refused(
-                        &run,
-                        ResumeError::NotSuspended {
-                            run_id,
-                            status: state.status(),
-                        },
-                    ));
+    context
+        .run(async |context| {
+            let run = context.resolve_run(&run_id, resource.as_deref()).await?;
+            let stored = context.load_stored(&run).await?;
+            let verb = if decline.is_some() {
+                "decline"
+            } else {
+                "approve"
+            };
+            let tool_call_id = match tool_call_id {
+                Some(id) => ToolCallId::new(id),
+                None => only_approval(context, &run, &stored.state, verb)?,
+            };
+            let agent = context.agent_for_run(&stored.state).await?;
+            // The claim starts from the copy just read: one store read, not two.
+            let respond = agent.respond(&run).by("cli").loaded(stored);
+            let respond = match decline {
+                None => respond.approve(&tool_call_id),
+                Some(reason) => respond.decline(&tool_call_id, reason),
+            };
+            let stream = match respond.stream().await {
+                Ok(stream) => stream,
+                // The same response again: nothing to do, nothing changed.
+                Err(ResumeError::AlreadyAnswered {
+                    same_answer: true,
+                    tool_call_id,
+                    ..
+                }) => {
+                    context.already_answered(&run, &tool_call_id).await?;
+                    return Ok(ExitCode::SUCCESS);
                 }
-                [] => {
-                    return Err(invalid(format!(
-                        "run {run_id} has no tool call waiting for approval (see `{}`)",
-                        context.command("runs show").run(&run)
-                    )));
-                }
-                several => {
-                    let ids: Vec<&str> =
-                        several.iter().map(|call| call.tool_call_id.as_str()).collect();
-                    return Err(invalid(format!(
-                        "run {run_id} has {} tool calls waiting for approval: {}; say which one to {verb} with --tool-call-id",
-                        several.len(),
-                        ids.join(", ")
-                    )));
-                }
+                Err(error) => return Err(context.refused(&run, error)),
+            };
+            let mode = if json { Mode::Json } else { Mode::Human };
+            let mut session = Session::new(context, agent, mode);
+            session.follow(stream, Origin::Stored).await?;
+            Ok(ExitCode::SUCCESS)
+        })
+        .await
+}
+
+/// The one call of `state` waiting for approval, when `--tool-call-id` names none.
+///
+/// # Errors
+/// Invalid input when no call or several wait for approval; the core's refusal of a run that
+/// is not suspended.
+fn only_approval(
+    context: &Context,
+    run: &RunKey,
+    state: &RunState,
+    verb: &str,
+) -> anyhow::Result<ToolCallId> {
+    let run_id = &run.run_id;
+    let waiting: Vec<_> = state
+        .pending_tool_calls()
+        .into_iter()
+        .filter(|call| call.kind == PendingKind::Approval)
+        .collect();
+    match waiting.as_slice() {
+        [only] => Ok(only.tool_call_id.clone()),
+        [] if state.status() != RunStatus::Suspended => Err(context.refused(
+            run,
+            ResumeError::NotSuspended {
+                run_id: run_id.clone(),
+                status: state.status(),
             },
-        };
-        let agent = context.agent_for_run(&state).await?;
-        let respond = agent.respond(&run).by("cli");
-        let respond = match decline {
-            None => respond.approve(&tool_call_id),
-            Some(reason) => respond.decline(&tool_call_id, reason),
-        };
-        let stream = match respond.stream().await {
-            Ok(stream) => stream,
-            // The same response again: nothing to do, nothing changed.
-            Err(ResumeError::AlreadyAnswered {
-                same_answer: true,
-                tool_call_id,
-                ..
-            }) => {
-                crate::commands::resume::already_answered(&context, &run, &tool_call_id).await?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            Err(error) => return Err(context.refused(&run, error)),
-        };
-        let mode = if json { Mode::Json } else { Mode::Human };
-        let mut session = Session::new(&context, agent, mode);
-        session.follow(stream, Origin::Stored).await?;
-        Ok(ExitCode::SUCCESS)
+        )),
+        [] => Err(invalid(format!(
+            "run {run_id} has no tool call waiting for approval (see `{}`)",
+            context.command("runs show").run(run)
+        ))),
+        several => {
+            let ids: Vec<&str> = several
+                .iter()
+                .map(|call| call.tool_call_id.as_str())
+                .collect();
+            Err(invalid(format!(
+                "run {run_id} has {} tool calls waiting for approval: {}; say which one to \
+                 {verb} with --tool-call-id",
+                several.len(),
+                ids.join(", ")
+            )))
+        }
     }
-    .await;
-    context.close().await;
-    result
 }

@@ -4,7 +4,7 @@
 use std::io::BufRead;
 use std::process::ExitCode;
 
-use askloop_core::{IdKind, ResourceId, RunOptions, ThreadId, is_blank};
+use askloop_core::{Agent, IdKind, ResourceId, RunOptions, ThreadId, is_blank};
 use inquire::{InquireError, Text};
 
 use crate::cli::{ChatArgs, GlobalArgs};
@@ -38,72 +38,81 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
         FlagScope::AllRuns,
     )
     .await?;
-    let result: anyhow::Result<ExitCode> = async {
-        let agent = context.agent_for_new_run(&args.agent).await?;
-        let thread_id = args.thread.map_or_else(ThreadId::generate, ThreadId::new);
-        let resource_id = args.resource.map(ResourceId::new);
-        let terminal = is_terminal();
-        let mut session = Session::new(&context, agent.clone(), Mode::Human);
-        session.answerer = if terminal {
-            Answerer::Terminal
-        } else {
-            Answerer::Lines
+    context
+        .run(async |context| {
+            let agent = context.agent_for_new_run(&args.agent).await?;
+            let thread_id = args.thread.map_or_else(ThreadId::generate, ThreadId::new);
+            let resource_id = args.resource.map(ResourceId::new);
+            let terminal = is_terminal();
+            let mut session = Session::new(context, agent.clone(), Mode::Human);
+            session.answerer = if terminal {
+                Answerer::Terminal
+            } else {
+                Answerer::Lines
+            };
+            let hint = format!(
+                "continue this conversation with `{}`",
+                context
+                    .command("chat")
+                    .agent(&args.agent)
+                    .model(context.model_flag.as_deref())
+                    .flag("--thread", Some(thread_id.as_str()))
+                    .flag("--resource", resource_id.as_ref().map(ResourceId::as_str))
+            );
+            // Said also when a signal ends the process at a prompt.
+            session.interrupt.set_farewell(Some(hint.clone()));
+            session.output.note(&format!(
+                "chatting with {} in thread {thread_id} (Ctrl-D or /exit ends)",
+                agent.name()
+            ))?;
+            let mut options = RunOptions::new().by("cli").thread(thread_id);
+            options.resource_id = resource_id;
+            let ended = converse(&mut session, &agent, &options, terminal).await;
+            session.interrupt.set_farewell(None);
+            session.output.note(&hint)?;
+            ended.map(|()| ExitCode::SUCCESS)
+        })
+        .await
+}
+
+/// One run per message, with the `options` of the conversation, until the person ends it or
+/// a run stays suspended. A failed run is reported and the chat goes on; a signal ends it.
+///
+/// # Errors
+/// As [`chat`].
+async fn converse(
+    session: &mut Session<'_>,
+    agent: &Agent,
+    options: &RunOptions,
+    terminal: bool,
+) -> anyhow::Result<()> {
+    loop {
+        let Some(input) = read_message(terminal)? else {
+            return Ok(());
         };
-        let hint = format!(
-            "continue this conversation with `{}`",
-            context
-                .command("chat")
-                .agent(&args.agent)
-                .model(context.model_flag.as_deref())
-                .flag("--thread", Some(thread_id.as_str()))
-                .flag("--resource", resource_id.as_ref().map(ResourceId::as_str))
-        );
-        // Said also when a signal ends the process at a prompt.
-        session.interrupt.set_farewell(Some(hint.clone()));
-        session.output.note(&format!(
-            "chatting with {} in thread {thread_id} (Ctrl-D or /exit ends)",
-            agent.name()
-        ))?;
-        let ended: anyhow::Result<()> = async {
-            loop {
-                let Some(input) = read_message(terminal)? else {
-                    return Ok(());
-                };
-                if is_blank(&input) {
-                    continue;
-                }
-                let input = input.trim();
-                if input == "/exit" || input == "/quit" {
-                    return Ok(());
-                }
-                let mut options = RunOptions::new().by("cli").thread(thread_id.clone());
-                options.resource_id = resource_id.clone();
-                match session
-                    .follow(agent.stream_with(input, options), Origin::New)
-                    .await
-                {
-                    Ok(Ended::Finished) => {}
-                    Ok(Ended::Suspended) => return Ok(()),
-                    // A failed run is reported and the chat goes on; a signal ends it.
-                    Err(error)
-                        if error
-                            .downcast_ref::<RunFailed>()
-                            .is_some_and(|failed| failed.status == FAILURE) =>
-                    {
-                        session.output.note(&format!("error: {error}"))?;
-                    }
-                    Err(error) => return Err(error),
-                }
-            }
+        if is_blank(&input) {
+            continue;
         }
-        .await;
-        session.interrupt.set_farewell(None);
-        session.output.note(&hint)?;
-        ended.map(|()| ExitCode::SUCCESS)
+        let input = input.trim();
+        if input == "/exit" || input == "/quit" {
+            return Ok(());
+        }
+        match session
+            .follow(agent.stream_with(input, options.clone()), Origin::New)
+            .await
+        {
+            Ok(Ended::Finished) => {}
+            Ok(Ended::Suspended) => return Ok(()),
+            Err(error)
+                if error
+                    .downcast_ref::<RunFailed>()
+                    .is_some_and(|failed| failed.status == FAILURE) =>
+            {
+                session.output.note(&format!("error: {error}"))?;
+            }
+            Err(error) => return Err(error),
+        }
     }
-    .await;
-    context.close().await;
-    result
 }
 
 /// The person's next message; `None` when they end the chat (Esc, end of stdin).

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use askloop_core::answer::{answer_from_inputs, normalize_answer};
+use askloop_core::store::RunState;
 use askloop_core::{ResumeError, RunKey, RunStatus, ToolCallId};
 use serde_json::Value;
 
@@ -35,91 +36,121 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
         FlagScope::AllRuns,
     )
     .await?;
-    let result: anyhow::Result<ExitCode> = async {
-        let run = context
-            .resolve_run(&args.run_id, args.resource.as_deref())
-            .await?;
-        let run_id = run.run_id.clone();
-        let state = context.load_run(&run).await?;
-        let answer = given
-            .map(|given| answer_for(&state, args.tool_call_id.as_deref(), given))
-            .transpose()?;
-        if state.status() == RunStatus::Failed {
-            // A call that expired says so, as it does in any other run.
-            if let Some(id) = &args.tool_call_id {
-                let tool_call_id = ToolCallId::new(id.as_str());
-                if let Some(expired_at_ms) = state.expired_at_ms(&tool_call_id) {
-                    return Err(ResumeError::Expired {
-                        run_id,
-                        tool_call_id,
-                        expired_at_ms,
-                    }
-                    .into());
+    context
+        .run(async |context| {
+            let run = context
+                .resolve_run(&args.run_id, args.resource.as_deref())
+                .await?;
+            let stored = context.load_stored(&run).await?;
+            let tool_call_id = args.tool_call_id.map(ToolCallId::new);
+            let answer = given
+                .map(|given| answer_for(&stored.state, tool_call_id.as_ref(), given))
+                .transpose()?;
+            if stored.state.status() == RunStatus::Failed {
+                return failed_run(context, &run, &stored.state, tool_call_id, answer).await;
+            }
+            let agent = context.agent_for_run(&stored.state).await?;
+            let mode = if args.json { Mode::Json } else { Mode::Human };
+            let mut session = Session::new(context, agent.clone(), mode);
+            let Some(answer) = answer else {
+                return ask_pending(&mut session, &run, &stored.state, tool_call_id.is_some())
+                    .await;
+            };
+            session.announce_answered = tool_call_id.is_none();
+            // The claim starts from the copy just read: one store read, not two.
+            let respond = agent.respond(&run).by("cli").loaded(stored);
+            let respond = match &tool_call_id {
+                Some(id) => respond.answer(id, answer),
+                None => respond.answer_pending_call(answer),
+            };
+            let stream = match respond.stream().await {
+                Ok(stream) => stream,
+                Err(ResumeError::AlreadyAnswered {
+                    tool_call_id,
+                    same_answer: true,
+                    ..
+                }) => {
+                    context.already_answered(&run, &tool_call_id).await?;
+                    return Ok(ExitCode::SUCCESS);
                 }
-            }
-            // The same answer again to a call that has it (the step after it failed, or was
-            // cancelled): idempotent, as for any other run.
-            if let (Some(answer), Some(id)) = (&answer, &args.tool_call_id)
-                && answered_with(&state, id, answer)
-            {
-                already_answered(&context, &run, &ToolCallId::new(id.as_str())).await?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            // Said before the model is built, so a missing key does not hide the real problem.
-            return Err(invalid(format!(
-                "run {run_id} is failed, not suspended; retry its step with `{}`",
-                context
-                    .command("runs continue")
-                    .run(&run)
-                    .model(context.model_flag.as_deref())
-            )));
-        }
-        let agent = context.agent_for_run(&state).await?;
-        let mode = if args.json { Mode::Json } else { Mode::Human };
-        let mut session = Session::new(&context, agent.clone(), mode);
-        let Some(answer) = answer else {
-            if args.tool_call_id.is_some() || !matches!(session.answerer, Answerer::Terminal) {
-                return Err(invalid(
-                    "no answer given: pass --answer TEXT, --answer-file PATH or --answer-json JSON \
-                     (on a terminal without --json and --tool-call-id, askloop asks the pending \
-                     questions instead)",
-                ));
-            }
-            if state.status() != RunStatus::Suspended {
-                return Err(ResumeError::NotSuspended {
-                    run_id,
-                    status: state.status(),
-                }
-                .into());
-            }
-            session.answer_pending(&run).await?;
-            return Ok(ExitCode::SUCCESS);
-        };
-        let tool_call_id = args.tool_call_id.map(ToolCallId::new);
-        session.announce_answered = tool_call_id.is_none();
-        let respond = agent.respond(&run).by("cli");
-        let respond = match &tool_call_id {
-            Some(id) => respond.answer(id, answer),
-            None => respond.answer_pending_call(answer),
-        };
-        let stream = match respond.stream().await {
-            Ok(stream) => stream,
-            Err(ResumeError::AlreadyAnswered {
+                Err(error) => return Err(refusal(context, &run, error)),
+            };
+            session.follow(stream, Origin::Stored).await?;
+            Ok(ExitCode::SUCCESS)
+        })
+        .await
+}
+
+/// A resume of a failed run: refused, saying how to retry it, unless the call expired (said
+/// so) or the same answer is given again to the call that has it (nothing to do).
+///
+/// # Errors
+/// [`ResumeError::Expired`]; invalid input naming `runs continue`.
+async fn failed_run(
+    context: &Context,
+    run: &RunKey,
+    state: &RunState,
+    tool_call_id: Option<ToolCallId>,
+    answer: Option<Value>,
+) -> anyhow::Result<ExitCode> {
+    let run_id = run.run_id.clone();
+    if let Some(tool_call_id) = tool_call_id {
+        // A call that expired says so, as it does in any other run.
+        if let Some(expired_at_ms) = state.expired_at_ms(&tool_call_id) {
+            return Err(ResumeError::Expired {
+                run_id,
                 tool_call_id,
-                same_answer: true,
-                ..
-            }) => {
-                already_answered(&context, &run, &tool_call_id).await?;
-                return Ok(ExitCode::SUCCESS);
+                expired_at_ms,
             }
-            Err(error) => return Err(refusal(&context, &run, error)),
-        };
-        session.follow(stream, Origin::Stored).await?;
-        Ok(ExitCode::SUCCESS)
+            .into());
+        }
+        // The same answer again to a call that has it (the step after it failed, or was
+        // cancelled): idempotent, as for any other run.
+        if let Some(answer) = &answer
+            && answered_with(state, &tool_call_id, answer)
+        {
+            context.already_answered(run, &tool_call_id).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
     }
-    .await;
-    context.close().await;
-    result
+    // Said before the model is built, so a missing key does not hide the real problem.
+    Err(invalid(format!(
+        "run {run_id} is failed, not suspended; retry its step with `{}`",
+        context
+            .command("runs continue")
+            .run(run)
+            .model(context.model_flag.as_deref())
+    )))
+}
+
+/// No answer given: on a terminal (without `--json` and `--tool-call-id`), asks the pending
+/// questions of the suspended run and resumes with the answers.
+///
+/// # Errors
+/// Invalid input when nobody can be asked; [`ResumeError::NotSuspended`]; as
+/// [`Session::answer_pending`].
+async fn ask_pending(
+    session: &mut Session<'_>,
+    run: &RunKey,
+    state: &RunState,
+    named_call: bool,
+) -> anyhow::Result<ExitCode> {
+    if named_call || !matches!(session.answerer, Answerer::Terminal) {
+        return Err(invalid(
+            "no answer given: pass --answer TEXT, --answer-file PATH or --answer-json JSON \
+             (on a terminal without --json and --tool-call-id, askloop asks the pending \
+             questions instead)",
+        ));
+    }
+    if state.status() != RunStatus::Suspended {
+        return Err(ResumeError::NotSuspended {
+            run_id: run.run_id.clone(),
+            status: state.status(),
+        }
+        .into());
+    }
+    session.answer_pending(run).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// An answer as the flags give it, before the question's schema reads it.
@@ -189,13 +220,13 @@ fn without_final_newline(mut text: String) -> String {
 /// # Errors
 /// Invalid input for an unknown or ambiguous label, or input the schema does not take.
 fn answer_for(
-    state: &askloop_core::store::RunState,
-    tool_call_id: Option<&str>,
+    state: &RunState,
+    tool_call_id: Option<&ToolCallId>,
     given: Given,
 ) -> anyhow::Result<Value> {
     let pending = state.pending_tool_calls();
     let call = match tool_call_id {
-        Some(id) => pending.iter().find(|call| call.tool_call_id.as_str() == id),
+        Some(id) => pending.iter().find(|call| &call.tool_call_id == id),
         None if pending.len() == 1 => pending.first(),
         None => None,
     };
@@ -213,51 +244,12 @@ fn answer_for(
     })
 }
 
-/// The same answer again: nothing to do, and nothing changed (exit status 0). Says what the
-/// run is doing, and what to run when the process that took the answer stopped.
-pub(crate) async fn already_answered(
-    context: &Context,
-    run: &RunKey,
-    tool_call_id: &ToolCallId,
-) -> anyhow::Result<()> {
-    use std::io::Write;
-
-    let run_id = &run.run_id;
-    let continue_run = context.command("runs continue").run(run);
-    let stored = context.load_stored(run).await?;
-    let live = stored
-        .lease
-        .as_ref()
-        .is_some_and(|lease| lease.is_live_at(askloop_core::store::lease_now_ms()));
-    let status = match stored.state.status() {
-        RunStatus::Running if live => "another process is running it now".to_owned(),
-        RunStatus::Running => {
-            format!("the process that took it stopped before finishing: run `{continue_run}`")
-        }
-        RunStatus::Failed => format!("the step after it failed: retry it with `{continue_run}`"),
-        status => format!(
-            "the run is {status} (see `{}`)",
-            context.command("runs show").run(run)
-        ),
-    };
-    writeln!(
-        std::io::stderr(),
-        "note: tool call {tool_call_id} of run {run_id} was already answered with this answer; \
-         nothing changed; {status}"
-    )?;
-    Ok(())
-}
-
 /// Whether the run's messages hold a result of call `tool_call_id` that a resume gave
 /// `answer`.
-fn answered_with(
-    state: &askloop_core::store::RunState,
-    tool_call_id: &str,
-    answer: &Value,
-) -> bool {
+fn answered_with(state: &RunState, tool_call_id: &ToolCallId, answer: &Value) -> bool {
     state.messages().iter().any(|message| match message {
         askloop_core::model::Message::Tool { results } => results.iter().any(|result| {
-            result.tool_call_id.as_str() == tool_call_id && result.answer.as_ref() == Some(answer)
+            &result.tool_call_id == tool_call_id && result.answer.as_ref() == Some(answer)
         }),
         _ => false,
     })

@@ -36,18 +36,17 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
         FlagScope::AllRuns,
     )
     .await?;
-    let result: anyhow::Result<ExitCode> = async {
-        let agent = context.agent_for_new_run(&args.agent).await?;
-        let mut options = RunOptions::new().by("cli");
-        options.thread_id = args.thread.map(ThreadId::new);
-        options.resource_id = args.resource.map(ResourceId::new);
-        let stream = agent.stream_with(prompt, options);
-        let mode = if args.json { Mode::Json } else { Mode::Human };
-        let mut session = Session::new(&context, agent, mode);
-        session.follow(stream, Origin::New).await?;
-        Ok(ExitCode::SUCCESS)
-    }
-    .await;
-    context.close().await;
-    result
+    context
+        .run(async |context| {
+            let agent = context.agent_for_new_run(&args.agent).await?;
+            let mut options = RunOptions::new().by("cli");
+            options.thread_id = args.thread.map(ThreadId::new);
+            options.resource_id = args.resource.map(ResourceId::new);
+            let stream = agent.stream_with(prompt, options);
+            let mode = if args.json { Mode::Json } else { Mode::Human };
+            let mut session = Session::new(context, agent, mode);
+            session.follow(stream, Origin::New).await?;
+            Ok(ExitCode::SUCCESS)
+        })
+        .await
 }

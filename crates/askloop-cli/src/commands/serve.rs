@@ -11,7 +11,8 @@ use askloop_server::{AllowedHost, ApiKey, CorsOrigin, KeyError, Server};
 
 use crate::cli::{GlobalArgs, ServeArgs};
 use crate::config::LoadedConfig;
-use crate::context::{Access, Context, env_value};
+use crate::context::{Access, Context};
+use crate::env::env_value;
 use crate::exit::{invalid, invalid_because};
 use crate::interrupt::Interrupt;
 use crate::registry::FlagScope;
@@ -38,9 +39,9 @@ pub(crate) async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Resul
         FlagScope::NewRuns,
     )
     .await?;
-    let result = serve_with(&context, args).await;
-    context.close().await;
-    result
+    context
+        .run(async |context| serve_with(context, args).await)
+        .await
 }
 
 /// Serves the agents of `context` on `args.addr` until a signal.

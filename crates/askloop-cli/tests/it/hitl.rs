@@ -174,6 +174,7 @@ fn require_approval_naming_an_unknown_tool_or_ask_user_is_refused() {
 }
 
 /// `askloop ARGS` on this test's store with the test tools (`test_pay`).
+#[cfg(feature = "test-hooks")]
 fn with_test_tools(dir: &TestDir, args: &[&str]) -> crate::support::Outcome {
     let store = dir.store_url();
     let mut full = vec!["--store", store.as_str()];
@@ -183,6 +184,7 @@ fn with_test_tools(dir: &TestDir, args: &[&str]) -> crate::support::Outcome {
     crate::support::outcome(command)
 }
 
+#[cfg(feature = "test-hooks")]
 #[test]
 fn issue31_a_late_approval_says_it_expired_and_exits_2() {
     let dir = TestDir::new();

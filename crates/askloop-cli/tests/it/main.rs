@@ -8,11 +8,13 @@
     unreachable_pub
 )]
 
-#[cfg(unix)]
+// The tests that pause a process at a chosen point or use the test tools need the binary's
+// test hooks (`--all-features` builds them in).
+#[cfg(all(unix, feature = "test-hooks"))]
 mod cancel;
 mod chat;
 mod config;
-#[cfg(unix)]
+#[cfg(all(unix, feature = "test-hooks"))]
 mod crash;
 mod hitl;
 #[cfg(unix)]

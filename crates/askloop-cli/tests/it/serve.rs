@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::support::{ASK_THEN_ANSWER, TestDir};
 
 /// The lease of the kill tests: a killed server's run is recoverable this long after.
+#[cfg(feature = "test-hooks")]
 const LEASE_MS: &str = "1500";
 
 /// A running `askloop serve`, killed when dropped.
@@ -490,6 +491,7 @@ pub fn two_servers_share_a_store(store: &str) {
 
 /// A server killed during the model call after a resume: the other server's sweep takes the
 /// run over once its lease expires and finishes it.
+#[cfg(feature = "test-hooks")]
 pub fn a_killed_server_s_run_is_recovered_by_the_other(store: &str) {
     let dir = TestDir::new();
     let spec = dir.script("ask.json", ASK_THEN_ANSWER);
@@ -549,6 +551,7 @@ macro_rules! instance_tests {
                 $crate::serve::two_servers_share_a_store(&store);
             }
 
+            #[cfg(feature = "test-hooks")]
             #[test]
             fn a_killed_server_s_run_is_recovered_by_the_other() {
                 let dir = $crate::support::TestDir::new();

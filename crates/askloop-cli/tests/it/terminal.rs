@@ -203,6 +203,7 @@ fn issue7_fault12_terminal_prompts_name_the_call_they_answer() {
     assert_eq!(terminal.wait(), Some(0));
 }
 
+#[cfg(feature = "test-hooks")]
 #[test]
 fn a_custom_typed_tool_prompts_from_its_resume_schema() {
     const BACKSPACE: &str = "\x7f";

@@ -1,19 +1,5 @@
-//! Test-only: `ASKLOOP_TEST_PAUSE_AT=POINT[#N]` stops this process at a chosen point of a run,
-//! so that crash tests can SIGKILL it exactly there. Not meant for users; unset, nothing
-//! changes.
-//!
-//! `POINT` is one of
-//! - `before-commit`: just before the Nth update of a run is sent to the store (claims
-//!   included; the insert of a new run is not counted);
-//! - `after-commit`: just after the Nth update is stored, before anything else happens;
-//! - `model-stream`: after the first event of the Nth model call, while the model streams.
-//!
-//! `N` defaults to 1. On reaching it the process prints `askloop-test: paused at POINT#N` on
-//! stderr and waits forever (the run's lease is still renewed, as by a live process).
-//!
-//! `ASKLOOP_TEST_TOOLS=1` gives every agent the typed suspending tool `test_pay` (a payment
-//! confirmed by a form: its answer is an object of a number, a yes/no, a choice and an
-//! optional text), so terminal tests can answer a custom tool's prompts.
+//! `ASKLOOP_TEST_PAUSE_AT=POINT[#N]`: stops this process at a chosen point of a run, so that
+//! crash tests can SIGKILL it exactly there ([`crate::test_hook`] lists the points).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,7 +36,7 @@ impl Pause {
     /// # Errors
     /// Invalid input for a value that is not `POINT[#N]`.
     pub(crate) fn from_env() -> anyhow::Result<Option<Self>> {
-        let Some(text) = crate::context::env_value(PAUSE_ENV) else {
+        let Some(text) = crate::env::env_value(PAUSE_ENV) else {
             return Ok(None);
         };
         let (name, nth) = match text.split_once('#') {
@@ -192,116 +178,5 @@ impl LanguageModel for PausingModel {
             Err::<ModelEvent, ModelError>(ModelError::Cancelled)
         });
         Ok(Box::pin(events.take(1).chain(paused)))
-    }
-}
-
-/// The environment variable that adds the test tools.
-pub(crate) const TOOLS_ENV: &str = "ASKLOOP_TEST_TOOLS";
-
-/// The test tools, when [`TOOLS_ENV`] is `1`; none otherwise.
-pub(crate) fn test_tools() -> Vec<Arc<dyn askloop_core::DynTool>> {
-    match crate::context::env_value(TOOLS_ENV).as_deref() {
-        Some("1") => vec![Arc::new(askloop_core::Suspending(TestPay))],
-        _ => Vec::new(),
-    }
-}
-
-/// `test_pay`'s arguments.
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct PayArgs {
-    /// Amount in cents.
-    amount_cents: u64,
-    /// Who is paid.
-    to: String,
-}
-
-/// `test_pay`'s question.
-#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-struct PayQuestion {
-    /// What is asked.
-    question: String,
-    /// The amount to confirm.
-    amount_cents: u64,
-}
-
-/// `test_pay`'s answer. Fields in name order, so the prompts' order is the same whether
-/// serde_json keeps the schema's order or sorts it.
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct PayAnswer {
-    /// The amount, typed again.
-    amount_cents: u64,
-    /// Whether to pay.
-    confirmed: bool,
-    /// A note for the payee.
-    #[schemars(length(max = 20))]
-    note: Option<String>,
-    /// How fast.
-    speed: Speed,
-}
-
-/// How fast a payment goes.
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum Speed {
-    /// Within three days, free.
-    Standard,
-    /// Today, for a fee.
-    Express,
-}
-
-/// A payment that a person confirms by typing the amount again.
-struct TestPay;
-
-#[async_trait]
-impl askloop_core::SuspendingTool for TestPay {
-    const NAME: &'static str = "test_pay";
-    type Args = PayArgs;
-    type Suspend = PayQuestion;
-    type Resume = PayAnswer;
-    type Output = serde_json::Value;
-    type Error = std::convert::Infallible;
-
-    fn description(&self) -> String {
-        "Pays someone after a person confirms (test tool).".to_owned()
-    }
-
-    fn check_resume(&self, asked: &PayQuestion, answer: &PayAnswer) -> Result<(), String> {
-        if answer.amount_cents == asked.amount_cents {
-            Ok(())
-        } else {
-            Err(format!(
-                "the amount typed ({}) is not the amount to pay ({})",
-                answer.amount_cents, asked.amount_cents
-            ))
-        }
-    }
-
-    async fn execute(
-        &self,
-        args: PayArgs,
-        _context: &askloop_core::ToolContext,
-    ) -> Result<askloop_core::Suspendable<serde_json::Value, PayQuestion>, Self::Error> {
-        Ok(askloop_core::Suspendable::Suspend(PayQuestion {
-            question: format!("Pay {} cents to {}?", args.amount_cents, args.to),
-            amount_cents: args.amount_cents,
-        }))
-    }
-
-    async fn resume(
-        &self,
-        args: PayArgs,
-        answer: PayAnswer,
-        _context: &askloop_core::ToolContext,
-    ) -> Result<askloop_core::Suspendable<serde_json::Value, PayQuestion>, Self::Error> {
-        let speed = match answer.speed {
-            Speed::Standard => "standard",
-            Speed::Express => "express",
-        };
-        Ok(askloop_core::Suspendable::Complete(serde_json::json!({
-            "paid": if answer.confirmed { answer.amount_cents } else { 0 },
-            "to": args.to,
-            "speed": speed,
-            "note": answer.note,
-        })))
     }
 }

@@ -1,0 +1,193 @@
+//! `askloop runs list`: the stored runs, newest first, as a table or JSON, a page at a time.
+
+use std::process::ExitCode;
+
+use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
+use askloop_core::{
+    AgentId, PendingToolCall, ResourceId, RunId, RunStatus, ThreadId, error_chain_text,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::{GlobalArgs, ListArgs};
+use crate::command_line::CommandLine;
+use crate::context::{Access, Context};
+use crate::exit::invalid_because;
+use crate::format::{compact_json, format_time, truncate};
+use crate::output::{Mode, Output};
+
+/// One row of `runs list --json`: the run's summary, or, for a run this build cannot read, its
+/// id and why.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum ListedJson<'a> {
+    Run(&'a RunSummary),
+    #[serde(rename_all = "camelCase")]
+    Unreadable {
+        run_id: &'a RunId,
+        created_at_ms: u64,
+        unreadable: String,
+    },
+}
+
+impl<'a> ListedJson<'a> {
+    /// The row of `run`.
+    fn of(run: &'a ListedRun) -> Self {
+        match run {
+            ListedRun::Run(summary) => Self::Run(summary),
+            other => Self::Unreadable {
+                run_id: other.run_id(),
+                created_at_ms: other.created_at_ms(),
+                unreadable: match other {
+                    ListedRun::Unreadable { error, .. } => error_chain_text(error),
+                    _ => String::new(),
+                },
+            },
+        }
+    }
+}
+
+/// The text of a pending call's question: the `question` of its payload, else the payload.
+fn question_text(call: &PendingToolCall) -> String {
+    call.suspend_payload
+        .get("question")
+        .and_then(Value::as_str)
+        .map_or_else(
+            || compact_json(&call.suspend_payload, 60),
+            |text| truncate(text, 60),
+        )
+}
+
+/// Runs `askloop runs list`: a table, or one JSON array with `--json`, newest first. A run this
+/// build cannot read (damaged, or stored by a newer askloop) is listed with its id and the
+/// reason, and the others as usual. Opens the store read-only: creates nothing, and reads a
+/// database in a read-only file or folder.
+///
+/// # Errors
+/// Invalid input for a bad `--after`; store and output errors.
+pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<ExitCode> {
+    let context = Context::open(global, Access::Read).await?;
+    context
+        .run(async |context| {
+            let page = context.store.list_runs(&list_filter(&args)?).await?;
+            let mut output = Output::new(if args.json { Mode::Json } else { Mode::Human });
+            if args.json {
+                let rows: Vec<ListedJson<'_>> = page.runs.iter().map(ListedJson::of).collect();
+                output.text(&serde_json::to_string_pretty(&rows)?)?;
+                output.text("\n")?;
+            } else if page.runs.is_empty() {
+                let yet = if context.store_is_missing() {
+                    " yet"
+                } else {
+                    ""
+                };
+                output.note(&format!("no runs{yet} in {}", context.store_url))?;
+                return Ok(ExitCode::SUCCESS);
+            } else {
+                for line in table_lines(&page.runs) {
+                    output.line(&line)?;
+                }
+            }
+            if let Some(cursor) = &page.next_cursor {
+                output.note(&format!("more runs: {}", next_page(context, &args, cursor)))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        })
+        .await
+}
+
+/// The filter of `runs list`'s flags.
+///
+/// # Errors
+/// Invalid input for a bad `--after`.
+fn list_filter(args: &ListArgs) -> anyhow::Result<RunFilter> {
+    let mut filter = RunFilter::new();
+    filter.status = args.status.map(RunStatus::from);
+    filter.thread_id = args.thread.clone().map(ThreadId::new);
+    filter.agent_id = args.agent.clone().map(AgentId::new);
+    if let Some(resource) = &args.resource {
+        filter = filter.resource(ResourceId::new(resource.as_str()));
+    }
+    filter.limit = args.limit;
+    if let Some(after) = &args.after {
+        let cursor: RunCursor = after
+            .parse()
+            .map_err(|error| invalid_because("invalid --after", error))?;
+        filter = filter.after(cursor);
+    }
+    Ok(filter)
+}
+
+/// The table of `runs list`: a header, then one line per run (a run this build cannot read
+/// with its id and why), the columns padded but the question's.
+fn table_lines(runs: &[ListedRun]) -> Vec<String> {
+    let mut rows = vec![[
+        "RUN".to_owned(),
+        "STATUS".to_owned(),
+        "AGENT".to_owned(),
+        "CREATED (UTC)".to_owned(),
+        "QUESTION".to_owned(),
+    ]];
+    for run in runs {
+        rows.push(match run {
+            ListedRun::Run(summary) => [
+                summary.run_id.to_string(),
+                summary.status.to_string(),
+                summary.agent_id.to_string(),
+                format_time(summary.created_at_ms),
+                summary
+                    .pending
+                    .first()
+                    .map(question_text)
+                    .unwrap_or_default(),
+            ],
+            other => [
+                other.run_id().to_string(),
+                "unreadable".to_owned(),
+                "-".to_owned(),
+                format_time(other.created_at_ms()),
+                match other {
+                    ListedRun::Unreadable { error, .. } => truncate(&error_chain_text(error), 80),
+                    _ => String::new(),
+                },
+            ],
+        });
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|column| {
+            rows.iter()
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (column, width) in widths.iter().enumerate() {
+                line.push_str(&format!("{:<width$}  ", row[column]));
+            }
+            line.push_str(&row[4]);
+            line.trim_end().to_owned()
+        })
+        .collect()
+}
+
+/// The command that lists the page after `cursor`: the same store, config, filters, limit and
+/// output format.
+fn next_page(context: &Context, args: &ListArgs, cursor: &RunCursor) -> CommandLine {
+    let limit = args.limit.map(|limit| limit.to_string());
+    let status = args.status.map(|status| RunStatus::from(status).as_str());
+    let mut command = context
+        .command("runs list")
+        .flag("--status", status)
+        .flag("--agent", args.agent.as_deref())
+        .flag("--thread", args.thread.as_deref())
+        .flag("--resource", args.resource.as_deref())
+        .flag("--limit", limit.as_deref())
+        .flag("--after", Some(&cursor.to_string()));
+    if args.json {
+        command = command.raw("--json");
+    }
+    command
+}

@@ -1,0 +1,44 @@
+//! The environment variables askloop reads (`ASKLOOP_MODEL`, `ASKLOOP_STORE`,
+//! `ASKLOOP_CONFIG`, `ASKLOOP_LEASE_MS`, …): their names and how a value is read.
+
+use std::time::Duration;
+
+use askloop_core::is_blank;
+
+use crate::exit::invalid;
+
+/// The environment variable holding the default model SPEC.
+pub(crate) const MODEL_ENV: &str = "ASKLOOP_MODEL";
+/// The environment variable holding the store URL when `--store` is not given.
+pub(crate) const STORE_ENV: &str = "ASKLOOP_STORE";
+/// The environment variable holding the agents file when `--config` is not given.
+pub(crate) const CONFIG_ENV: &str = "ASKLOOP_CONFIG";
+/// The environment variable holding the lease duration in milliseconds (default 30 s): how
+/// long after this process dies another one may take over the run it was driving.
+pub(crate) const LEASE_ENV: &str = "ASKLOOP_LEASE_MS";
+
+/// The value of an environment variable, `None` when unset or empty.
+pub(crate) fn env_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !is_blank(value))
+}
+
+/// The lease duration of [`LEASE_ENV`], `None` when unset (the core's default then).
+///
+/// # Errors
+/// Invalid input for a value that is not a number of milliseconds above 0.
+pub(crate) fn lease_from_env() -> anyhow::Result<Option<Duration>> {
+    env_value(LEASE_ENV)
+        .map(|text| {
+            text.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "invalid {LEASE_ENV}: {text:?} (a number of milliseconds, more than 0)"
+                    ))
+                })
+        })
+        .transpose()
+}
