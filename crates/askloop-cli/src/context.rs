@@ -273,10 +273,7 @@ impl Context {
         let run_id = &run.run_id;
         let continue_run = self.command("runs continue").run(run);
         let stored = self.load_stored(run).await?;
-        let live = stored
-            .lease
-            .as_ref()
-            .is_some_and(|lease| lease.is_live_at(askloop_core::store::lease_now_ms()));
+        let live = stored.lease.as_ref().is_some_and(|lease| lease.is_live());
         let status = match stored.state.status() {
             RunStatus::Running if live => "another process is running it now".to_owned(),
             RunStatus::Running => {

@@ -39,10 +39,7 @@ pub(crate) enum Follow {
 /// Whether another process drives the run now: running, with a live lease.
 pub(crate) fn driven_elsewhere(stored: &StoredRun) -> bool {
     stored.state.status() == RunStatus::Running
-        && stored
-            .lease
-            .as_ref()
-            .is_some_and(|lease| lease.is_live())
+        && stored.lease.as_ref().is_some_and(|lease| lease.is_live())
 }
 
 /// Wire chunk JSON values as the texts a response sends.

@@ -118,10 +118,7 @@ async fn recover_abandoned(state: &AppState) {
             }
         };
         let abandoned = stored.state.status() == RunStatus::Running
-            && stored
-                .lease
-                .as_ref()
-                .is_none_or(|lease| !lease.is_live());
+            && stored.lease.as_ref().is_none_or(|lease| !lease.is_live());
         if !abandoned {
             continue;
         }

@@ -13,10 +13,6 @@ mod memory;
 use async_trait::async_trait;
 
 pub use crate::run::{RunState, RunSummary, UnfinishedCall};
-// issue 32: removed at merge (askloop-server and askloop-cli still import it from here; use
-// `Lease::is_live`, or `crate::time::lease_now_ms` for a sweep's "now").
-#[doc(hidden)]
-pub use crate::time::lease_now_ms;
 pub use changes::{ChangeFeed, RunChange, RunChanges, notifies};
 pub use counts::RunCounts;
 pub use filter::{InvalidCursor, ListedRun, ResourceFilter, RunCursor, RunFilter, RunPage};
@@ -73,13 +69,6 @@ impl Lease {
     /// its holder may still be driving the run.
     pub fn is_live(&self) -> bool {
         self.expires_at_ms > crate::time::lease_now_ms()
-    }
-
-    /// Whether the lease still holds at `now_ms` (ms since the Unix epoch).
-    // issue 32: removed at merge (askloop-server and askloop-cli still call it; use `is_live`).
-    #[doc(hidden)]
-    pub fn is_live_at(&self, now_ms: u64) -> bool {
-        self.expires_at_ms > now_ms
     }
 }
 

@@ -3,7 +3,8 @@
 
 use std::process::ExitCode;
 
-use askloop_core::store::{RunFilter, RunState, lease_now_ms};
+use askloop_core::store::{RunFilter, RunState};
+use askloop_core::time::lease_now_ms;
 use askloop_core::{ResumeError, RunKey, RunStatus};
 
 use crate::cli::{CancelArgs, ContinueArgs, GlobalArgs, RecoverArgs, SweepArgs};
@@ -113,12 +114,8 @@ async fn abandoned_runs(context: &Context) -> anyhow::Result<Vec<(RunKey, Option
             let Ok(stored) = context.store.load_run(&run.key()).await else {
                 continue;
             };
-            let now = lease_now_ms();
             if stored.state.status() != RunStatus::Running
-                || stored
-                    .lease
-                    .as_ref()
-                    .is_some_and(|lease| lease.is_live_at(now))
+                || stored.lease.as_ref().is_some_and(|lease| lease.is_live())
             {
                 continue;
             }

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use askloop_core::Tool as _;
 use askloop_core::model::{AssistantPart, Message, ToolCall};
-use askloop_core::store::{RunState, StoredRun, codec, lease_now_ms};
+use askloop_core::store::{RunState, StoredRun, codec};
 use askloop_core::{AskUser, AskUserArgs, RunKey, RunStatus};
 use serde_json::Value;
 
@@ -64,7 +64,7 @@ fn show_document(stored: &StoredRun) -> anyhow::Result<Value> {
                 serde_json::json!({
                     "holder": lease.holder.as_str(),
                     "expiresAtMs": lease.expires_at_ms,
-                    "live": lease.is_live_at(lease_now_ms()),
+                    "live": lease.is_live(),
                 })
             }),
         );
@@ -145,7 +145,7 @@ fn show_fields(
 fn lease_line(context: &Context, run: &RunKey, stored: &StoredRun) -> String {
     let continue_run = context.command("runs continue").run(run);
     match &stored.lease {
-        Some(lease) if lease.is_live_at(lease_now_ms()) => format!(
+        Some(lease) if lease.is_live() => format!(
             "held by a running process until {} UTC (renewed while it lives)",
             format_time(lease.expires_at_ms)
         ),
