@@ -4,6 +4,9 @@
 //! Every command finds its agents here ([`crate::context::Context::agent_for_new_run`],
 //! [`crate::context::Context::agent_for_run`]), and `askloop serve` hands the same registry to
 //! the server as core's [`AgentRegistry`].
+//!
+//! A new run's model comes from `--model`, then `ASKLOOP_MODEL`, then askloop.toml; a stored run's
+//! agent from its recorded agent id and model SPEC.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,11 @@
 //! their wire formats at the edge; they are never a provider's types. Each tool result carries its call's audit trail
 //! ([`AuditRecord`]: who answered, approved or declined, when). They are part of the stored
 //! run format (see `crate::run`): change them only with a format bump.
+//!
+//! Audit: every person's action on a call ([`AuditRecord`]: answer, approve, decline, expire,
+//! cancel, message; by whom; when) is kept on the call's pending slot while it waits and copied into
+//! the call's [`ToolResult::audit`] when it completes, so it lives in the append-only messages, not
+//! in the run's head. Results carry no audit on the wire; `askloop runs show` lists it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

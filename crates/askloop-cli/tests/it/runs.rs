@@ -31,10 +31,7 @@ fn runs_list_filters_by_status() {
     assert_eq!(only.len(), 1);
     assert_eq!(only[0]["runId"], suspended.as_str());
     assert_eq!(only[0]["agentId"], "assistant");
-    assert_eq!(
-        only[0]["pending"][0]["suspendPayload"]["question"],
-        "Which repo?"
-    );
+    assert_eq!(only[0]["pending"][0]["payload"]["question"], "Which repo?");
     let completed = dir
         .run(&["runs", "list", "--status", "completed", "--json"])
         .success()
@@ -73,8 +70,12 @@ fn runs_show_prints_status_pending_questions_and_history() {
     assert_eq!(state["status"], "suspended");
     let pending = &state["pending"][0];
     assert_eq!(pending["toolCallId"], "c1");
-    assert_eq!(pending["suspendPayload"]["options"][1]["label"], "docs");
+    // The one wire shape of a pending call (issue 32), as the HTTP API shows it.
+    assert_eq!(pending["runId"], run_id.as_str());
+    assert_eq!(pending["kind"], "answer");
+    assert_eq!(pending["payload"]["options"][1]["label"], "docs");
     assert_eq!(pending["resumeSchema"]["enum"][0], "main");
+    assert_eq!(pending["form"]["kind"], "select");
 
     let human = dir.run(&["runs", "show", &run_id]).success().stdout;
     for expected in [

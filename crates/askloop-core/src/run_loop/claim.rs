@@ -5,6 +5,12 @@
 //! every claim is refused ([`ResumeError::InProgress`]); once it expired (the holder died), a
 //! continue takes the run over, applying the journal's recovery rules in the same
 //! compare-and-swap, and a resume says what happened ([`ResumeError::Interrupted`]).
+//!
+//! An approval moves its call to `running` in the claim's compare-and-swap: that is the call's
+//! journal entry, so an approved side effect is never asked for again nor silently repeated after a
+//! crash. A response to a call whose deadline passed is refused as `Expired`, whether or not a
+//! sweep has resolved it yet, and so is one to a call a sweep expired (its `expire` audit record,
+//! on the slot or on the result, tells it from an answered one).
 
 use std::time::Duration;
 

@@ -9,6 +9,13 @@
 //! Every chunk that announces stored state is emitted after the commit that stores it. The loop
 //! commits before each model call that follows side-effecting results (so they are never redone
 //! after a crash), when it suspends, when it finishes and when it fails.
+//!
+//! `start` orders a new run's first commits: the insert (which takes the thread's turn or is
+//! refused with `ThreadBusy`), then the supersede of the thread's waiting runs, then the history
+//! read again (its `historyThrough` committed if the history moved). A resumed or continued run
+//! reads `thread_history(thread, historyThrough)` once per drive. The loop is dropped, model call
+//! and tool futures with it, once the run is cancelled in the store; what the driver had not
+//! committed (a model call in flight, unjournaled idempotent calls) is not in the cancelled run.
 
 mod claim;
 mod close;

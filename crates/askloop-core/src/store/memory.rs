@@ -1,4 +1,9 @@
 //! [`MemoryStore`]: a [`RunStore`] in process memory, for tests and short-lived programs.
+//!
+//! It keeps the same texts as the durable stores (a run's head and its appended messages, its
+//! completion sequence, its lease) keyed by `RunKey`, so the conformance suite exercises the shared
+//! codec through it; it checks the one-turn-per-thread rule under its lock, stamps the change order
+//! under the same lock, and notifies its commits in process ([`RunStore::watch_changes`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

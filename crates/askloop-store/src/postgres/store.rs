@@ -6,6 +6,15 @@
 //! travel in one round trip and commit as one statement. Every run is named by its key: the
 //! `scope` column (its resource id, `''` for none) and its id. Reads are single statements too, so each sees one snapshot. A commit that
 //! [`notifies`] is followed by its notification (`notify.rs`).
+//!
+//! The one-turn check: `askloop_update_run` (and `askloop_insert_run`), when the run becomes
+//! running, looks for another running run of its thread under a transaction lock on the thread
+//! (`askloop_thread_busy`): racing writers take turns, and the second sees the first. A run that
+//! completes or is cancelled takes the next value of `run_completion_seq` under the same thread
+//! lock, so a thread's completion sequences increase in commit order. Listing filters and orders on
+//! indexed columns and reads each listed run's head (its summary and pending calls), never its
+//! messages; a listing reads the change counter before its rows, so its change cursor never runs
+//! ahead of a commit it has not seen.
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;

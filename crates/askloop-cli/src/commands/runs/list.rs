@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
+use askloop_core::wire::PendingCall;
 use askloop_core::{
     AgentId, PendingToolCall, ResourceId, RunId, RunStatus, ThreadId, error_chain_text,
 };
@@ -16,12 +17,12 @@ use crate::exit::invalid_because;
 use crate::format::{compact_json, format_time, truncate};
 use crate::output::{Mode, Output};
 
-/// One row of `runs list --json`: the run's summary, or, for a run this build cannot read, its
-/// id and why.
+/// One row of `runs list --json`: the run's summary (its pending calls in the one wire shape of a
+/// pending call, [`PendingCall`]), or, for a run this build cannot read, its id and why.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum ListedJson<'a> {
-    Run(&'a RunSummary),
+    Run(Value),
     #[serde(rename_all = "camelCase")]
     Unreadable {
         run_id: &'a RunId,
@@ -34,7 +35,7 @@ impl<'a> ListedJson<'a> {
     /// The row of `run`.
     fn of(run: &'a ListedRun) -> Self {
         match run {
-            ListedRun::Run(summary) => Self::Run(summary),
+            ListedRun::Run(summary) => Self::Run(summary_json(summary)),
             other => Self::Unreadable {
                 run_id: other.run_id(),
                 created_at_ms: other.created_at_ms(),
@@ -45,6 +46,23 @@ impl<'a> ListedJson<'a> {
             },
         }
     }
+}
+
+/// A run's summary as JSON, its pending calls in the one wire shape of a pending call.
+fn summary_json(summary: &RunSummary) -> Value {
+    let mut json = serde_json::to_value(summary).unwrap_or(Value::Null);
+    if let Value::Object(fields) = &mut json {
+        let pending = summary
+            .pending
+            .iter()
+            .map(|call| PendingCall::of(&summary.run_id, call))
+            .collect::<Vec<_>>();
+        fields.insert(
+            "pending".to_owned(),
+            serde_json::to_value(pending).unwrap_or(Value::Null),
+        );
+    }
+    json
 }
 
 /// The text of a pending call's question: the `question` of its payload, else the payload.

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use askloop_core::Tool as _;
 use askloop_core::model::{AssistantPart, Message, ToolCall};
 use askloop_core::store::{RunState, StoredRun, codec};
+use askloop_core::wire::PendingCall;
 use askloop_core::{AskUser, AskUserArgs, RunKey, RunStatus};
 use serde_json::Value;
 
@@ -42,7 +43,8 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
         .await
 }
 
-/// `runs show --json`: the whole stored run state plus `pending`, `unfinished` and `lease`.
+/// `runs show --json`: the whole stored run state plus `pending` (each call in the one wire shape
+/// of a pending call, [`askloop_core::wire::PendingCall`]), `unfinished` and `lease`.
 ///
 /// # Errors
 /// The state does not encode.
@@ -52,7 +54,7 @@ fn show_document(stored: &StoredRun) -> anyhow::Result<Value> {
     if let Value::Object(fields) = &mut document {
         fields.insert(
             "pending".to_owned(),
-            serde_json::to_value(state.pending_tool_calls())?,
+            serde_json::to_value(pending_calls(&stored.state))?,
         );
         fields.insert(
             "unfinished".to_owned(),
@@ -288,4 +290,14 @@ fn tool_call_line(call: &ToolCall) -> String {
         cut(&args.to_string(), SHOW_LIMIT),
         call.id
     )
+}
+
+/// A run's pending calls in the one wire shape of a pending call (what the HTTP API and the page
+/// show too).
+pub(crate) fn pending_calls(state: &RunState) -> Vec<PendingCall> {
+    state
+        .pending_tool_calls()
+        .iter()
+        .map(|call| PendingCall::of(state.run_id(), call))
+        .collect()
 }
