@@ -164,7 +164,9 @@ pub(crate) fn answer_example(call: &PendingToolCall) -> String {
     };
     match field.kind {
         FieldKind::Select { .. } => "--answer '<one label>'".to_owned(),
-        FieldKind::MultiSelect { .. } => r#"--answer-json '["<label>", …]'"#.to_owned(),
+        // One `--answer` per choice: replaced placeholders paste and work as they are (a JSON
+        // array with an ellipsis did not).
+        FieldKind::MultiSelect { .. } => "--answer '<label>' --answer '<another label>'".to_owned(),
         FieldKind::Confirm => "--answer '<yes or no>'".to_owned(),
         FieldKind::Text { .. } => "--answer '<your answer>'".to_owned(),
         FieldKind::Number { integer: true, .. } => "--answer '<integer>'".to_owned(),
@@ -411,7 +413,10 @@ mod tests {
         let multi = ask_user_call(
             json!({"question": "Q", "options": [{"label": "x"}], "selectionMode": "multi_select"}),
         );
-        assert_eq!(answer_example(&multi), r#"--answer-json '["<label>", …]'"#);
+        assert_eq!(
+            answer_example(&multi),
+            "--answer '<label>' --answer '<another label>'"
+        );
         let text = ask_user_call(json!({"question": "Q"}));
         assert_eq!(answer_example(&text), "--answer '<your answer>'");
         let confirm = custom_call(json!({"type": "boolean"}));

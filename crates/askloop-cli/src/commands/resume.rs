@@ -2,9 +2,13 @@
 
 use std::process::ExitCode;
 
+use askloop_core::Tool as _;
 use askloop_core::answer::{answer_from_inputs, normalize_answer};
+use askloop_core::model::{AssistantPart, Message};
 use askloop_core::store::RunState;
-use askloop_core::{ResumeError, RunKey, RunStatus, ToolCallId};
+use askloop_core::{
+    AskUser, AskUserArgs, AskUserQuestion, ResumeError, RunKey, RunStatus, ToolCallId,
+};
 use serde_json::Value;
 
 use crate::cli::{GlobalArgs, ResumeArgs};
@@ -230,7 +234,15 @@ fn answer_for(
         None if pending.len() == 1 => pending.first(),
         None => None,
     };
-    let schema = call.and_then(|call| call.resume_schema.as_ref());
+    // A call answered already is read as its question was, so a repeat by number or in another
+    // case is the same answer (the harmless repeat), not a different one.
+    let answered_schema = match (call, tool_call_id) {
+        (None, Some(id)) => answered_question_schema(state, id),
+        _ => None,
+    };
+    let schema = call
+        .and_then(|call| call.resume_schema.as_ref())
+        .or(answered_schema.as_ref());
     let answer = match given {
         Given::Typed(inputs) => answer_from_inputs(schema, &inputs),
         Given::Json(value) => normalize_answer(schema, value),
@@ -242,6 +254,26 @@ fn answer_for(
         )),
         None => invalid(format!("invalid answer: {error}")),
     })
+}
+
+/// The resume schema of `ask_user` call `tool_call_id` of the run's messages, when the call is
+/// no longer pending: what its question accepted (labels by number and in any case read as
+/// the label). `None` for another tool's call or one the run does not hold.
+fn answered_question_schema(state: &RunState, tool_call_id: &ToolCallId) -> Option<Value> {
+    let call = state.messages().iter().find_map(|message| match message {
+        Message::Assistant { parts } => parts.iter().find_map(|part| match part {
+            AssistantPart::ToolCall(call) if &call.id == tool_call_id => Some(call),
+            _ => None,
+        }),
+        _ => None,
+    })?;
+    if call.name != AskUser::NAME {
+        return None;
+    }
+    let args: AskUserArgs = serde_json::from_value(call.args.to_value()).ok()?;
+    AskUserQuestion::from_args(args)
+        .ok()
+        .map(|question| question.resume_schema())
 }
 
 /// Whether the run's messages hold a result of call `tool_call_id` that a resume gave

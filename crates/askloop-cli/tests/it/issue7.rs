@@ -27,7 +27,6 @@ fn filled(command: &str, answer: &str) -> String {
     command
         .replace("'<one label>'", answer)
         .replace("'<your answer>'", answer)
-        .replace(r#"'["<label>", …]'"#, answer)
 }
 
 fn multi_select(labels: &[&str]) -> String {
@@ -558,6 +557,69 @@ fn issue7_fault12_a_repeated_answer_command_is_refused_and_the_next_question_unt
     let after = dir.show(&run_id);
     assert_eq!(after, before);
     assert_eq!(after["pending"][0]["toolCallId"], "q2");
+}
+
+#[test]
+fn issue33_the_printed_pick_several_command_works_once_its_placeholders_are_filled() {
+    let dir = TestDir::new();
+    let spec = dir.script("multi.json", &multi_select(&["north", "south", "east"]));
+    let out = dir.run(&["run", "--model", &spec, "Hi"]).success();
+    let command = &answer_commands(&out.stdout)[0];
+    assert!(
+        command.ends_with("--answer '<label>' --answer '<another label>'"),
+        "{command}"
+    );
+    let pasted = command
+        .replace("'<label>'", "north")
+        .replace("'<another label>'", "east");
+    let done = outcome(dir.shell(&pasted)).success();
+    assert!(done.stdout.contains("Noted."), "{}", done.stdout);
+    let run_id = dir.run(&["runs", "list", "--json"]).success().json()[0]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed", "{state:#}");
+}
+
+#[test]
+fn issue33_a_repeat_by_number_or_in_another_case_is_the_same_answer() {
+    let dir = TestDir::new();
+    let spec = dir.script("two.json", TWO_IN_SEQUENCE);
+    dir.run(&["run", "--model", &spec, "Hi"]).success();
+    let run_id = dir.run(&["runs", "list", "--json"]).success().json()[0]["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let answer =
+        |given: &str| dir.run(&["resume", &run_id, "--tool-call-id", "q1", "--answer", given]);
+    // By the option's number: "main".
+    let first = answer("1").success();
+    assert!(first.stdout.contains("Which branch?"), "{}", first.stdout);
+    let before = dir.show(&run_id);
+
+    // The same command again, the label, or the label in another case: the same answer, so the
+    // harmless repeat (exit 0, said so); nothing changes.
+    for given in ["1", "main", "MAIN"] {
+        let again = answer(given).success();
+        assert!(
+            again
+                .stderr
+                .contains("already answered with this answer; nothing changed"),
+            "{given}: {}",
+            again.stderr
+        );
+    }
+    // Another option, by number or by label: refused (exit 2), as before.
+    for given in ["2", "docs"] {
+        let other = answer(given).code(2);
+        assert!(
+            other.stderr.contains("already answered") && !other.stderr.contains("with this answer"),
+            "{given}: {}",
+            other.stderr
+        );
+    }
+    assert_eq!(dir.show(&run_id), before);
 }
 
 #[test]
