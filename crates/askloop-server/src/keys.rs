@@ -209,9 +209,11 @@ impl Caller {
         }
     }
 
-    /// What the audit records as who acted.
-    pub(crate) fn by(&self) -> Option<String> {
-        self.resource().map(|resource| resource.as_str().to_owned())
+    /// What the audit records as who acted: the key's resource (or the resource the request
+    /// names), else `web` (an open server's caller, the page's person), never nothing.
+    pub(crate) fn by(&self) -> String {
+        self.resource()
+            .map_or_else(|| "web".to_owned(), |resource| resource.as_str().to_owned())
     }
 }
 

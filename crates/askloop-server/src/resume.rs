@@ -23,11 +23,10 @@ pub(crate) fn claim<'agent>(
     stored: &StoredRun,
     caller: &Caller,
 ) -> Respond<'agent> {
-    let respond = agent.respond(stored.state.key()).loaded(stored.clone());
-    match caller.by() {
-        Some(by) => respond.by(by),
-        None => respond,
-    }
+    agent
+        .respond(stored.state.key())
+        .loaded(stored.clone())
+        .by(caller.by())
 }
 
 /// Sends the responses of [`claim`]: the run from the answered calls on (SSE, driven by the

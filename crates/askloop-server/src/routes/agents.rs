@@ -100,9 +100,7 @@ pub(crate) async fn stream(
         check_id("threadId", thread)?;
         options = options.thread(thread);
     }
-    if let Some(by) = caller.by() {
-        options = options.by(by);
-    }
+    options = options.by(caller.by());
     if let Some(run_id) = &request.run_id {
         check_id("runId", run_id)?;
         options = options.run_id(run_id.as_str());

@@ -217,9 +217,7 @@ impl Chat<'_> {
         if let Some(resource) = &self.thread.resource_id {
             options = options.resource(resource.clone());
         }
-        if let Some(by) = self.caller.by() {
-            options = options.by(by);
-        }
+        options = options.by(self.caller.by());
         let stream = self.agent.stream_with(text, options);
         let run_id = stream.run_id().clone();
         // Answered once the run holds the thread's turn (or refused: 409, nothing stored).
@@ -252,10 +250,7 @@ impl Chat<'_> {
             .map(str::to_owned)
             .collect();
         let ui = UiStream::new(self.metadata(&run_id), None, known);
-        let mut respond = self.agent.respond(waiting.key());
-        if let Some(by) = self.caller.by() {
-            respond = respond.by(by);
-        }
+        let respond = self.agent.respond(waiting.key()).by(self.caller.by());
         let (respond, answered) = self.responses(respond, &waiting, last)?;
         let until = self.state.closing.grace_over();
         if answered == 0 {

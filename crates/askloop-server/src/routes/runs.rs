@@ -135,7 +135,7 @@ pub(crate) async fn cancel_run(
     let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
     // Cancelling needs no tool or model: a server that does not define the run's agent stops
     // it too (its driver, in whatever process, learns from the store).
-    askloop_core::cancel_run_in(state.store.as_ref(), stored.state.key(), caller.by())
+    askloop_core::cancel_run_in(state.store.as_ref(), stored.state.key(), Some(caller.by()))
         .await
         .map_err(|error| resume_refused(error, &stored))?;
     Ok(Json(CancelledBody {

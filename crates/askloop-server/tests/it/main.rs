@@ -8,6 +8,7 @@
     unreachable_pub
 )]
 
+mod audit;
 mod cancel;
 mod chat_resume;
 mod connections;
