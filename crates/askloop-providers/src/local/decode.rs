@@ -66,7 +66,7 @@ impl<'a> Decoder<'a> {
         max_tokens: u32,
     ) -> Self {
         let mode = match plan {
-            DecodingPlan::Text => Mode::Text,
+            DecodingPlan::Text { .. } => Mode::Text,
             DecodingPlan::Grammar {
                 allow_text: true, ..
             } => Mode::Undecided,

@@ -72,9 +72,7 @@ pub(crate) fn matcher_for(
     factory: &ParserFactory,
     plan: &DecodingPlan,
 ) -> Result<Option<Matcher>, LocalModelError> {
-    let DecodingPlan::Grammar { lark, .. } = plan else {
-        return Ok(None);
-    };
+    let (DecodingPlan::Text { lark } | DecodingPlan::Grammar { lark, .. }) = plan;
     let parser = factory
         .create_parser(TopLevelGrammar::from_lark(lark.clone()))
         .map_err(|source| LocalModelError::Grammar {

@@ -19,6 +19,18 @@
 //! tool_call: "<tool_call>\n" (call_0 | …) "\n</tool_call>" | (call_0 | …)
 //! ```
 //!
+//! Without a tool to call (none offered, tool choice `none`, the question budget spent), text
+//! is still constrained, so that it never opens as a tool call in disguise (issue 33: a small
+//! model that has called `ask_user` before writes its call again as the answer): it may not
+//! start with `{`, `<`, whitespace, or a code fence whose first line opens a JSON object or a
+//! tag ([`TEXT_WITHOUT_TOOLS`]). Only the opening is constrained: a reply may still show JSON
+//! after a first sentence.
+//!
+//! ```text
+//! start: TEXT
+//! TEXT: /([^{<`\s]|`[^`]|``[^`]|```[^\n{<]*\n[^{<`\s])(?s:.)*/
+//! ```
+//!
 //! llguidance turns this into a token mask at every step, so the JSON is valid and matches the
 //! schema by construction. The decoding schema is the tool's schema made finite and strict,
 //! because a 135M model left free loops or invents: every string gets a `maxLength`
@@ -40,11 +52,19 @@ pub const MAX_NESTED_STRING_LENGTH: u64 = 48;
 /// The most items the model may write in an array argument, unless the schema says less.
 pub const MAX_ARRAY_ITEMS: u64 = 4;
 
+/// The regular expression of a step's text when no tool may be called: anything that does not
+/// open as a tool call (see the module docs).
+pub(crate) const TEXT_WITHOUT_TOOLS: &str = r"([^{<`\s]|`[^`]|``[^`]|```[^\n{<]*\n[^{<`\s])(?s:.)*";
+
 /// How the output of one step is constrained.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum DecodingPlan {
-    /// Plain text only: no tools, or tool choice `none`.
-    Text,
+    /// Plain text only (no tools, or tool choice `none`), under a grammar that keeps it from
+    /// opening as a tool call ([`TEXT_WITHOUT_TOOLS`]).
+    Text {
+        /// The grammar.
+        lark: String,
+    },
     /// A grammar (Lark syntax for llguidance) over text and tool calls.
     Grammar {
         /// The grammar.
@@ -237,7 +257,9 @@ pub(crate) fn plan(
     format: ChatFormat,
 ) -> Result<DecodingPlan, LocalModelError> {
     let Some(callable) = callable_tools(tools, choice)? else {
-        return Ok(DecodingPlan::Text);
+        return Ok(DecodingPlan::Text {
+            lark: format!("%llguidance {{}}\nstart: TEXT\nTEXT: /{TEXT_WITHOUT_TOOLS}/\n"),
+        });
     };
     let allow_text = matches!(choice, ToolChoice::Auto);
     let bare_calls = format == ChatFormat::Qwen;
@@ -328,6 +350,38 @@ mod tests {
     }
 
     #[test]
+    fn issue33_text_without_tools_never_opens_as_a_tool_call() {
+        let text = regex::Regex::new(&format!("^(?:{TEXT_WITHOUT_TOOLS})$")).unwrap();
+        for disguised in [
+            r#"{"name": "ask_user", "arguments": {"question": "Where?"}}"#,
+            "<tool_call>\n{\"name\": \"ask_user\"}\n</tool_call>",
+            " {\"name\": \"ask_user\"}",
+            "\n<tool_call>",
+            "```json\n{\"name\": \"ask_user\", \"arguments\": {}}\n```",
+            "```\n{\"name\": \"ask_user\"}\n```",
+            "```xml\n<tool_call>\n```",
+            "```{\"name\": \"ask_user\"}```",
+            "",
+        ] {
+            assert!(!text.is_match(disguised), "{disguised:?} is allowed");
+        }
+        for reply in [
+            "Lisbon it is: three days of trams.",
+            "Here is the config:\n```json\n{\"port\": 80}\n```",
+            "```python\nprint(\"hello\")\n```",
+            "`x` is the variable.",
+            "1. Pack light\n2. Book early",
+            "Für Maria: alles Gute!",
+        ] {
+            assert!(text.is_match(reply), "{reply:?} is refused");
+        }
+        let Ok(DecodingPlan::Text { lark }) = plan(&[], &ToolChoice::Auto, ChatFormat::Qwen) else {
+            panic!("no text plan");
+        };
+        assert!(lark.contains(TEXT_WITHOUT_TOOLS), "{lark}");
+    }
+
+    #[test]
     fn tool_choice_decides_the_plan() {
         let tool = ToolDefinition {
             name: "ask_user".into(),
@@ -335,14 +389,14 @@ mod tests {
             input_schema: json!({"type": "object"}),
         };
         let tools = vec![tool];
-        assert_eq!(
-            plan(&[], &ToolChoice::Auto, ChatFormat::ChatMl).ok(),
-            Some(DecodingPlan::Text)
-        );
-        assert_eq!(
-            plan(&tools, &ToolChoice::None, ChatFormat::ChatMl).ok(),
-            Some(DecodingPlan::Text)
-        );
+        assert!(matches!(
+            plan(&[], &ToolChoice::Auto, ChatFormat::ChatMl),
+            Ok(DecodingPlan::Text { .. })
+        ));
+        assert!(matches!(
+            plan(&tools, &ToolChoice::None, ChatFormat::Qwen),
+            Ok(DecodingPlan::Text { .. })
+        ));
         assert!(matches!(
             plan(&tools, &ToolChoice::Auto, ChatFormat::ChatMl),
             Ok(DecodingPlan::Grammar {

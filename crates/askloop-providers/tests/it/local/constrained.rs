@@ -2,14 +2,14 @@
 //! obeyed, budgets end cleanly, and a seed repeats.
 
 use askloop_core::model::{
-    FinishReason, LanguageModel, Message, ModelError, ModelEvent, ModelRequest, ModelSettings,
-    ToolCall, ToolChoice, ToolDefinition,
+    AssistantPart, FinishReason, LanguageModel, Message, ModelError, ModelEvent, ModelRequest,
+    ModelSettings, ToolArgs, ToolCall, ToolChoice, ToolDefinition, ToolResult,
 };
 use askloop_core::schema::SchemaValidator;
 use askloop_providers::local::LocalModelError;
 use serde_json::json;
 
-use crate::local::support::{ask_user_definition, collect, model, one_at_a_time, text_of};
+use crate::local::support::{ask_user_definition, collect, model, one_at_a_time, qwen, text_of};
 
 const PROMPTS: [&str; 20] = [
     "Help me plan a trip",
@@ -257,4 +257,66 @@ async fn a_tool_choice_the_tools_cannot_satisfy_is_an_error() {
         matches!(local_error(&error), LocalModelError::NoTools),
         "{error}"
     );
+}
+
+/// A trip conversation in which the model asked twice and was answered twice: the history of a
+/// built-in agent whose question budget is spent.
+fn after_two_questions() -> Vec<Message> {
+    let asked = |id: &str, question: &str, labels: &[&str]| {
+        let options: Vec<_> = labels.iter().map(|label| json!({"label": label})).collect();
+        ToolCall {
+            id: id.into(),
+            name: "ask_user".into(),
+            args: ToolArgs::Json(
+                json!({"question": question, "options": options, "selectionMode": "single_select"}),
+            ),
+        }
+    };
+    let where_to = asked(
+        "c1",
+        "Where do you want to go?",
+        &["Beach", "Mountains", "City"],
+    );
+    let budget = asked("c2", "What is your budget?", &["$100", "$500", "$1000"]);
+    vec![
+        Message::user("Help me plan a trip"),
+        Message::Assistant {
+            parts: vec![AssistantPart::ToolCall(where_to.clone())],
+        },
+        Message::Tool {
+            results: vec![ToolResult::text(&where_to, "Beach")],
+        },
+        Message::Assistant {
+            parts: vec![AssistantPart::ToolCall(budget.clone())],
+        },
+        Message::Tool {
+            results: vec![ToolResult::text(&budget, "$100")],
+        },
+    ]
+}
+
+/// Issue 33: once no tool is offered (the question budget spent), the default model's reply is
+/// text, never its next `ask_user` call written out as the answer (bare JSON, a `<tool_call>`
+/// tag, or one in a code fence).
+#[tokio::test]
+async fn issue33_without_tools_the_reply_is_never_a_tool_call_in_disguise() {
+    let _serial = one_at_a_time().await;
+    let model = qwen();
+    for seed in 1..=3 {
+        let settings = ModelSettings::new().with_seed(seed).with_max_tokens(40);
+        let request = ModelRequest::new(after_two_questions()).with_settings(settings);
+        let events = collect(&model, request).await.unwrap();
+        let text = text_of(&events);
+        assert!(calls(&events).is_empty(), "seed {seed}: {events:?}");
+        let opening = text
+            .trim_start_matches("```")
+            .trim_start_matches(|c: char| c.is_alphanumeric());
+        assert!(
+            !text.starts_with(['{', '<'])
+                && !text.starts_with(char::is_whitespace)
+                && !opening.trim_start().starts_with(['{', '<'])
+                && !text.contains("\"arguments\""),
+            "seed {seed}: {text:?}"
+        );
+    }
 }
