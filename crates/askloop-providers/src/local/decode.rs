@@ -44,8 +44,8 @@ enum Mode {
 /// The output of one call as it is decoded: what the model is producing, and what it produced.
 pub(crate) struct Decoder<'a> {
     tokenizer: &'a LocalTokenizer,
-    /// The plan's grammar; `None` for plain text.
-    matcher: Option<Matcher>,
+    /// The plan's grammar (plain text has one too, so that it never opens as a tool call).
+    matcher: Matcher,
     sampler: Sampler,
     mode: Mode,
     /// Whether a call may be written as bare JSON (`{` opens one).
@@ -61,7 +61,7 @@ impl<'a> Decoder<'a> {
     pub(crate) fn new(
         tokenizer: &'a LocalTokenizer,
         plan: &DecodingPlan,
-        matcher: Option<Matcher>,
+        matcher: Matcher,
         sampler: Sampler,
         max_tokens: u32,
     ) -> Self {
@@ -132,26 +132,21 @@ impl<'a> Decoder<'a> {
     /// the turn ends (the end-of-turn token, or nothing allowed).
     fn next_tokens(&mut self, logits: &mut [f32]) -> Result<Option<Vec<u32>>, LocalModelError> {
         // Tokens the grammar forces are appended without sampling.
-        if let Some(matcher) = self.matcher.as_mut()
-            && self.mode == Mode::ToolCall
-        {
-            let mut forced = matcher.compute_ff_tokens();
+        if self.mode == Mode::ToolCall {
+            let mut forced = self.matcher.compute_ff_tokens();
             forced.truncate((self.max_tokens - self.output_tokens) as usize);
             if !forced.is_empty() {
-                matcher.consume_tokens(&forced).map_err(constraint)?;
+                self.matcher.consume_tokens(&forced).map_err(constraint)?;
                 return Ok(Some(forced));
             }
         }
-        if let Some(matcher) = self.matcher.as_mut() {
-            let mask = matcher.compute_mask().map_err(constraint)?;
-            mask.iter_unset_entries(|index| {
-                if let Some(logit) = logits.get_mut(index) {
-                    *logit = f32::NEG_INFINITY;
-                }
-            });
-        } else {
-            mask_control_tokens(self.tokenizer, logits);
-        }
+        // The grammar's mask also keeps out every control token but the end of the turn.
+        let mask = self.matcher.compute_mask().map_err(constraint)?;
+        mask.iter_unset_entries(|index| {
+            if let Some(logit) = logits.get_mut(index) {
+                *logit = f32::NEG_INFINITY;
+            }
+        });
         let Some(token) = self.sampler.sample(logits) else {
             // Nothing allowed: the grammar is complete.
             return Ok(None);
@@ -159,9 +154,7 @@ impl<'a> Decoder<'a> {
         if token == self.tokenizer.end_of_turn() || Some(token) == self.tokenizer.end_of_text() {
             return Ok(None);
         }
-        if let Some(matcher) = self.matcher.as_mut() {
-            matcher.consume_token(token).map_err(constraint)?;
-        }
+        self.matcher.consume_token(token).map_err(constraint)?;
         Ok(Some(vec![token]))
     }
 
@@ -196,7 +189,7 @@ impl<'a> Decoder<'a> {
     }
 
     fn grammar_complete(&self) -> bool {
-        self.matcher.as_ref().is_some_and(Matcher::is_stopped)
+        self.matcher.is_stopped()
     }
 
     /// Sends the end of the output: the tool call, or the text held back; then the finish.
@@ -239,16 +232,6 @@ impl<'a> Decoder<'a> {
             usage,
         });
         Ok(())
-    }
-}
-
-/// Without a grammar, the only control token the model may produce is the end of its turn.
-fn mask_control_tokens(tokenizer: &LocalTokenizer, logits: &mut [f32]) {
-    let end_of_turn = tokenizer.end_of_turn() as usize;
-    for (index, logit) in logits.iter_mut().enumerate() {
-        if index != end_of_turn && tokenizer.is_special(index as u32) {
-            *logit = f32::NEG_INFINITY;
-        }
     }
 }
 

@@ -71,7 +71,7 @@ pub(crate) fn prompt_text(
 pub(crate) fn matcher_for(
     factory: &ParserFactory,
     plan: &DecodingPlan,
-) -> Result<Option<Matcher>, LocalModelError> {
+) -> Result<Matcher, LocalModelError> {
     let (DecodingPlan::Text { lark } | DecodingPlan::Grammar { lark, .. }) = plan;
     let parser = factory
         .create_parser(TopLevelGrammar::from_lark(lark.clone()))
@@ -86,7 +86,7 @@ pub(crate) fn matcher_for(
             source: error.into(),
         });
     }
-    Ok(Some(matcher))
+    Ok(matcher)
 }
 
 /// Runs one model call to the end, sending events to `sink`.

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
-use askloop_core::wire::PendingCall;
 use askloop_core::{
     AgentId, PendingToolCall, ResourceId, RunId, RunStatus, ThreadId, error_chain_text,
 };
@@ -18,7 +17,7 @@ use crate::format::{compact_json, format_time, truncate};
 use crate::output::{Mode, Output};
 
 /// One row of `runs list --json`: the run's summary (its pending calls in the one wire shape of a
-/// pending call, [`PendingCall`]), or, for a run this build cannot read, its id and why.
+/// pending call, [`askloop_core::wire::PendingCall`]), or, for a run this build cannot read, its id and why.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum ListedJson<'a> {
@@ -33,9 +32,12 @@ enum ListedJson<'a> {
 
 impl<'a> ListedJson<'a> {
     /// The row of `run`.
-    fn of(run: &'a ListedRun) -> Self {
-        match run {
-            ListedRun::Run(summary) => Self::Run(summary_json(summary)),
+    ///
+    /// # Errors
+    /// The summary does not encode.
+    fn of(run: &'a ListedRun) -> serde_json::Result<Self> {
+        Ok(match run {
+            ListedRun::Run(summary) => Self::Run(summary_json(summary)?),
             other => Self::Unreadable {
                 run_id: other.run_id(),
                 created_at_ms: other.created_at_ms(),
@@ -44,25 +46,21 @@ impl<'a> ListedJson<'a> {
                     _ => String::new(),
                 },
             },
-        }
+        })
     }
 }
 
 /// A run's summary as JSON, its pending calls in the one wire shape of a pending call.
-fn summary_json(summary: &RunSummary) -> Value {
-    let mut json = serde_json::to_value(summary).unwrap_or(Value::Null);
+///
+/// # Errors
+/// The summary does not encode.
+fn summary_json(summary: &RunSummary) -> serde_json::Result<Value> {
+    let mut json = serde_json::to_value(summary)?;
     if let Value::Object(fields) = &mut json {
-        let pending = summary
-            .pending
-            .iter()
-            .map(|call| PendingCall::of(&summary.run_id, call))
-            .collect::<Vec<_>>();
-        fields.insert(
-            "pending".to_owned(),
-            serde_json::to_value(pending).unwrap_or(Value::Null),
-        );
+        let pending = super::wire_pending(&summary.run_id, &summary.pending);
+        fields.insert("pending".to_owned(), serde_json::to_value(pending)?);
     }
-    json
+    Ok(json)
 }
 
 /// The text of a pending call's question: the `question` of its payload, else the payload.
@@ -90,7 +88,11 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
             let page = context.store.list_runs(&list_filter(&args)?).await?;
             let mut output = Output::new(if args.json { Mode::Json } else { Mode::Human });
             if args.json {
-                let rows: Vec<ListedJson<'_>> = page.runs.iter().map(ListedJson::of).collect();
+                let rows = page
+                    .runs
+                    .iter()
+                    .map(ListedJson::of)
+                    .collect::<serde_json::Result<Vec<_>>>()?;
                 output.text(&serde_json::to_string_pretty(&rows)?)?;
                 output.text("\n")?;
             } else if page.runs.is_empty() {

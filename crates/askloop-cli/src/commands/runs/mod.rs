@@ -18,6 +18,18 @@ use crate::session::{Origin, Session};
 mod list;
 mod show;
 
+/// A run's pending calls in the one wire shape of a pending call (what the HTTP API and the page
+/// show too), for `runs list --json` and `runs show --json`.
+fn wire_pending(
+    run_id: &askloop_core::RunId,
+    calls: &[askloop_core::PendingToolCall],
+) -> Vec<askloop_core::wire::PendingCall> {
+    calls
+        .iter()
+        .map(|call| askloop_core::wire::PendingCall::of(run_id, call))
+        .collect()
+}
+
 pub(crate) use list::list;
 pub(crate) use show::show;
 

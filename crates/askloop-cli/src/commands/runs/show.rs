@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use askloop_core::Tool as _;
 use askloop_core::model::{AssistantPart, Message, ToolCall};
 use askloop_core::store::{RunState, StoredRun, codec};
-use askloop_core::wire::PendingCall;
 use askloop_core::{AskUser, AskUserArgs, RunKey, RunStatus};
 use serde_json::Value;
 
@@ -54,7 +53,10 @@ fn show_document(stored: &StoredRun) -> anyhow::Result<Value> {
     if let Value::Object(fields) = &mut document {
         fields.insert(
             "pending".to_owned(),
-            serde_json::to_value(pending_calls(&stored.state))?,
+            serde_json::to_value(super::wire_pending(
+                stored.state.run_id(),
+                &stored.state.pending_tool_calls(),
+            ))?,
         );
         fields.insert(
             "unfinished".to_owned(),
@@ -290,14 +292,4 @@ fn tool_call_line(call: &ToolCall) -> String {
         cut(&args.to_string(), SHOW_LIMIT),
         call.id
     )
-}
-
-/// A run's pending calls in the one wire shape of a pending call (what the HTTP API and the page
-/// show too).
-pub(crate) fn pending_calls(state: &RunState) -> Vec<PendingCall> {
-    state
-        .pending_tool_calls()
-        .iter()
-        .map(|call| PendingCall::of(state.run_id(), call))
-        .collect()
 }
