@@ -7,7 +7,8 @@
 //! tokens per second for free text, peak RSS, and, with `--askloop PATH`, the time from starting
 //! `askloop run "Help me plan a trip"` on a pseudo-terminal (through `script`) to the question
 //! on screen, twice: with the prompt cache the measured first step left (as from the second run
-//! on) and without one (as the first run after installing). The model's prompt cache is removed
+//! on) and without one (as the first run after installing), each with the time to the first
+//! visible sign of progress (`first_progress_s`, `first_progress_first_run_s`). The model's prompt cache is removed
 //! before measuring, so the first step and the prefill figures are always measured from nothing.
 
 use std::io::Read;
@@ -126,9 +127,48 @@ async fn model_file(model: Option<&str>) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// Seconds from starting `askloop run "Help me plan a trip"` on a pseudo-terminal to the
-/// question's `?` on screen; the process is then stopped.
-fn question_on_screen(askloop: &Path, model: Option<&str>) -> anyhow::Result<f64> {
+/// What a person sees after starting `askloop run "Help me plan a trip"` on a pseudo-terminal:
+/// seconds to the first visible sign of progress (the first printable character that is not
+/// part of an escape sequence: the status line) and to the question's `?` on screen.
+struct OnScreen {
+    first_progress: f64,
+    question: f64,
+}
+
+/// Whether `text` (what the terminal received) shows anything: a printable, non-space character
+/// outside ANSI escape sequences (`ESC [ … final byte` and `ESC ] … BEL/ST`).
+fn shows_something(text: &str) -> bool {
+    let mut characters = text.chars().peekable();
+    while let Some(character) = characters.next() {
+        match character {
+            '\u{1b}' => match characters.next() {
+                Some('[') => {
+                    for next in characters.by_ref() {
+                        if ('@'..='~').contains(&next) {
+                            break;
+                        }
+                    }
+                }
+                Some(']') => {
+                    while let Some(next) = characters.next() {
+                        if next == '\u{7}' || (next == '\u{1b}' && characters.peek() == Some(&'\\'))
+                        {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            character if !character.is_whitespace() && !character.is_control() => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Starts `askloop run "Help me plan a trip"` on a pseudo-terminal and times [`OnScreen`]; the
+/// process is then stopped.
+fn question_on_screen(askloop: &Path, model: Option<&str>) -> anyhow::Result<OnScreen> {
     let data = tempfile_dir()?;
     let mut command_line = format!("{} run", shell_quote(&askloop.display().to_string()));
     if let Some(model) = model {
@@ -153,6 +193,7 @@ fn question_on_screen(askloop: &Path, model: Option<&str>) -> anyhow::Result<f64
     let mut stdout = child.stdout.take().context("no stdout")?;
     let mut seen = Vec::new();
     let mut buffer = [0u8; 4096];
+    let mut first_progress = None;
     let outcome = loop {
         let read = stdout.read(&mut buffer)?;
         if read == 0 {
@@ -164,8 +205,15 @@ fn question_on_screen(askloop: &Path, model: Option<&str>) -> anyhow::Result<f64
         seen.extend_from_slice(&buffer[..read]);
         // inquire draws the question as `? QUESTION`; the question itself ends with `?`.
         let text = String::from_utf8_lossy(&seen);
+        if first_progress.is_none() && shows_something(&text) {
+            first_progress = Some(started.elapsed().as_secs_f64());
+        }
         if text.matches('?').count() >= 2 {
-            break Ok(started.elapsed().as_secs_f64());
+            let question = started.elapsed().as_secs_f64();
+            break Ok(OnScreen {
+                first_progress: first_progress.unwrap_or(question),
+                question,
+            });
         }
     };
     let _ = child.kill();
@@ -207,12 +255,14 @@ pub(crate) async fn local(
     let mut line = line;
     if let Some(askloop) = askloop {
         // As from the second run on: the prompt cache the first step above stored.
-        let seconds = question_on_screen(&askloop, model.as_deref())?;
-        line["question_on_screen_s"] = json!(round(seconds, 2));
+        let seen = question_on_screen(&askloop, model.as_deref())?;
+        line["question_on_screen_s"] = json!(round(seen.question, 2));
+        line["first_progress_s"] = json!(round(seen.first_progress, 2));
         // As the first run after installing (or after the instructions change): no cache.
         remove_if_present(&cache)?;
-        let seconds = question_on_screen(&askloop, model.as_deref())?;
-        line["question_on_screen_first_run_s"] = json!(round(seconds, 2));
+        let seen = question_on_screen(&askloop, model.as_deref())?;
+        line["question_on_screen_first_run_s"] = json!(round(seen.question, 2));
+        line["first_progress_first_run_s"] = json!(round(seen.first_progress, 2));
     }
     println!("{line}");
     Ok(())
@@ -267,4 +317,18 @@ fn measure(path: &Path, prompt_out: Option<&Path>) -> anyhow::Result<Value> {
         "decode_tokens_per_s": round(decode, 1),
         "peak_rss_mb": peak_rss_mb().round(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shows_something;
+
+    #[test]
+    fn escape_sequences_alone_show_nothing() {
+        assert!(!shows_something("\u{1b}[?25l\u{1b}[2K\r \n"));
+        assert!(!shows_something("\u{1b}]0;title\u{7}"));
+        assert!(shows_something(
+            "\u{1b}[2K\u{1b}[36m⠋\u{1b}[0m Loading the model"
+        ));
+    }
 }
