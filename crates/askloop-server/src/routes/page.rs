@@ -34,8 +34,10 @@ pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src '
 const INDEX_HTML: &str = include_str!("../../../../web/dist/index.html");
 const APP_JS: &str = include_str!("../../../../web/dist/app.js");
 const APP_CSS: &str = include_str!("../../../../web/dist/app.css");
+const ICON_SVG: &str = include_str!("../../../../web/dist/icon.svg");
 
-/// The page's routes: `/`, `/assets/app.js`, `/assets/app.css`.
+/// The page's routes: `/`, `/assets/app.js`, `/assets/app.css`, and its icon (SVG) at
+/// `/assets/icon.svg` and at `/favicon.ico`, where a browser or a tool looks by default.
 pub(crate) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route(
@@ -50,6 +52,12 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
             "/assets/app.css",
             get(|| async { file(APP_CSS, "text/css; charset=utf-8") }),
         )
+        .route("/assets/icon.svg", get(|| async { icon() }))
+        .route("/favicon.ico", get(|| async { icon() }))
+}
+
+fn icon() -> Response {
+    file(ICON_SVG, "image/svg+xml")
 }
 
 fn file(body: &'static str, content_type: &'static str) -> Response {
