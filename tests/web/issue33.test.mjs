@@ -194,7 +194,7 @@ test("no API key box on a server that needs no key, and nothing the page asks fo
   page.on("response", (response) => {
     if (response.status() >= 400) failed.push(`${response.status()} ${response.url()}`);
   });
-  await page.goto(open.url + "/");
+  await page.goto(`${open.url}/#/chat/hello/${randomUUID()}`);
   await page.getByRole("option", { name: "hello" }).waitFor({ state: "attached" });
   await say(page, "Hi");
   await page.getByText("Hello there.").waitFor();

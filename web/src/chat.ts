@@ -8,7 +8,8 @@
 // shows that the agent works, with the time since the message or answer was sent; its text
 // shows as it streams. The chat follows the inbox events (GET /api/inbox/events): a question of
 // this chat raised or resolved elsewhere (another tab, the CLI) reloads the chat, so a
-// question answered elsewhere is never left answerable here.
+// question answered elsewhere is never left answerable here; while questions show, the chat
+// also checks their run every few seconds (GET /api/runs/{runId}), in case an event was missed.
 
 import { AbstractChat, DefaultChatTransport, type ChatState, type ChatStatus, type UIMessage } from "ai";
 import { authHeaders, followEvents, requestJson } from "./api";
@@ -92,10 +93,14 @@ export function pendingQuestions(messages: UIMessage[]): Question[] {
   return questions;
 }
 
-/** How much text the messages hold (what the agent wrote so far, in characters). */
+/** How often the chat checks the run of the questions it shows (ms). */
+const CHECK_MS = 4000;
+
+/** How much text the agent wrote in the messages so far, in characters. */
 function textLength(messages: UIMessage[]): number {
   let length = 0;
   for (const message of messages) {
+    if (message.role !== "assistant") continue;
     for (const part of message.parts) if (part.type === "text") length += part.text.length;
   }
   return length;
@@ -119,6 +124,7 @@ export class ChatView {
   /** When the running turn was sent (or followed, after a reload), and the text there was then. */
   private turn: { startedAt: number; textAtStart: number } | null = null;
   private ticker: ReturnType<typeof setInterval> | null = null;
+  private checker: ReturnType<typeof setInterval> | null = null;
   private events: AbortController | null = null;
   private reloading: Promise<void> | null = null;
   private formKey = "";
@@ -172,6 +178,7 @@ export class ChatView {
 
   /** Sends a new user message. */
   async send(text: string): Promise<void> {
+    await this.reloading;
     this.status("");
     this.beginTurn();
     await this.chat.sendMessage({ text });
@@ -190,6 +197,7 @@ export class ChatView {
     this.ticker = setInterval(() => {
       if (this.working()) this.scheduleDraw();
     }, 1000);
+    this.checker = setInterval(() => void this.checkShownQuestions(), CHECK_MS);
     void followEvents("/api/inbox/events", (data) => this.onInboxEvent(data), this.events.signal);
   }
 
@@ -198,7 +206,23 @@ export class ChatView {
     this.events?.abort();
     this.events = null;
     if (this.ticker !== null) clearInterval(this.ticker);
+    if (this.checker !== null) clearInterval(this.checker);
     this.ticker = null;
+    this.checker = null;
+  }
+
+  /** Reloads the chat when the run of the questions shown no longer waits for exactly them. */
+  private async checkShownQuestions(): Promise<void> {
+    const shown = this.busy ? [] : pendingQuestions(this.chat.messages);
+    const runId = shown[0]?.runId;
+    if (!runId || this.reloading) return;
+    try {
+      const run = await requestJson<{ status: string; pendingToolCalls?: { toolCallId: string }[] }>("GET", `/api/runs/${encodeURIComponent(runId)}`);
+      const waiting = new Set((run.pendingToolCalls ?? []).map((call) => call.toolCallId));
+      if (run.status !== "suspended" || shown.some((q) => !waiting.has(q.toolCallId))) await this.reloadFromServer();
+    } catch {
+      // The next check, or an event, tries again.
+    }
   }
 
   private onInboxEvent(data: string): void {
@@ -281,6 +305,8 @@ export class ChatView {
   }
 
   private async answer(responses: Response[]): Promise<Record<string, string> | null> {
+    // A reload under way would put back the messages without these answers.
+    await this.reloading;
     this.status("");
     this.lastProblems = null;
     this.beginTurn();

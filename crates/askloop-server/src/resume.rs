@@ -52,7 +52,7 @@ pub(crate) fn repeat_note(stored: &StoredRun, answers: &[(ToolCallId, &Value)]) 
 
 /// The 200 of a harmless repeat of calls `ids` of `stored` ([`RepeatNote`]).
 fn note_response(stored: &StoredRun, ids: Vec<ToolCallId>) -> Response {
-    let run_id = stored.state.run_id.as_str();
+    let run_id = stored.state.run_id().as_str();
     let named: Vec<&str> = ids.iter().map(ToolCallId::as_str).collect();
     let note = format!(
         "tool call {} of run {run_id} was already answered with this answer; nothing changed",
