@@ -153,7 +153,11 @@ pub fn answered_with(state: &RunState, tool_call_id: &ToolCallId, answer: &Value
 /// label's number or a label in another case is that label: [`normalize_answer`] with
 /// [`answered_question_schema`]). The one rule for repeats of every front end: a repeat is a
 /// harmless note, a different answer is refused.
-pub fn repeats_recorded_answer(state: &RunState, tool_call_id: &ToolCallId, answer: &Value) -> bool {
+pub fn repeats_recorded_answer(
+    state: &RunState,
+    tool_call_id: &ToolCallId,
+    answer: &Value,
+) -> bool {
     if answered_with(state, tool_call_id, answer) {
         return true;
     }

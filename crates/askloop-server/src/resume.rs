@@ -39,7 +39,10 @@ pub(crate) fn claim<'agent>(
 /// it; at least one) goes to a call of `stored` that is no longer pending and already has that
 /// answer ([`repeats_recorded_answer`]). `None` otherwise: the claim then applies the answers or
 /// refuses them.
-pub(crate) fn repeat_note(stored: &StoredRun, answers: &[(ToolCallId, &Value)]) -> Option<Response> {
+pub(crate) fn repeat_note(
+    stored: &StoredRun,
+    answers: &[(ToolCallId, &Value)],
+) -> Option<Response> {
     let state = &stored.state;
     let pending = state.pending_tool_calls();
     let repeats = !answers.is_empty()

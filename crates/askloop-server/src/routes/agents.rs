@@ -155,7 +155,10 @@ pub(crate) async fn resume_stream(
         check_tool_call_id(id)?;
     }
     if let Some(id) = &request.tool_call_id
-        && let Some(note) = repeat_note(&stored, &[(ToolCallId::new(id.as_str()), &request.resume_data)])
+        && let Some(note) = repeat_note(
+            &stored,
+            &[(ToolCallId::new(id.as_str()), &request.resume_data)],
+        )
     {
         return Ok(note);
     }

@@ -201,7 +201,8 @@ pub(crate) async fn respond(
     if let Some(note) = repeat_of(&stored, &request)? {
         return Ok(note);
     }
-    let lone_answer = matches!(request.responses.as_slice(), [response] if response.approved.is_none());
+    let lone_answer =
+        matches!(request.responses.as_slice(), [response] if response.approved.is_none());
     let agent = agent_of_run(&state, &stored).await?;
     let mut respond = claim(&agent, &stored, &caller);
     for response in request.responses {

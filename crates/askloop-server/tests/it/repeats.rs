@@ -70,7 +70,10 @@ async fn an_identical_repeat_is_a_harmless_note_and_another_answer_409(backend: 
     // Nothing was resumed again: the run is as it was after the answer.
     let after = load(&store, &run_id).await;
     assert_eq!(after.version, answered.version);
-    assert_eq!(after.state.messages().len(), answered.state.messages().len());
+    assert_eq!(
+        after.state.messages().len(),
+        answered.state.messages().len()
+    );
 
     // A different answer, by label or by number, stays refused.
     for other in [json!("docs"), json!("2")] {
