@@ -10,7 +10,8 @@
 //! (`resumeStream()` once the messages are loaded), stops a running turn with Stop (the AI
 //! SDK's `stop()`, then `POST /api/runs/{runId}/cancel` for the run its `start` chunk named: a
 //! mere disconnect never cancels, so a reload can follow the turn again), and follows the inbox
-//! with `fetch` (EventSource cannot send the key). CI rebuilds web/dist and fails if it
+//! with `fetch` (EventSource cannot send the key), in the Inbox and in the chat (a question
+//! answered elsewhere leaves the chat). It shows the API key box only after a 401. CI rebuilds web/dist and fails if it
 //! differs, then runs tests/web (the protocol test with the `ai` client, Playwright in Debian's
 //! chromium, and a page of another origin calling the server with and without
 //! `--cors-origin`).
