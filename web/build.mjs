@@ -24,6 +24,6 @@ await build({
   charset: "utf8",
   logLevel: "warning",
 });
-for (const file of ["index.html", "app.css"]) {
+for (const file of ["index.html", "app.css", "icon.svg"]) {
   await copyFile(join(root, "src", file), join(dist, file));
 }

@@ -136,12 +136,13 @@ test("single select: radios with descriptions", async () => {
   await context.close();
 });
 
-test("multi select: checkboxes, and Other in the person's own words", async () => {
+test("multi select: checkboxes, and the person's own words", async () => {
   const { page, context } = await openChat("multi");
   await say(page, "Book");
   await page.getByRole("checkbox", { name: "Mon" }).check();
   await page.getByRole("checkbox", { name: "Wed" }).check();
-  await page.getByLabel("Other answer").fill("Sunday morning");
+  await page.getByLabel("Your own answer", { exact: true }).fill("Sunday morning");
+  assert.ok(await page.getByRole("checkbox", { name: "Other: type my own answer" }).isChecked(), "typing picks the own answer");
   await page.screenshot({ path: join(artifacts, "multi-select.png") });
   await page.getByRole("button", { name: "Send answer" }).click();
   await page.getByText("Booked.").waitFor();
@@ -268,6 +269,8 @@ test("keyboard only: key, message, answer, all without a pointer", async () => {
   const context = await browser.newContext();
   const page = await context.newPage();
   await page.goto(`${server.url}/`);
+  // The key box shows once the server said it needs a key.
+  await page.getByLabel("API key").waitFor();
   await tabTo(page, "api-key");
   await page.keyboard.type(KEY);
   await page.keyboard.press("Enter");

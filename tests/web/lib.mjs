@@ -26,7 +26,8 @@ export function asks(args, text = "Thanks, done.", id = "q1") {
 }
 
 /**
- * Starts `askloop serve` with `agents` ({id: {script, toml?}}), API keys `keys`
+ * Starts `askloop serve` with `agents` ({id: {script, toml?}}, or {model, toml?} for another
+ * model SPEC than a script), API keys `keys`
  * ({secret: resource}), more `serve` flags `args` and more environment variables `env`, and
  * returns {url, stop}.
  */
@@ -35,9 +36,13 @@ export async function startServer({ agents, keys = {}, args = [], env: extraEnv 
   let toml = `store = "sqlite://${join(dir, "runs.db")}"\nmodel = "scripted:${join(dir, "default.json")}"\n`;
   writeFileSync(join(dir, "default.json"), JSON.stringify({ steps: [{ text: "Hello." }] }));
   for (const [id, agent] of Object.entries(agents)) {
-    const script = join(dir, `${id}.json`);
-    writeFileSync(script, JSON.stringify(agent.script));
-    toml += `\n[agents.${id}]\nmodel = "scripted:${script}"\n${agent.toml ?? ""}\n`;
+    let model = agent.model;
+    if (!model) {
+      const script = join(dir, `${id}.json`);
+      writeFileSync(script, JSON.stringify(agent.script));
+      model = `scripted:${script}`;
+    }
+    toml += `\n[agents.${id}]\nmodel = "${model}"\n${agent.toml ?? ""}\n`;
   }
   writeFileSync(join(dir, "askloop.toml"), toml);
   const env = { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn", ...extraEnv };

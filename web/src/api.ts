@@ -20,6 +20,21 @@ export function authHeaders(): Record<string, string> {
   return key ? { Authorization: `Bearer ${key}` } : {};
 }
 
+let unauthorized: (() => void) | null = null;
+
+/**
+ * Calls `listener` whenever the server answers 401 (no key, or a bad one): the page then shows
+ * the API key box, which it hides while requests without a key succeed.
+ */
+export function onUnauthorized(listener: () => void): void {
+  unauthorized = listener;
+}
+
+/** Tells the listener of [`onUnauthorized`] about a 401. */
+export function sawUnauthorized(status: number): void {
+  if (status === 401) unauthorized?.();
+}
+
 /** An error answer of the server: `{code, message, details?}` and the HTTP status. */
 export class ApiError extends Error {
   constructor(
@@ -49,6 +64,7 @@ export async function requestJson<T>(method: string, path: string, body?: unknow
     json = null;
   }
   if (!response.ok) {
+    sawUnauthorized(response.status);
     const error = (json ?? {}) as { code?: string; message?: string; details?: unknown };
     throw new ApiError(
       response.status,
@@ -69,6 +85,7 @@ export async function followEvents(path: string, onEvent: (data: string) => void
   while (!signal.aborted) {
     try {
       const response = await fetch(path, { headers: { ...authHeaders(), Accept: "text/event-stream" }, signal });
+      sawUnauthorized(response.status);
       if (response.ok && response.body) {
         const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";

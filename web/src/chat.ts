@@ -4,10 +4,15 @@
 // show together in one form, answered through addToolOutput / addToolApprovalResponse and
 // one send. Stop cancels the running turn's run on the server (POST /api/runs/{runId}/cancel),
 // not only the connection: a plain disconnect (a reload, a closed tab) leaves the run running,
-// so the stream can be resumed.
+// so the stream can be resumed. While a turn runs and has written nothing new yet, the chat
+// shows that the agent works, with the time since the message or answer was sent; its text
+// shows as it streams. The chat follows the inbox events (GET /api/inbox/events): a question of
+// this chat raised or resolved elsewhere (another tab, the CLI) reloads the chat, so a
+// question answered elsewhere is never left answerable here; while questions show, the chat
+// also checks their run every few seconds (GET /api/runs/{runId}), in case an event was missed.
 
 import { AbstractChat, DefaultChatTransport, type ChatState, type ChatStatus, type UIMessage } from "ai";
-import { authHeaders, requestJson } from "./api";
+import { authHeaders, followEvents, requestJson } from "./api";
 import { renderQuestionForm, type Question, type Response } from "./form";
 
 type Part = UIMessage["parts"][number];
@@ -88,10 +93,40 @@ export function pendingQuestions(messages: UIMessage[]): Question[] {
   return questions;
 }
 
+/** How often the chat checks the run of the questions it shows (ms). */
+const CHECK_MS = 4000;
+
+/** How much text the agent wrote in the messages so far, in characters. */
+function textLength(messages: UIMessage[]): number {
+  let length = 0;
+  for (const message of messages) {
+    if (message.role !== "assistant") continue;
+    for (const part of message.parts) if (part.type === "text") length += part.text.length;
+  }
+  return length;
+}
+
+/** Whether a message has anything to show (an assistant message just started has not). */
+function hasContent(message: UIMessage): boolean {
+  return message.parts.some((part) => (part.type === "text" && part.text !== "") || isToolPart(part));
+}
+
+/** A duration in words: `7 s`, `1 min 5 s`. */
+export function elapsedText(ms: number): string {
+  const seconds = Math.max(0, Math.floor(ms / 1000));
+  return seconds < 60 ? `${seconds} s` : `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+}
+
 /** The chat view of one agent and chat id, drawn into `root`. */
 export class ChatView {
   private chat: Chat;
   private drawScheduled = false;
+  /** When the running turn was sent (or followed, after a reload), and the text there was then. */
+  private turn: { startedAt: number; textAtStart: number } | null = null;
+  private ticker: ReturnType<typeof setInterval> | null = null;
+  private checker: ReturnType<typeof setInterval> | null = null;
+  private events: AbortController | null = null;
+  private reloading: Promise<void> | null = null;
   private formKey = "";
   private form: ReturnType<typeof renderQuestionForm> | null = null;
   private rejection: ((problems: Record<string, string> | null) => void) | null = null;
@@ -137,14 +172,98 @@ export class ChatView {
    * `useChat({ resume: true })`): after `load`, so a reload during a turn shows it going on.
    */
   async resume(): Promise<void> {
+    this.beginTurn();
     await this.chat.resumeStream();
   }
 
   /** Sends a new user message. */
   async send(text: string): Promise<void> {
+    await this.reloading;
     this.status("");
+    this.beginTurn();
     await this.chat.sendMessage({ text });
     await this.afterRequest();
+  }
+
+  /**
+   * Follows the inbox events while the chat is shown: an event of this chat's thread (a question
+   * raised or resolved, here or elsewhere) or a `resync` reloads the chat when no turn streams
+   * here, and follows a turn another client started (a question answered elsewhere goes away).
+   */
+  watch(): void {
+    if (this.events) return;
+    this.events = new AbortController();
+    // The working indicator's time, once a second while it shows.
+    this.ticker = setInterval(() => {
+      if (this.working()) this.scheduleDraw();
+    }, 1000);
+    this.checker = setInterval(() => void this.checkShownQuestions(), CHECK_MS);
+    void followEvents("/api/inbox/events", (data) => this.onInboxEvent(data), this.events.signal);
+  }
+
+  /** Stops following the inbox events (and the indicator's clock). */
+  unwatch(): void {
+    this.events?.abort();
+    this.events = null;
+    if (this.ticker !== null) clearInterval(this.ticker);
+    if (this.checker !== null) clearInterval(this.checker);
+    this.ticker = null;
+    this.checker = null;
+  }
+
+  /** Reloads the chat when the run of the questions shown no longer waits for exactly them. */
+  private async checkShownQuestions(): Promise<void> {
+    const shown = this.busy ? [] : pendingQuestions(this.chat.messages);
+    const runId = shown[0]?.runId;
+    if (!runId || this.reloading) return;
+    try {
+      const run = await requestJson<{ status: string; pendingToolCalls?: { toolCallId: string }[] }>("GET", `/api/runs/${encodeURIComponent(runId)}`);
+      const waiting = new Set((run.pendingToolCalls ?? []).map((call) => call.toolCallId));
+      if (run.status !== "suspended" || shown.some((q) => !waiting.has(q.toolCallId))) await this.reloadFromServer();
+    } catch {
+      // The next check, or an event, tries again.
+    }
+  }
+
+  private onInboxEvent(data: string): void {
+    let event: { type?: string; threadId?: string; agentId?: string } = {};
+    try {
+      event = JSON.parse(data) as typeof event;
+    } catch {
+      return;
+    }
+    const ours = event.threadId === this.chatId && (event.agentId === undefined || event.agentId === this.agentId);
+    if (event.type !== "resync" && !ours) return;
+    void this.reloadFromServer();
+  }
+
+  /** Reads the chat again from the server (once at a time) and follows a turn that runs. */
+  private async reloadFromServer(): Promise<void> {
+    if (this.busy || this.reloading) return;
+    this.reloading = (async () => {
+      try {
+        await this.load();
+        await this.resume();
+      } catch (error) {
+        this.status(`Chat: ${(error as Error).message}`);
+      }
+    })();
+    try {
+      await this.reloading;
+    } finally {
+      this.reloading = null;
+    }
+  }
+
+  /** A turn starts now: the working indicator counts from here until new text comes. */
+  private beginTurn(): void {
+    this.turn = { startedAt: Date.now(), textAtStart: textLength(this.chat.messages) };
+  }
+
+  /** Whether the agent works on a turn that has written nothing yet. */
+  private working(): boolean {
+    if (!this.busy || !this.turn) return false;
+    return textLength(this.chat.messages) <= this.turn.textAtStart;
   }
 
   get busy(): boolean {
@@ -186,8 +305,11 @@ export class ChatView {
   }
 
   private async answer(responses: Response[]): Promise<Record<string, string> | null> {
+    // A reload under way would put back the messages without these answers.
+    await this.reloading;
     this.status("");
     this.lastProblems = null;
+    this.beginTurn();
     for (const response of responses) {
       if (response.kind === "approval") {
         const question = pendingQuestions(this.chat.messages).find((q) => q.toolCallId === response.toolCallId);
@@ -236,6 +358,8 @@ export class ChatView {
     const log = this.log;
     const items: HTMLElement[] = [];
     for (const message of this.chat.messages) {
+      // A reply that has nothing yet is not an empty bubble: the working indicator stands for it.
+      if (message.role === "assistant" && !hasContent(message)) continue;
       const box = document.createElement("div");
       box.className = `message ${message.role}`;
       box.dataset.messageId = message.id;
@@ -257,6 +381,13 @@ export class ChatView {
         }
       }
       items.push(box);
+    }
+    if (this.working() && this.turn) {
+      const working = document.createElement("div");
+      working.className = "working";
+      working.dataset.testid = "working";
+      working.textContent = `The agent is working… ${elapsedText(Date.now() - this.turn.startedAt)}`;
+      items.push(working);
     }
     log.replaceChildren(...items);
     this.stopButton.hidden = !this.busy;

@@ -317,6 +317,11 @@ function fieldControl(id: string, field: FormField, allowOther: boolean, caption
   }
 }
 
+/** The choice that stands for the person's own words (ask_user's `allowOther`). */
+export const OTHER_CHOICE = "Other: type my own answer";
+/** The label of the box the person's own words are typed into. */
+export const OTHER_TEXT = "Your own answer";
+
 function choiceControl(id: string, field: FormField, allowOther: boolean): Control {
   const multi = field.kind === "multi-select";
   const type = multi ? "checkbox" : "radio";
@@ -330,12 +335,14 @@ function choiceControl(id: string, field: FormField, allowOther: boolean): Contr
   });
   let other: { input: HTMLInputElement; text: HTMLInputElement } | null = null;
   if (allowOther) {
-    const item = radio(`${id}-other`, id, "Other", "other", type);
+    // The person's own words, beside the choices: typing picks it, emptying the box unpicks it.
+    const item = radio(`${id}-other`, id, OTHER_CHOICE, "other", type);
     const text = el("input");
     text.type = "text";
-    const textWrap = labelled(`${id}-other-text`, "Other answer", text);
+    const textWrap = labelled(`${id}-other-text`, OTHER_TEXT, text);
+    textWrap.classList.add("other-text");
     text.addEventListener("input", () => {
-      if (text.value !== "") item.input.checked = true;
+      item.input.checked = text.value.trim() !== "";
     });
     wrap.append(item.label, textWrap);
     other = { input: item.input, text };

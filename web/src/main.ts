@@ -1,6 +1,6 @@
 // The page: the API key form, the agent picker, and two views (#/chat/AGENT/CHAT, #/inbox).
 
-import { apiKey, requestJson, setApiKey } from "./api";
+import { ApiError, apiKey, onUnauthorized, requestJson, setApiKey } from "./api";
 import { ChatView } from "./chat";
 import { InboxView } from "./inbox";
 
@@ -23,8 +23,17 @@ function start(): void {
   const inbox = new InboxView(byId("inbox-list"), byId("inbox-empty"), byId("inbox-count"), status);
   let chat: ChatView | null = null;
 
+  const keyForm = byId<HTMLFormElement>("key-form");
+  // The key box shows only when the server asks for a key (a 401) or a key was given.
+  keyForm.hidden = !apiKey();
+  onUnauthorized(() => {
+    if (keyForm.hidden) {
+      keyForm.hidden = false;
+      status("This server needs an API key: enter it above.");
+    }
+  });
   keyInput.value = apiKey() ?? "";
-  byId<HTMLFormElement>("key-form").addEventListener("submit", (event) => {
+  keyForm.addEventListener("submit", (event) => {
     event.preventDefault();
     setApiKey(keyInput.value.trim());
     status(keyInput.value.trim() ? "Key kept for this tab." : "No key.");
@@ -51,6 +60,7 @@ function start(): void {
       );
       if (ids.includes(current)) agentSelect.value = current;
     } catch (error) {
+      if (error instanceof ApiError && error.status === 401) return;
       status(`Agents: ${(error as Error).message}`);
     }
   }
@@ -68,6 +78,7 @@ function start(): void {
     byId("nav-chat").toggleAttribute("aria-current", !inboxShown);
     if (inboxShown) {
       byId("nav-inbox").setAttribute("aria-current", "page");
+      chat?.unwatch();
       inbox.start();
       return;
     }
@@ -87,9 +98,14 @@ function start(): void {
       agentSelect.append(option);
     }
     if (agentSelect.value !== agentId) agentSelect.value = agentId;
-    if (chat && chat.agentId === agentId && chat.chatId === chatId) return;
+    if (chat && chat.agentId === agentId && chat.chatId === chatId) {
+      chat.watch();
+      return;
+    }
+    chat?.unwatch();
     chat = new ChatView(agentId, chatId, byId("messages"), byId("pending"), byId("stop"), status);
     try {
+      chat.watch();
       await chat.load();
       await chat.resume();
     } catch (error) {

@@ -18,7 +18,12 @@
 
 use serde_json::Value;
 
+use crate::ask_user::{AskUser, AskUserArgs, AskUserQuestion};
 use crate::form::{Choice, Field, FieldKind};
+use crate::ids::ToolCallId;
+use crate::message::{AssistantPart, Message};
+use crate::run::RunState;
+use crate::tool::Tool as _;
 
 /// Why typed input does not make an answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -109,6 +114,56 @@ pub fn answer_from_inputs<S: AsRef<str>>(
         };
     };
     Field::from_schema(schema).answer_from_inputs(inputs)
+}
+
+/// The resume schema of `ask_user` call `tool_call_id` of `state`'s messages, read from the
+/// call's arguments: what its question accepted, for a call that is no longer pending (so a
+/// repeat by a label's number or in another case reads as the label it was). `None` for another
+/// tool's call, one the run does not hold, or arguments that make no question.
+pub fn answered_question_schema(state: &RunState, tool_call_id: &ToolCallId) -> Option<Value> {
+    let call = state.messages().iter().find_map(|message| match message {
+        Message::Assistant { parts } => parts.iter().find_map(|part| match part {
+            AssistantPart::ToolCall(call) if &call.id == tool_call_id => Some(call),
+            _ => None,
+        }),
+        _ => None,
+    })?;
+    if call.name != AskUser::NAME {
+        return None;
+    }
+    let args: AskUserArgs = serde_json::from_value(call.args.to_value()).ok()?;
+    AskUserQuestion::from_args(args)
+        .ok()
+        .map(|question| question.resume_schema())
+}
+
+/// Whether `state`'s messages hold a result of call `tool_call_id` that a resume gave `answer`
+/// (exactly: normalise `answer` first, e.g. with [`answered_question_schema`]).
+pub fn answered_with(state: &RunState, tool_call_id: &ToolCallId, answer: &Value) -> bool {
+    state.messages().iter().any(|message| match message {
+        Message::Tool { results } => results.iter().any(|result| {
+            &result.tool_call_id == tool_call_id && result.answer.as_ref() == Some(answer)
+        }),
+        _ => false,
+    })
+}
+
+/// Whether `answer` to call `tool_call_id`, which is no longer pending, repeats the answer the
+/// run recorded for it: the same JSON, or the same once read as its question reads answers (a
+/// label's number or a label in another case is that label: [`normalize_answer`] with
+/// [`answered_question_schema`]). The one rule for repeats of every front end: a repeat is a
+/// harmless note, a different answer is refused.
+pub fn repeats_recorded_answer(
+    state: &RunState,
+    tool_call_id: &ToolCallId,
+    answer: &Value,
+) -> bool {
+    if answered_with(state, tool_call_id, answer) {
+        return true;
+    }
+    let schema = answered_question_schema(state, tool_call_id);
+    normalize_answer(schema.as_ref(), answer.clone())
+        .is_ok_and(|normalized| answered_with(state, tool_call_id, &normalized))
 }
 
 /// `answer` (JSON given as such, e.g. `--answer-json`) with every string it holds for a select

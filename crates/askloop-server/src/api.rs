@@ -548,3 +548,20 @@ pub(crate) struct CancelledBody {
     /// `cancelled`.
     pub(crate) status: String,
 }
+
+/// The answer to a harmless repeat: every answer of the request goes to a call that already has
+/// this very answer (the same JSON, or the same label given by its number or in another case),
+/// so nothing changed and the run was not resumed again. A different answer to an answered
+/// call is 409 `already_answered`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RepeatNote {
+    /// In words: which calls already had this answer, and that nothing changed.
+    pub(crate) note: String,
+    /// The run.
+    pub(crate) run_id: String,
+    /// The calls answered again.
+    pub(crate) tool_call_ids: Vec<String>,
+    /// The run's status now (`running`, `suspended`, `completed`, `failed`, `cancelled`).
+    pub(crate) status: String,
+}

@@ -44,7 +44,9 @@
 //! `expected`, `problems`, `allowed` labels; also an approval without a boolean `approved`, on
 //! every route), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`, `cross_origin`;
 //! 404 `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`,
-//! `conflict`, `already_answered`, `in_progress`, `not_cancellable`, `not_continuable`,
+//! `conflict`, `already_answered` (a different answer to a call that has its answer; the same
+//! answer again, also by a label's number or in another case, is a harmless 200 with a JSON note
+//! and resumes nothing), `in_progress`, `not_cancellable`, `not_continuable`,
 //! `thread_moved_on` (a failed run continued after its thread got a newer run),
 //! `thread_busy` (details: `threadId`, `runningRunId`), `ambiguous_run` (details:
 //! `resources`); 410 `expired` (an answer, approval or decline after the call's deadline;

@@ -1,14 +1,20 @@
 //! What every route that answers a waiting run shares: the claim of the run a route checked
-//! ([`claim`]), its stream as the response ([`stream_claim`], [`run_response`]), and a refused
-//! resume as an `ApiError` ([`resume_refused`]).
+//! ([`claim`]), its stream as the response ([`stream_claim`], [`run_response`]), a refused
+//! resume as an `ApiError` ([`resume_refused`]), and the one rule for repeats ([`repeat_note`]):
+//! the answer a call already has, given again (as it was, by a label's number or in another
+//! case: [`askloop_core::answer::repeats_recorded_answer`], the CLI's rule too), is a harmless
+//! 200 with a note and resumes nothing; a different answer stays 409 `already_answered`.
 
 use std::time::Instant;
 
+use askloop_core::answer::repeats_recorded_answer;
 use askloop_core::store::StoredRun;
-use askloop_core::{Agent, AgentStream, Respond, ResumeError};
-use axum::response::Response;
+use askloop_core::{Agent, AgentStream, Respond, ResumeError, ToolCallId};
+use axum::Json;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::api::RepeatNote;
 use crate::error::ApiError;
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
@@ -29,18 +35,63 @@ pub(crate) fn claim<'agent>(
         .by(caller.by())
 }
 
+/// The note of a harmless repeat: when every one of `answers` (a call and the answer given to
+/// it; at least one) goes to a call of `stored` that is no longer pending and already has that
+/// answer ([`repeats_recorded_answer`]). `None` otherwise: the claim then applies the answers or
+/// refuses them.
+pub(crate) fn repeat_note(
+    stored: &StoredRun,
+    answers: &[(ToolCallId, &Value)],
+) -> Option<Response> {
+    let state = &stored.state;
+    let pending = state.pending_tool_calls();
+    let repeats = !answers.is_empty()
+        && answers.iter().all(|(id, answer)| {
+            !pending.iter().any(|call| &call.tool_call_id == id)
+                && repeats_recorded_answer(state, id, answer)
+        });
+    repeats.then(|| note_response(stored, answers.iter().map(|(id, _)| id.clone()).collect()))
+}
+
+/// The 200 of a harmless repeat of calls `ids` of `stored` ([`RepeatNote`]).
+fn note_response(stored: &StoredRun, ids: Vec<ToolCallId>) -> Response {
+    let run_id = stored.state.run_id().as_str();
+    let named: Vec<&str> = ids.iter().map(ToolCallId::as_str).collect();
+    let note = format!(
+        "tool call {} of run {run_id} was already answered with this answer; nothing changed",
+        named.join(", ")
+    );
+    tracing::info!(run_id = %run_id, calls = %named.join(","), "a repeated answer: nothing changed");
+    Json(RepeatNote {
+        note,
+        run_id: run_id.to_owned(),
+        tool_call_ids: named.iter().map(|id| (*id).to_owned()).collect(),
+        status: stored.state.status().to_string(),
+    })
+    .into_response()
+}
+
 /// Sends the responses of [`claim`]: the run from the answered calls on (SSE, driven by the
-/// run hub; its duration measured from `started`), or the refusal ([`resume_refused`]).
+/// run hub; its duration measured from `started`), or the refusal ([`resume_refused`]). When
+/// the claim is `lone_answer` (one answer, no approval) and is refused because that very answer
+/// is being applied already (another request's, not recorded yet), it is the harmless repeat's
+/// 200 too.
 pub(crate) async fn stream_claim(
     state: &AppState,
     respond: Respond<'_>,
     stored: StoredRun,
     started: Instant,
+    lone_answer: bool,
 ) -> Result<Response, ApiError> {
-    let run = respond
-        .stream()
-        .await
-        .map_err(|error| resume_refused(error, &stored))?;
+    let run = match respond.stream().await {
+        Ok(run) => run,
+        Err(ResumeError::AlreadyAnswered {
+            tool_call_id,
+            same_answer: true,
+            ..
+        }) if lone_answer => return Ok(note_response(&stored, vec![tool_call_id])),
+        Err(error) => return Err(resume_refused(error, &stored)),
+    };
     Ok(run_response(
         state,
         run,

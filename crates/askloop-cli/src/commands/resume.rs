@@ -2,13 +2,11 @@
 
 use std::process::ExitCode;
 
-use askloop_core::Tool as _;
-use askloop_core::answer::{answer_from_inputs, normalize_answer};
-use askloop_core::model::{AssistantPart, Message};
-use askloop_core::store::RunState;
-use askloop_core::{
-    AskUser, AskUserArgs, AskUserQuestion, ResumeError, RunKey, RunStatus, ToolCallId,
+use askloop_core::answer::{
+    answer_from_inputs, answered_question_schema, answered_with, normalize_answer,
 };
+use askloop_core::store::RunState;
+use askloop_core::{ResumeError, RunKey, RunStatus, ToolCallId};
 use serde_json::Value;
 
 use crate::cli::{GlobalArgs, ResumeArgs};
@@ -253,37 +251,6 @@ fn answer_for(
             call.tool_name, call.tool_call_id
         )),
         None => invalid(format!("invalid answer: {error}")),
-    })
-}
-
-/// The resume schema of `ask_user` call `tool_call_id` of the run's messages, when the call is
-/// no longer pending: what its question accepted (labels by number and in any case read as
-/// the label). `None` for another tool's call or one the run does not hold.
-fn answered_question_schema(state: &RunState, tool_call_id: &ToolCallId) -> Option<Value> {
-    let call = state.messages().iter().find_map(|message| match message {
-        Message::Assistant { parts } => parts.iter().find_map(|part| match part {
-            AssistantPart::ToolCall(call) if &call.id == tool_call_id => Some(call),
-            _ => None,
-        }),
-        _ => None,
-    })?;
-    if call.name != AskUser::NAME {
-        return None;
-    }
-    let args: AskUserArgs = serde_json::from_value(call.args.to_value()).ok()?;
-    AskUserQuestion::from_args(args)
-        .ok()
-        .map(|question| question.resume_schema())
-}
-
-/// Whether the run's messages hold a result of call `tool_call_id` that a resume gave
-/// `answer`.
-fn answered_with(state: &RunState, tool_call_id: &ToolCallId, answer: &Value) -> bool {
-    state.messages().iter().any(|message| match message {
-        askloop_core::model::Message::Tool { results } => results.iter().any(|result| {
-            &result.tool_call_id == tool_call_id && result.answer.as_ref() == Some(answer)
-        }),
-        _ => false,
     })
 }
 

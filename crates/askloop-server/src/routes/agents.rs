@@ -19,7 +19,7 @@ use crate::extract::{Body, Params, PathParam};
 use crate::keys::Caller;
 use crate::listing::all_runs;
 use crate::metrics::StreamKind;
-use crate::resume::{claim, stream_claim};
+use crate::resume::{claim, repeat_note, stream_claim};
 use crate::sse;
 use crate::state::State;
 
@@ -122,12 +122,15 @@ pub(crate) async fn stream(
     params(("agentId" = String, Path, description = "The agent's id")),
     request_body = ResumeRequest,
     responses(
-        (status = 200, description = "SSE: the re-announced call, its result, the rest of the run, then `data: [DONE]`", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 200, description = "SSE: the re-announced call, its result, the rest of the run, then `data: [DONE]`; or, when the named call already has this answer (the same answer, or the same label by its number or in another case), the harmless repeat's note as JSON: nothing changed, the run is not resumed again", content(
+            (inline(crate::sse::SseEvent) = "text/event-stream"),
+            (crate::api::RepeatNote = "application/json"),
+        )),
         (status = 400, description = "invalid_answer (details: expected, problems, allowed labels), bad_request, ambiguous_tool_call", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, agent_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered (a different answer to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -151,13 +154,21 @@ pub(crate) async fn resume_stream(
     if let Some(id) = &request.tool_call_id {
         check_tool_call_id(id)?;
     }
+    if let Some(id) = &request.tool_call_id
+        && let Some(note) = repeat_note(
+            &stored,
+            &[(ToolCallId::new(id.as_str()), &request.resume_data)],
+        )
+    {
+        return Ok(note);
+    }
     let agent = agent_of_run(&state, &stored).await?;
     let respond = claim(&agent, &stored, &caller);
     let respond = match &request.tool_call_id {
         Some(id) => respond.answer(&ToolCallId::new(id.as_str()), request.resume_data),
         None => respond.answer_pending_call(request.resume_data),
     };
-    stream_claim(&state, respond, stored, started).await
+    stream_claim(&state, respond, stored, started, true).await
 }
 
 /// Approves (`approved`) or declines the call a request names; the run streams on.
@@ -190,7 +201,7 @@ async fn approval(
     } else {
         respond.decline(&tool_call_id, request.reason.clone())
     };
-    stream_claim(&state, respond, stored, started).await
+    stream_claim(&state, respond, stored, started, false).await
 }
 
 /// `POST /api/agents/{agentId}/approve-tool-call`: approves a call; its tool runs.

@@ -38,7 +38,7 @@ use crate::error::ErrorBody;
     components(schemas(ErrorBody, api::StreamRequest, api::ResumeRequest, api::ApprovalRequest,
         api::ResponsesRequest, api::CallResponseBody, api::AgentDetails, api::ToolInfo,
         api::RunList, api::RunSummaryBody, PendingCall, PendingKind, api::RunDetail, api::FailureBody,
-        api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody,
+        api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody, api::RepeatNote,
         crate::routes::chat::ChatRequest, crate::routes::chat::UiMessage, crate::routes::chat::ChatMessages)),
     tags((name = "agents", description = "The reference framework's agent API"),
          (name = "runs", description = "askloop's runs and inbox"),

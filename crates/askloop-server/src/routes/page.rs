@@ -10,7 +10,8 @@
 //! (`resumeStream()` once the messages are loaded), stops a running turn with Stop (the AI
 //! SDK's `stop()`, then `POST /api/runs/{runId}/cancel` for the run its `start` chunk named: a
 //! mere disconnect never cancels, so a reload can follow the turn again), and follows the inbox
-//! with `fetch` (EventSource cannot send the key). CI rebuilds web/dist and fails if it
+//! with `fetch` (EventSource cannot send the key), in the Inbox and in the chat (a question
+//! answered elsewhere leaves the chat). It shows the API key box only after a 401. CI rebuilds web/dist and fails if it
 //! differs, then runs tests/web (the protocol test with the `ai` client, Playwright in Debian's
 //! chromium, and a page of another origin calling the server with and without
 //! `--cors-origin`).
@@ -34,8 +35,10 @@ pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src '
 const INDEX_HTML: &str = include_str!("../../../../web/dist/index.html");
 const APP_JS: &str = include_str!("../../../../web/dist/app.js");
 const APP_CSS: &str = include_str!("../../../../web/dist/app.css");
+const ICON_SVG: &str = include_str!("../../../../web/dist/icon.svg");
 
-/// The page's routes: `/`, `/assets/app.js`, `/assets/app.css`.
+/// The page's routes: `/`, `/assets/app.js`, `/assets/app.css`, and its icon (SVG) at
+/// `/assets/icon.svg` and at `/favicon.ico`, where a browser or a tool looks by default.
 pub(crate) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route(
@@ -50,6 +53,12 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
             "/assets/app.css",
             get(|| async { file(APP_CSS, "text/css; charset=utf-8") }),
         )
+        .route("/assets/icon.svg", get(|| async { icon() }))
+        .route("/favicon.ico", get(|| async { icon() }))
+}
+
+fn icon() -> Response {
+    file(ICON_SVG, "image/svg+xml")
 }
 
 fn file(body: &'static str, content_type: &'static str) -> Response {

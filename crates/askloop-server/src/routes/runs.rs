@@ -1,6 +1,6 @@
 //! askloop's own routes of runs (`/api/runs…`).
 
-use askloop_core::store::{ListedRun, RunCursor, RunFilter};
+use askloop_core::store::{ListedRun, RunCursor, RunFilter, StoredRun};
 use askloop_core::{AgentId, RunStatus, ToolCallId};
 use axum::Json;
 use axum::response::Response;
@@ -15,7 +15,7 @@ use crate::extract::{Body, Params, PathParam};
 use crate::keys::Caller;
 use crate::metrics::StreamKind;
 use crate::replay::{self, Follow};
-use crate::resume::{claim, resume_refused, run_response, stream_claim};
+use crate::resume::{claim, repeat_note, resume_refused, run_response, stream_claim};
 use crate::sse;
 use crate::state::State;
 
@@ -175,11 +175,14 @@ pub(crate) async fn continue_run(
     params(("runId" = String, Path, description = "The run"), RunQuery),
     request_body = ResponsesRequest,
     responses(
-        (status = 200, description = "SSE of the run from the answered calls on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 200, description = "SSE of the run from the answered calls on; or, when every response is an answer its call already has (the same answer, or the same label by its number or in another case), the harmless repeat's note as JSON: nothing changed, the run is not resumed again", content(
+            (inline(crate::sse::SseEvent) = "text/event-stream"),
+            (crate::api::RepeatNote = "application/json"),
+        )),
         (status = 400, description = "invalid_answer, bad_request, duplicate_tool_call, empty_batch", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run", body = ErrorBody),
+        (status = 409, description = "not_suspended, conflict, already_answered (a different answer, or an approval, to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -195,6 +198,11 @@ pub(crate) async fn respond(
     if request.responses.is_empty() {
         return Err(ApiError::bad_request("responses is empty"));
     }
+    if let Some(note) = repeat_of(&stored, &request)? {
+        return Ok(note);
+    }
+    let lone_answer =
+        matches!(request.responses.as_slice(), [response] if response.approved.is_none());
     let agent = agent_of_run(&state, &stored).await?;
     let mut respond = claim(&agent, &stored, &caller);
     for response in request.responses {
@@ -219,7 +227,21 @@ pub(crate) async fn respond(
             }
         };
     }
-    stream_claim(&state, respond, stored, started).await
+    stream_claim(&state, respond, stored, started, lone_answer).await
+}
+
+/// The harmless repeat's 200 when every response of `request` is an answer its call already
+/// has ([`repeat_note`]); `None` when one is not (an approval, a decline, a new answer).
+fn repeat_of(stored: &StoredRun, request: &ResponsesRequest) -> Result<Option<Response>, ApiError> {
+    let mut answers = Vec::with_capacity(request.responses.len());
+    for response in &request.responses {
+        let (Some(answer), None) = (&response.answer, response.approved) else {
+            return Ok(None);
+        };
+        check_tool_call_id(&response.tool_call_id)?;
+        answers.push((ToolCallId::new(response.tool_call_id.as_str()), answer));
+    }
+    Ok(repeat_note(stored, &answers))
 }
 
 /// `GET /api/runs/{runId}/stream`: re-attaches to a run's stream.

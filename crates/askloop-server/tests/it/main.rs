@@ -16,6 +16,7 @@ mod edge;
 mod inbox;
 mod metrics;
 mod pending_call;
+mod repeats;
 mod scenarios;
 mod socket;
 mod support;

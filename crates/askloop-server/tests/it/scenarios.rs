@@ -180,12 +180,13 @@ async fn an_ask_cycle_streams_suspends_and_resumes(backend: Backend) {
         .collect();
     assert_eq!(text, "Summary of main.");
 
-    // Again: already answered; a finished run re-attaches as its finish.
+    // Again with another answer: already answered (the same answer again: repeats.rs); a
+    // finished run re-attaches as its finish.
     let (status, _, error) = stream(
         &router,
         "POST",
         "/api/agents/assistant/resume-stream",
-        Some(resume(json!("main"))),
+        Some(resume(json!("docs"))),
         None,
     )
     .await;
