@@ -8,6 +8,7 @@ use askloop_core::{AskUser, Chunk, RunId, Tool as _, wire};
 use serde_json::Value;
 
 use crate::format::{SHOW_LIMIT, cut, escape_controls, result_summary};
+use crate::status;
 
 /// How chunks are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,10 +93,13 @@ impl Output {
             Mode::Human => escape_controls(text),
             Mode::Json => text.into(),
         };
+        // The model's text replaces the status line.
+        status::hide();
         let mut stdout = self.stdout.lock();
         stdout.write_all(text.as_bytes())?;
         stdout.flush()?;
         self.at_line_start = text.ends_with('\n');
+        status::line_open(!self.at_line_start);
         Ok(())
     }
 
@@ -130,6 +134,7 @@ impl Output {
         if self.mode == Mode::Human {
             self.end_line()?;
         }
+        status::hide();
         let _ = writeln!(std::io::stderr(), "{}", escape_controls(line));
         Ok(())
     }

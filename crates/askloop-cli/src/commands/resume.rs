@@ -258,7 +258,9 @@ fn answer_for(
 
 /// The resume schema of `ask_user` call `tool_call_id` of the run's messages, when the call is
 /// no longer pending: what its question accepted (labels by number and in any case read as
-/// the label). `None` for another tool's call or one the run does not hold.
+/// the label), with the person's own words taken too (the arguments do not say whether they
+/// were allowed; the answer is only compared with the one given). `None` for another tool's
+/// call or one the run does not hold.
 fn answered_question_schema(state: &RunState, tool_call_id: &ToolCallId) -> Option<Value> {
     let call = state.messages().iter().find_map(|message| match message {
         Message::Assistant { parts } => parts.iter().find_map(|part| match part {
@@ -271,9 +273,9 @@ fn answered_question_schema(state: &RunState, tool_call_id: &ToolCallId) -> Opti
         return None;
     }
     let args: AskUserArgs = serde_json::from_value(call.args.to_value()).ok()?;
-    AskUserQuestion::from_args(args)
-        .ok()
-        .map(|question| question.resume_schema())
+    let mut question = AskUserQuestion::from_args(args).ok()?;
+    question.allow_other = true;
+    Some(question.resume_schema())
 }
 
 /// Whether the run's messages hold a result of call `tool_call_id` that a resume gave
