@@ -437,7 +437,11 @@ mod tests {
         );
         assert_eq!(
             question_lines(&own),
-            ["Q (choose one)", "  1. a", "  (or answer in your own words)"]
+            [
+                "Q (choose one)",
+                "  1. a",
+                "  (or answer in your own words)"
+            ]
         );
         let own_multi = ask_user_call(
             json!({"question": "Q", "options": [{"label": "a"}], "selectionMode": "multi_select", "allowOther": true}),

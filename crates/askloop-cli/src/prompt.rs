@@ -488,23 +488,31 @@ mod tests {
 
     #[test]
     fn issue33_a_line_naming_no_label_is_the_persons_own_words_where_allowed() {
-        let single = call(json!({"question": "Her name?", "options": [{"label": "Alice"},
-            {"label": "Bob"}], "selectionMode": "single_select", "allowOther": true}));
+        let single = call(
+            json!({"question": "Her name?", "options": [{"label": "Alice"},
+            {"label": "Bob"}], "selectionMode": "single_select", "allowOther": true}),
+        );
         assert_eq!(parse_line_answer(&single, "2"), Ok(json!("Bob")));
         assert_eq!(
             parse_line_answer(&single, "Maria"),
             Ok(json!({"other": "Maria"}))
         );
         assert!(line_prompt(&single).ends_with("its number, or in your own words:"));
-        let closed = call(json!({"question": "Her name?", "options": [{"label": "Alice"}],
-            "selectionMode": "single_select"}));
+        let closed = call(
+            json!({"question": "Her name?", "options": [{"label": "Alice"}],
+            "selectionMode": "single_select"}),
+        );
         assert!(parse_line_answer(&closed, "Maria").is_err());
         assert!(line_prompt(&closed).ends_with("with a label or its number:"));
-        let items: Vec<String> = shown(&Field::from_schema(single.resume_schema.as_ref().unwrap())
-            .choices().to_vec(), true)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let items: Vec<String> = shown(
+            &Field::from_schema(single.resume_schema.as_ref().unwrap())
+                .choices()
+                .to_vec(),
+            true,
+        )
+        .iter()
+        .map(ToString::to_string)
+        .collect();
         assert_eq!(items, ["Alice", "Bob", OWN_ANSWER_ITEM]);
     }
 

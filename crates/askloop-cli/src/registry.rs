@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use askloop_core::registry::{AgentRegistry, RegistryError};
 use askloop_core::store::RunState;
+use askloop_core::testing::ScriptedModel;
 use askloop_core::{Agent, AgentId, RunStore};
 use askloop_mcp::McpToolset;
-use askloop_core::testing::ScriptedModel;
 use askloop_providers::{ModelSpec, SpecError};
 use async_trait::async_trait;
 use tokio::sync::OnceCell;

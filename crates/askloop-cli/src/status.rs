@@ -14,9 +14,7 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use askloop_core::model::{
-    LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest,
-};
+use askloop_core::model::{LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest};
 use askloop_core::{AskUser, Tool as _};
 use async_trait::async_trait;
 use futures::StreamExt;

@@ -335,7 +335,12 @@ fn issue33_the_status_line_comes_first_and_a_pick_one_takes_my_own_words() {
     let spec = dir.script("sister.json", SISTER);
     let mut terminal = Terminal::spawn(
         &dir,
-        &["run", "--model", &spec, "Write a birthday message for my sister"],
+        &[
+            "run",
+            "--model",
+            &spec,
+            "Write a birthday message for my sister",
+        ],
     );
     // The status line, with the phase and the time waited, before the model's first token.
     terminal.expect("Loading the model… 0s");

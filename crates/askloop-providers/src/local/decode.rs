@@ -330,10 +330,7 @@ mod tests {
             written_name(b"<tool_call>\n{\"name\": \"ask_user\", \"argu"),
             Some("ask_user".to_owned())
         );
-        assert_eq!(
-            written_name(b"{\"name\":\"pay\""),
-            Some("pay".to_owned())
-        );
+        assert_eq!(written_name(b"{\"name\":\"pay\""), Some("pay".to_owned()));
         assert_eq!(written_name(b"{\"arguments\": {}"), None);
     }
 }

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
-use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
 use askloop_core::model::Message;
+use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
 use askloop_core::{
     AgentId, PendingToolCall, ResourceId, RunId, RunStatus, ThreadId, error_chain_text,
 };
