@@ -154,6 +154,8 @@ where
             tracing::Level::INFO => "info",
             _ => "debug",
         };
+        // A warning while the status line shows takes a line of its own.
+        status::hide();
         let mut fields = EventFields::default();
         event.record(&mut fields);
         let mut line = fields.message;

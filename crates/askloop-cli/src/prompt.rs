@@ -504,15 +504,11 @@ mod tests {
         );
         assert!(parse_line_answer(&closed, "Maria").is_err());
         assert!(line_prompt(&closed).ends_with("with a label or its number:"));
-        let items: Vec<String> = shown(
-            &Field::from_schema(single.resume_schema.as_ref().unwrap())
-                .choices()
-                .to_vec(),
-            true,
-        )
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        let field = Field::from_schema(single.resume_schema.as_ref().unwrap());
+        let items: Vec<String> = shown(field.choices(), true)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(items, ["Alice", "Bob", OWN_ANSWER_ITEM]);
     }
 
