@@ -94,12 +94,16 @@ impl Output {
             Mode::Json => text.into(),
         };
         // The model's text replaces the status line.
-        status::hide();
-        let mut stdout = self.stdout.lock();
-        stdout.write_all(text.as_bytes())?;
-        stdout.flush()?;
+        let stdout = &self.stdout;
+        let written = status::printing(|| {
+            let mut stdout = stdout.lock();
+            let written = stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush());
+            (written, Some(!text.ends_with('\n')))
+        });
+        written?;
         self.at_line_start = text.ends_with('\n');
-        status::line_open(!self.at_line_start);
         Ok(())
     }
 
@@ -134,8 +138,10 @@ impl Output {
         if self.mode == Mode::Human {
             self.end_line()?;
         }
-        status::hide();
-        let _ = writeln!(std::io::stderr(), "{}", escape_controls(line));
+        status::printing(|| {
+            let _ = writeln!(std::io::stderr(), "{}", escape_controls(line));
+            ((), None)
+        });
         Ok(())
     }
 }

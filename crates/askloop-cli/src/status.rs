@@ -6,9 +6,9 @@
 //! from where they happen: loading the model ([`crate::registry`]), and what the model streams
 //! ([`Observed`], a wrapper of every model the commands build: the request is sent, reasoning
 //! arrives, a tool call's arguments arrive). Whatever prints for people
-//! ([`crate::output::Output`], the prompts, the signal handler, the final error) first
-//! [`hide`]s the line; the next phase shows it again, unless stdout's current line is
-//! unfinished ([`line_open`]): the status never lands in the middle of the model's text.
+//! ([`crate::output::Output`] through [`printing`]; the prompts, the signal handler, the final
+//! error) first takes the line off ([`hide`]); the next phase shows it again, unless stdout's
+//! current line is unfinished: the status never lands in the middle of the model's text.
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -114,11 +114,22 @@ pub(crate) fn hide() {
     }
 }
 
-/// Stdout's current line is unfinished (`true`: the model's text left it open) or finished.
-pub(crate) fn line_open(open: bool) {
-    if let Some(state) = line().as_mut() {
+/// Runs `print` with the line off the screen and kept off until `print` is done (a model's
+/// phase arriving meanwhile from another thread waits), so what it prints never shares the
+/// line's row. `print` returns its result and, when it wrote to stdout, whether it left
+/// stdout's current line unfinished; it must not call this module (the line is locked).
+pub(crate) fn printing<R>(print: impl FnOnce() -> (R, Option<bool>)) -> R {
+    let mut slot = line();
+    if let Some(state) = slot.as_mut()
+        && let Some(bar) = state.bar.take()
+    {
+        bar.finish_and_clear();
+    }
+    let (result, open) = print();
+    if let (Some(state), Some(open)) = (slot.as_mut(), open) {
         state.line_open = open;
     }
+    result
 }
 
 /// Turns the line off for good (the command ends).
