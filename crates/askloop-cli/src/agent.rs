@@ -55,8 +55,9 @@ pub(crate) struct AgentDefinition {
     pub(crate) mcp: BTreeMap<String, McpServerConfig>,
     /// The agent's own approval rule (besides its MCP servers').
     pub(crate) require_approval: askloop_mcp::RequireApproval,
-    /// `ask_user`'s settings.
-    pub(crate) allow_other: bool,
+    /// Whether `ask_user`'s select questions also take the person's own words, as
+    /// configured; unset, see [`AgentDefinition::allow_other_for`].
+    pub(crate) allow_other: Option<bool>,
     /// Each question's deadline, if any.
     pub(crate) question_timeout: Option<std::time::Duration>,
     /// How long a call waits for its approval, if it has a deadline.
@@ -120,7 +121,7 @@ impl AgentDefinition {
             settings: ModelSettings::default(),
             mcp: BTreeMap::new(),
             require_approval: askloop_mcp::RequireApproval::None,
-            allow_other: false,
+            allow_other: None,
             question_timeout: None,
             approval_timeout: None,
         }
@@ -169,7 +170,7 @@ impl AgentDefinition {
                 .require_approval
                 .clone()
                 .unwrap_or(askloop_mcp::RequireApproval::None),
-            allow_other: agent.allow_other.unwrap_or(false),
+            allow_other: agent.allow_other,
             question_timeout: agent
                 .question_timeout_seconds
                 .map(std::time::Duration::from_secs),
@@ -222,6 +223,15 @@ impl AgentDefinition {
             .or((local && self.id == DEFAULT_AGENT).then_some(LOCAL_MAX_QUESTIONS))
     }
 
+    /// Whether `ask_user`'s select questions take the person's own words with the model
+    /// `spec`: the configured `allow_other`; else yes for the built-in agent (also when an
+    /// `[agents.assistant]` table changes it) and for any agent on the embedded local model,
+    /// whose options often miss the person's answer; else no.
+    pub(crate) fn allow_other_for(&self, spec: &Spec) -> bool {
+        self.allow_other
+            .unwrap_or(self.id == DEFAULT_AGENT || spec.is_local())
+    }
+
     /// Builds the agent with this model (recording `spec` with its runs), store, the tools
     /// of its MCP servers, the lease duration (the core's default when `None`) and `extra`
     /// tools (the test hooks').
@@ -262,7 +272,7 @@ impl AgentDefinition {
             builder = builder.approval_timeout(timeout);
         }
         for name in &self.tools {
-            builder = builder.shared_tool(self.builtin_tool(name)?);
+            builder = builder.shared_tool(self.builtin_tool(name, spec)?);
         }
         let mcp_tools = mcp.dyn_tools();
         if let askloop_mcp::RequireApproval::Only(names) = &self.require_approval {
@@ -311,11 +321,11 @@ impl AgentDefinition {
 }
 
 impl AgentDefinition {
-    /// A built-in tool by name, with this agent's settings.
-    fn builtin_tool(&self, name: &str) -> anyhow::Result<Arc<dyn DynTool>> {
+    /// A built-in tool by name, with this agent's settings on the model `spec`.
+    fn builtin_tool(&self, name: &str, spec: &Spec) -> anyhow::Result<Arc<dyn DynTool>> {
         match name {
             name if name == AskUser::NAME => {
-                let mut ask_user = AskUser::new().allow_other(self.allow_other);
+                let mut ask_user = AskUser::new().allow_other(self.allow_other_for(spec));
                 if let Some(timeout) = self.question_timeout {
                     ask_user = ask_user.timeout(timeout);
                 }
@@ -432,6 +442,23 @@ mod tests {
             )
             .unwrap();
         assert_eq!(agent.max_questions(), Some(1));
+    }
+
+    #[test]
+    fn issue33_own_words_are_welcome_by_default_for_the_builtin_agent_and_the_local_model() {
+        let builtin = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
+        assert!(builtin.allow_other_for(&spec("local")));
+        assert!(builtin.allow_other_for(&spec("openai:gpt-4o")));
+        let config = loaded(
+            "[agents.assistant]\nallow_other = false\n[agents.planner]\n[agents.open]\nallow_other = true\n",
+        );
+        let assistant = AgentDefinition::find(&config, DEFAULT_AGENT).unwrap();
+        assert!(!assistant.allow_other_for(&spec("local")));
+        let planner = AgentDefinition::find(&config, "planner").unwrap();
+        assert!(planner.allow_other_for(&spec("local")));
+        assert!(!planner.allow_other_for(&spec("openai:gpt-4o")));
+        let open = AgentDefinition::find(&config, "open").unwrap();
+        assert!(open.allow_other_for(&spec("anthropic:claude")));
     }
 
     #[test]

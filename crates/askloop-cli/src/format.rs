@@ -121,6 +121,9 @@ pub(crate) fn question_lines(call: &PendingToolCall) -> Vec<String> {
                     None => lines.push(format!("  {}. {label}", index + 1)),
                 }
             }
+            if field.takes_own_words() {
+                lines.push("  (or answer in your own words)".to_owned());
+            }
         }
         // A question's free text needs no more words.
         FieldKind::Text {
@@ -162,10 +165,16 @@ pub(crate) fn answer_example(call: &PendingToolCall) -> String {
     let Some(field) = question_of(call).field else {
         return "--answer-json '<JSON>'".to_owned();
     };
+    // Input that names no label is the person's own words where the question takes them.
+    let own = field.takes_own_words();
     match field.kind {
+        FieldKind::Select { .. } if own => "--answer '<one label or your own words>'".to_owned(),
         FieldKind::Select { .. } => "--answer '<one label>'".to_owned(),
         // One `--answer` per choice: replaced placeholders paste and work as they are (a JSON
         // array with an ellipsis did not).
+        FieldKind::MultiSelect { .. } if own => {
+            "--answer '<label>' --answer '<another label or your own words>'".to_owned()
+        }
         FieldKind::MultiSelect { .. } => "--answer '<label>' --answer '<another label>'".to_owned(),
         FieldKind::Confirm => "--answer '<yes or no>'".to_owned(),
         FieldKind::Text { .. } => "--answer '<your answer>'".to_owned(),
@@ -419,6 +428,28 @@ mod tests {
         );
         let text = ask_user_call(json!({"question": "Q"}));
         assert_eq!(answer_example(&text), "--answer '<your answer>'");
+        let own = ask_user_call(
+            json!({"question": "Q", "options": [{"label": "a"}], "selectionMode": "single_select", "allowOther": true}),
+        );
+        assert_eq!(
+            answer_example(&own),
+            "--answer '<one label or your own words>'"
+        );
+        assert_eq!(
+            question_lines(&own),
+            [
+                "Q (choose one)",
+                "  1. a",
+                "  (or answer in your own words)"
+            ]
+        );
+        let own_multi = ask_user_call(
+            json!({"question": "Q", "options": [{"label": "a"}], "selectionMode": "multi_select", "allowOther": true}),
+        );
+        assert_eq!(
+            answer_example(&own_multi),
+            "--answer '<label>' --answer '<another label or your own words>'"
+        );
         let confirm = custom_call(json!({"type": "boolean"}));
         assert_eq!(answer_example(&confirm), "--answer '<yes or no>'");
         let object =

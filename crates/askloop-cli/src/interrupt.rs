@@ -65,9 +65,11 @@ impl Interrupt {
                             TERMINATED => format!("terminated: cancelling {what}"),
                             _ => format!("hung up: cancelling {what}"),
                         };
+                        crate::status::hide();
                         let _ = writeln!(std::io::stderr(), "\n{line}");
                     }
                     None => {
+                        crate::status::stop();
                         restore_terminal();
                         if let Some(line) = last_words.lock().ok().and_then(|line| line.clone()) {
                             let _ = writeln!(std::io::stderr(), "{line}");

@@ -24,6 +24,7 @@ mod prompt;
 mod quality;
 mod registry;
 mod session;
+mod status;
 mod test_hook;
 
 use std::process::ExitCode;
@@ -35,7 +36,9 @@ use crate::cli::{Cli, Command, KeysCommand, ModelCommand, RunsCommand};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let otlp = init_tracing();
-    let code = match run(cli) {
+    let result = run(cli);
+    status::stop();
+    let code = match result {
         Ok(code) => code,
         Err(error) => exit::report(&error),
     };
@@ -151,6 +154,8 @@ where
             tracing::Level::INFO => "info",
             _ => "debug",
         };
+        // A warning while the status line shows takes a line of its own.
+        status::hide();
         let mut fields = EventFields::default();
         event.record(&mut fields);
         let mut line = fields.message;
@@ -187,6 +192,21 @@ impl tracing::field::Visit for EventFields {
     }
 }
 
+/// Whether `command` may run a model for a person: the status line ([`status`]) is then on
+/// (when stderr is a terminal), never with `--json`.
+fn shows_status(command: &Command) -> bool {
+    match command {
+        Command::Run(args) => !args.json,
+        Command::Resume(args) => !args.json,
+        Command::Chat(_) => true,
+        Command::Approve(args) => !args.json,
+        Command::Decline(args) => !args.json,
+        Command::Runs(RunsCommand::Continue(args)) => !args.json,
+        Command::Runs(RunsCommand::Recover(args)) => !args.json && !args.list,
+        _ => false,
+    }
+}
+
 /// Runs one command. The command runs on this thread; one worker thread runs the handler of
 /// Ctrl-C, SIGTERM and SIGHUP (installed first, for every command), so it works even while
 /// the command blocks on a prompt or on stdin.
@@ -198,6 +218,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         builder.worker_threads(1);
     }
     let runtime = builder.enable_all().build()?;
+    if shows_status(&cli.command) {
+        // Before anything slow (the store, the model), so a person sees at once that
+        // something happens.
+        status::start(status::Phase::LoadingModel);
+    }
     runtime.block_on(async move {
         interrupt::Interrupt::get();
         let global = cli.global;

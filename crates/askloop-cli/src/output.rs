@@ -8,6 +8,7 @@ use askloop_core::{AskUser, Chunk, RunId, Tool as _, wire};
 use serde_json::Value;
 
 use crate::format::{SHOW_LIMIT, cut, escape_controls, result_summary};
+use crate::status;
 
 /// How chunks are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +93,16 @@ impl Output {
             Mode::Human => escape_controls(text),
             Mode::Json => text.into(),
         };
-        let mut stdout = self.stdout.lock();
-        stdout.write_all(text.as_bytes())?;
-        stdout.flush()?;
+        // The model's text replaces the status line.
+        let stdout = &self.stdout;
+        let written = status::printing(|| {
+            let mut stdout = stdout.lock();
+            let written = stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush());
+            (written, Some(!text.ends_with('\n')))
+        });
+        written?;
         self.at_line_start = text.ends_with('\n');
         Ok(())
     }
@@ -130,7 +138,10 @@ impl Output {
         if self.mode == Mode::Human {
             self.end_line()?;
         }
-        let _ = writeln!(std::io::stderr(), "{}", escape_controls(line));
+        status::printing(|| {
+            let _ = writeln!(std::io::stderr(), "{}", escape_controls(line));
+            ((), None)
+        });
         Ok(())
     }
 }

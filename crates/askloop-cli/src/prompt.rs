@@ -33,9 +33,10 @@ pub(crate) enum Answerer {
 pub(crate) enum Asked {
     /// The answer to resume with.
     Answer(Value),
-    /// Nobody can answer now (no terminal, or stdin ended).
+    /// Nobody answers now: no terminal, stdin ended, or the person left the question for
+    /// later (Esc). The run keeps waiting; the command says how to answer it later.
     Unanswered,
-    /// The person stopped the prompt (Ctrl-C or Esc).
+    /// The person stopped the prompt with Ctrl-C (exit status 130).
     Stopped,
 }
 
@@ -55,6 +56,7 @@ impl Answerer {
             Self::Nobody => Ok(Asked::Unanswered),
             Self::Terminal => {
                 output.end_line()?;
+                crate::status::hide();
                 let asked = if call.kind == askloop_core::PendingKind::Approval {
                     ask_approval_on_terminal(call).map_err(anyhow::Error::from)
                 } else {
@@ -63,9 +65,8 @@ impl Answerer {
                 match asked {
                     Ok(answer) => Ok(Asked::Answer(answer)),
                     Err(error) => match error.downcast_ref::<InquireError>() {
-                        Some(
-                            InquireError::OperationCanceled | InquireError::OperationInterrupted,
-                        ) => Ok(Asked::Stopped),
+                        Some(InquireError::OperationCanceled) => Ok(Asked::Unanswered),
+                        Some(InquireError::OperationInterrupted) => Ok(Asked::Stopped),
                         _ => Err(error),
                     },
                 }
@@ -75,14 +76,34 @@ impl Answerer {
     }
 }
 
-/// One choice as a select prompt shows it: `label - description`, control characters
-/// escaped.
-struct Shown(Choice);
+/// The last item of a pick-one or pick-several list whose question takes the person's own
+/// words: picking it opens a text prompt.
+pub(crate) const OWN_ANSWER_ITEM: &str = "Type my own answer";
+
+/// One item of a select prompt: a choice, shown as `label - description` with control
+/// characters escaped, or [`OWN_ANSWER_ITEM`].
+enum Shown {
+    Choice(Choice),
+    OwnWords,
+}
+
+impl Shown {
+    /// What the answer line shows once the item is picked.
+    fn picked(&self) -> String {
+        match self {
+            Self::Choice(choice) => escape_controls(&choice.label).into_owned(),
+            Self::OwnWords => "(your own words)".to_owned(),
+        }
+    }
+}
 
 impl std::fmt::Display for Shown {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let label = escape_controls(&self.0.label);
-        match option_description(&self.0.description) {
+        let Self::Choice(choice) = self else {
+            return formatter.write_str(OWN_ANSWER_ITEM);
+        };
+        let label = escape_controls(&choice.label);
+        match option_description(&choice.description) {
             Some(description) => write!(formatter, "{label} - {}", escape_controls(description)),
             None => formatter.write_str(&label),
         }
@@ -131,40 +152,16 @@ fn ask_field(message: &str, field: &Field, call: &PendingToolCall) -> Result<Val
     match &field.kind {
         FieldKind::Select { choices } => {
             let help = help(Select::<Shown>::DEFAULT_HELP_MESSAGE, call);
-            let choice = Select::new(message, shown(choices))
+            let picked = Select::new(message, shown(choices, field.takes_own_words()))
                 .with_help_message(&help)
-                .with_formatter(&|option| escape_controls(&option.value.0.label).into_owned())
+                .with_formatter(&|option| option.value.picked())
                 .prompt()?;
-            Ok(choice.0.value)
+            match picked {
+                Shown::Choice(choice) => Ok(choice.value),
+                Shown::OwnWords => ask_own_words(field, call, Vec::new()),
+            }
         }
-        FieldKind::MultiSelect { choices } => {
-            let help = help(MultiSelect::<Shown>::DEFAULT_HELP_MESSAGE, call);
-            let chosen = MultiSelect::new(message, shown(choices))
-                .with_help_message(&help)
-                .with_formatter(&|options| {
-                    options
-                        .iter()
-                        .map(|option| escape_controls(&option.value.0.label).into_owned())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .with_validator({
-                    let field = field.clone();
-                    move |selected: &[ListOption<&Shown>]| {
-                        if selected.is_empty() {
-                            return Ok(Validation::Invalid(
-                                "select at least one (space selects, enter confirms)".into(),
-                            ));
-                        }
-                        let values = selected.iter().map(|o| o.value.0.value.clone()).collect();
-                        Ok(validation(field.problems(&Value::Array(values))))
-                    }
-                })
-                .prompt()?;
-            Ok(Value::Array(
-                chosen.into_iter().map(|choice| choice.0.value).collect(),
-            ))
-        }
+        FieldKind::MultiSelect { choices } => ask_several(message, field, choices, call),
         FieldKind::Confirm => {
             let help = help(Some("y or n"), call);
             Ok(Value::Bool(
@@ -197,6 +194,107 @@ fn ask_field(message: &str, field: &Field, call: &PendingToolCall) -> Result<Val
                 .map_err(|error| InquireError::Custom(error.into()))
         }
     }
+}
+
+/// A pick-several prompt; with [`OWN_ANSWER_ITEM`] picked, then the person's own words.
+fn ask_several(
+    message: &str,
+    field: &Field,
+    choices: &[Choice],
+    call: &PendingToolCall,
+) -> Result<Value, InquireError> {
+    let help = help(MultiSelect::<Shown>::DEFAULT_HELP_MESSAGE, call);
+    let chosen = MultiSelect::new(message, shown(choices, field.takes_own_words()))
+        .with_help_message(&help)
+        .with_formatter(&|options| {
+            options
+                .iter()
+                .map(|option| option.value.picked())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .with_validator({
+            let field = field.clone();
+            move |selected: &[ListOption<&Shown>]| {
+                if selected.is_empty() {
+                    return Ok(Validation::Invalid(
+                        "select at least one (space selects, enter confirms)".into(),
+                    ));
+                }
+                // The own words are checked once typed; a stand-in takes their place here.
+                let values = selected.iter().map(|o| item_value(o.value)).collect();
+                Ok(validation(field.problems(&Value::Array(values))))
+            }
+        })
+        .prompt()?;
+    let mut values = Vec::with_capacity(chosen.len());
+    let mut own_words = false;
+    for item in chosen {
+        match item {
+            Shown::Choice(choice) => values.push(choice.value),
+            Shown::OwnWords => own_words = true,
+        }
+    }
+    if own_words {
+        ask_own_words(field, call, values)
+    } else {
+        Ok(Value::Array(values))
+    }
+}
+
+/// The value a picked item stands for in an answer: a choice's value, or own words (a
+/// stand-in text).
+fn item_value(item: &Shown) -> Value {
+    match item {
+        Shown::Choice(choice) => choice.value.clone(),
+        Shown::OwnWords => own_words_value("own words"),
+    }
+}
+
+/// The person's own words as an answer item, `{"other": "<text>"}`: what `ask_user` takes
+/// from a select question that allows them ([`askloop_core::AskUserQuestion`]).
+fn own_words_value(text: &str) -> Value {
+    serde_json::json!({"other": text})
+}
+
+/// Asks for the person's own words after [`OWN_ANSWER_ITEM`] was picked: a text that is not
+/// blank, trimmed. The answer is `{"other": text}` for a pick-one (`picked` empty), or the
+/// labels `picked` followed by it for a pick-several; the field's schema checks it, and a
+/// refusal asks again with the reason.
+fn ask_own_words(
+    field: &Field,
+    call: &PendingToolCall,
+    picked: Vec<Value>,
+) -> Result<Value, InquireError> {
+    let several = matches!(field.kind, FieldKind::MultiSelect { .. });
+    let answer_with = {
+        let picked = picked.clone();
+        move |text: &str| {
+            let own = own_words_value(text.trim());
+            if several {
+                let mut items = picked.clone();
+                items.push(own);
+                Value::Array(items)
+            } else {
+                own
+            }
+        }
+    };
+    let check = {
+        let field = field.clone();
+        let answer_with = answer_with.clone();
+        move |input: &str| -> Result<Validation, CustomUserError> {
+            if askloop_core::is_blank(input) {
+                return Ok(Validation::Invalid("type your answer (it is empty)".into()));
+            }
+            Ok(validation(field.problems(&answer_with(input))))
+        }
+    };
+    let text = Text::new("Your answer:")
+        .with_help_message(&help(Some("in your own words, enter sends it"), call))
+        .with_validator(check)
+        .prompt()?;
+    Ok(answer_with(&text))
 }
 
 /// Asks for one property of an object; an optional one may be left out (an empty text, or
@@ -263,8 +361,14 @@ fn validation_message(text: &str) -> inquire::validator::ErrorMessage {
     escape_controls(text).into_owned().into()
 }
 
-fn shown(choices: &[Choice]) -> Vec<Shown> {
-    choices.iter().cloned().map(Shown).collect()
+/// The items of a select prompt: the choices, and [`OWN_ANSWER_ITEM`] last when the question
+/// takes the person's own words.
+fn shown(choices: &[Choice], own_words: bool) -> Vec<Shown> {
+    let mut items: Vec<Shown> = choices.iter().cloned().map(Shown::Choice).collect();
+    if own_words {
+        items.push(Shown::OwnWords);
+    }
+    items
 }
 
 fn validation(problems: Vec<String>) -> Validation {
@@ -305,10 +409,17 @@ fn line_prompt(call: &PendingToolCall) -> String {
     let Some(field) = question_of(call).field else {
         return format!("answer tool call {id}:");
     };
+    let own = if field.takes_own_words() {
+        ", or in your own words"
+    } else {
+        ""
+    };
     match &field.kind {
-        FieldKind::Select { .. } => format!("answer tool call {id} with a label or its number:"),
+        FieldKind::Select { .. } => {
+            format!("answer tool call {id} with a label or its number{own}:")
+        }
         FieldKind::MultiSelect { .. } => format!(
-            "answer tool call {id} with one or more labels or numbers, separated by commas:"
+            "answer tool call {id} with one or more labels or numbers, separated by commas{own}:"
         ),
         FieldKind::Text { .. } => format!("answer tool call {id}:"),
         FieldKind::Object { .. } => format!("answer tool call {id} with one line of JSON:"),
@@ -373,6 +484,32 @@ mod tests {
         assert_eq!(parse_line_answer(&text, "Lisbon"), Ok(json!("Lisbon")));
         assert!(parse_line_answer(&text, "").is_err());
         assert!(parse_line_answer(&text, "\u{200b}").is_err());
+    }
+
+    #[test]
+    fn issue33_a_line_naming_no_label_is_the_persons_own_words_where_allowed() {
+        let single = call(
+            json!({"question": "Her name?", "options": [{"label": "Alice"},
+            {"label": "Bob"}], "selectionMode": "single_select", "allowOther": true}),
+        );
+        assert_eq!(parse_line_answer(&single, "2"), Ok(json!("Bob")));
+        assert_eq!(
+            parse_line_answer(&single, "Maria"),
+            Ok(json!({"other": "Maria"}))
+        );
+        assert!(line_prompt(&single).ends_with("its number, or in your own words:"));
+        let closed = call(
+            json!({"question": "Her name?", "options": [{"label": "Alice"}],
+            "selectionMode": "single_select"}),
+        );
+        assert!(parse_line_answer(&closed, "Maria").is_err());
+        assert!(line_prompt(&closed).ends_with("with a label or its number:"));
+        let field = Field::from_schema(single.resume_schema.as_ref().unwrap());
+        let items: Vec<String> = shown(field.choices(), true)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(items, ["Alice", "Bob", OWN_ANSWER_ITEM]);
     }
 
     #[test]

@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use askloop_core::registry::{AgentRegistry, RegistryError};
 use askloop_core::store::RunState;
+use askloop_core::testing::ScriptedModel;
 use askloop_core::{Agent, AgentId, RunStore};
 use askloop_mcp::McpToolset;
-use askloop_providers::SpecError;
+use askloop_providers::{ModelSpec, SpecError};
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
@@ -26,6 +27,7 @@ use crate::config::LoadedConfig;
 use crate::env::{MODEL_ENV, env_value};
 use crate::exit::{invalid, invalid_because, invalid_error};
 use crate::model::{Spec, build_model};
+use crate::status::{self, Phase};
 use crate::test_hook::TestHooks;
 
 /// An agent built for a model: `(agent id, model SPEC)`.
@@ -174,14 +176,21 @@ impl ConfigRegistry {
     }
 
     /// Checks every agent's definition and the model SPEC of its new runs, building nothing
-    /// (no model is loaded, no MCP server started).
+    /// (no model is loaded, no MCP server started) but reading a `scripted:` SPEC's script,
+    /// which is cheap: a missing or broken script is said at once, not at every run.
     ///
     /// # Errors
-    /// Invalid input: a bad model SPEC, or no model for an agent.
+    /// Invalid input: a bad model SPEC, no model for an agent, a script that cannot be read
+    /// or is not a script.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
         for id in self.ids() {
             let definition = AgentDefinition::find(&self.config, &id)?;
-            self.model_spec(None, &definition)?;
+            let spec = self.model_spec(None, &definition)?;
+            if let ModelSpec::Scripted(path) = spec.parsed() {
+                ScriptedModel::from_file(path).map_err(|error| {
+                    invalid_because(format!("agent {id:?}: model {}", spec.text()), error)
+                })?;
+            }
         }
         Ok(())
     }
@@ -264,7 +273,8 @@ impl ConfigRegistry {
     /// Builds the agent of `definition` on the model `spec`.
     async fn build(&self, definition: &AgentDefinition, spec: &Spec) -> anyhow::Result<Agent> {
         ensure_available(spec.parsed()).await?;
-        let model = self.hooks.wrap_model(build_model(spec).await?);
+        status::set(Phase::LoadingModel);
+        let model = status::observe(self.hooks.wrap_model(build_model(spec).await?));
         let mcp = self.mcp_of(definition).await?;
         let extra = self.hooks.tools();
         definition.build(model, spec, self.store.clone(), &mcp, self.lease, extra)

@@ -13,6 +13,12 @@
 //! number for a number, JSON for anything else. A suspension without a resume schema takes the
 //! text as a JSON string.
 //!
+//! A select that also takes the person's own words (its schema accepts `{"other": "…"}`,
+//! `ask_user`'s `allow_other`; see [`Field::takes_own_words`]) reads input that names no label
+//! as those words: `{"other": "<input, trimmed>"}` for a pick-one; for a pick-several, each
+//! input of several, or each part of a comma-separated line that names a label when some do
+//! (the others are own words), or else the whole line as one answer in the person's words.
+//!
 //! Ambiguous and unknown labels are refused with the labels listed ([`AnswerError`]); an answer
 //! that breaks the schema's limits is refused with each problem.
 
@@ -23,6 +29,7 @@ use crate::form::{Choice, Field, FieldKind};
 use crate::ids::ToolCallId;
 use crate::message::{AssistantPart, Message};
 use crate::run::RunState;
+use crate::text::is_blank;
 use crate::tool::Tool as _;
 
 /// Why typed input does not make an answer.
@@ -118,8 +125,10 @@ pub fn answer_from_inputs<S: AsRef<str>>(
 
 /// The resume schema of `ask_user` call `tool_call_id` of `state`'s messages, read from the
 /// call's arguments: what its question accepted, for a call that is no longer pending (so a
-/// repeat by a label's number or in another case reads as the label it was). `None` for another
-/// tool's call, one the run does not hold, or arguments that make no question.
+/// repeat by a label's number or in another case reads as the label it was), with the person's
+/// own words taken too (the arguments do not say whether they were allowed; the answer is only
+/// compared with the one given). `None` for another tool's call, one the run does not hold, or
+/// arguments that make no question.
 pub fn answered_question_schema(state: &RunState, tool_call_id: &ToolCallId) -> Option<Value> {
     let call = state.messages().iter().find_map(|message| match message {
         Message::Assistant { parts } => parts.iter().find_map(|part| match part {
@@ -132,9 +141,9 @@ pub fn answered_question_schema(state: &RunState, tool_call_id: &ToolCallId) -> 
         return None;
     }
     let args: AskUserArgs = serde_json::from_value(call.args.to_value()).ok()?;
-    AskUserQuestion::from_args(args)
-        .ok()
-        .map(|question| question.resume_schema())
+    let mut question = AskUserQuestion::from_args(args).ok()?;
+    question.allow_other = true;
+    Some(question.resume_schema())
 }
 
 /// Whether `state`'s messages hold a result of call `tool_call_id` that a resume gave `answer`
@@ -192,11 +201,12 @@ impl Field {
         let answer = match (&self.kind, inputs) {
             (_, []) => return Err(AnswerError::Empty),
             (FieldKind::MultiSelect { choices }, [_, _, ..]) => {
+                let own_words = self.takes_own_words();
                 let mut picked = Vec::with_capacity(inputs.len());
                 for input in inputs {
-                    picked.push(resolve(choices, input.as_ref())?);
+                    picked.push(item(choices, input.as_ref(), own_words)?);
                 }
-                selection(picked)?
+                selection(choices, picked)?
             }
             (_, [input]) => self.parse(input.as_ref())?,
             (_, _) => {
@@ -216,20 +226,8 @@ impl Field {
     /// One input as this field's answer, before the limits are checked.
     fn parse(&self, input: &str) -> Result<Value, AnswerError> {
         match &self.kind {
-            FieldKind::Select { choices } => Ok(resolve(choices, input)?.value.clone()),
-            FieldKind::MultiSelect { choices } => {
-                if let Ok(choice) = resolve(choices, input) {
-                    return selection(vec![choice]);
-                }
-                if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(input) {
-                    return self.normalize(Value::Array(items));
-                }
-                let mut picked = Vec::new();
-                for part in input.split(',').filter(|part| !part.trim().is_empty()) {
-                    picked.push(resolve(choices, part)?);
-                }
-                selection(picked)
-            }
+            FieldKind::Select { choices } => item(choices, input, self.takes_own_words()),
+            FieldKind::MultiSelect { choices } => self.parse_selection(choices, input),
             FieldKind::Confirm => match input.trim().to_lowercase().as_str() {
                 "y" | "yes" | "true" => Ok(Value::Bool(true)),
                 "n" | "no" | "false" => Ok(Value::Bool(false)),
@@ -254,6 +252,43 @@ impl Field {
                 }
             }
         }
+    }
+
+    /// Whether this select or multi-select also takes the person's own words,
+    /// `{"other": "…"}` (its schema accepts them: `ask_user` with `allow_other`); false for
+    /// every other kind of field.
+    pub fn takes_own_words(&self) -> bool {
+        let own = serde_json::json!({"other": "own words"});
+        match &self.kind {
+            FieldKind::Select { .. } => self.problems(&own).is_empty(),
+            FieldKind::MultiSelect { .. } => self.problems(&Value::Array(vec![own])).is_empty(),
+            _ => false,
+        }
+    }
+
+    /// One line as a multi-select's answer: a label as a whole; a JSON array; labels separated
+    /// by commas. When the field takes the person's own words, a part that names no label is
+    /// such words, and a line none of whose parts names a label is one answer in them.
+    fn parse_selection(&self, choices: &[Choice], input: &str) -> Result<Value, AnswerError> {
+        if let Ok(choice) = resolve(choices, input) {
+            return selection(choices, vec![choice.value.clone()]);
+        }
+        if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(input) {
+            return self.normalize(Value::Array(items));
+        }
+        let parts: Vec<&str> = input
+            .split(',')
+            .filter(|part| !part.trim().is_empty())
+            .collect();
+        let own_words = self.takes_own_words();
+        if own_words && !parts.iter().any(|part| resolve(choices, part).is_ok()) {
+            return item(choices, input, true).map(|value| Value::Array(vec![value]));
+        }
+        let mut picked = Vec::with_capacity(parts.len());
+        for part in parts {
+            picked.push(item(choices, part, own_words)?);
+        }
+        selection(choices, picked)
     }
 
     /// `value` with the labels of its selects normalised; see [`normalize_answer`].
@@ -302,27 +337,46 @@ fn pick(choices: &[Choice], value: Value) -> Result<Value, AnswerError> {
 }
 
 fn label_of(choices: &[Choice], value: &Value) -> String {
+    if let Some(text) = value.get("other").and_then(Value::as_str) {
+        return text.to_owned();
+    }
     choices
         .iter()
         .find(|choice| &choice.value == value)
         .map_or_else(|| value.to_string(), |choice| choice.label.clone())
 }
 
-/// The chosen values as a multi-select's answer: refused when empty or when one repeats.
-fn selection(picked: Vec<&Choice>) -> Result<Value, AnswerError> {
+/// The chosen values (of `choices`, or own words) as a multi-select's answer: refused when
+/// empty or when one repeats.
+fn selection(choices: &[Choice], picked: Vec<Value>) -> Result<Value, AnswerError> {
     if picked.is_empty() {
         return Err(AnswerError::NothingSelected);
     }
     let mut values: Vec<Value> = Vec::with_capacity(picked.len());
-    for choice in picked {
-        if values.contains(&choice.value) {
+    for value in picked {
+        if values.contains(&value) {
             return Err(AnswerError::Repeated {
-                label: choice.label.clone(),
+                label: label_of(choices, &value),
             });
         }
-        values.push(choice.value.clone());
+        values.push(value);
     }
     Ok(Value::Array(values))
+}
+
+/// The value `input` gives one item of a select: the choice it names; else, with `own_words`
+/// and input that is not blank, the person's own words `{"other": "<input, trimmed>"}`.
+///
+/// # Errors
+/// As [`resolve`] (an unknown label only without `own_words`).
+fn item(choices: &[Choice], input: &str, own_words: bool) -> Result<Value, AnswerError> {
+    match resolve(choices, input) {
+        Ok(choice) => Ok(choice.value.clone()),
+        Err(AnswerError::UnknownLabel { .. }) if own_words && !is_blank(input) => {
+            Ok(serde_json::json!({"other": input.trim()}))
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// The choice `input` names: its exact label; else its label ignoring surrounding spaces; else
@@ -450,6 +504,56 @@ mod tests {
         );
         // A JSON number is not a label's number: the schema check refuses it.
         assert_eq!(normalize_answer(Some(&single()), json!(1)), Ok(json!(1)));
+    }
+
+    #[test]
+    fn issue33_input_naming_no_label_is_the_persons_own_words_where_they_are_taken() {
+        let own = |label_schema: Value| {
+            json!({"anyOf": [label_schema, {"type": "object",
+                "properties": {"other": {"type": "string", "minLength": 1}},
+                "required": ["other"], "additionalProperties": false}]})
+        };
+        let single = own(json!({"type": "string", "enum": ["Alice", "Bob"]}));
+        assert!(Field::from_schema(&single).takes_own_words());
+        assert_eq!(answer(&single, &["bob"]), Ok(json!("Bob")));
+        assert_eq!(answer(&single, &["2"]), Ok(json!("Bob")));
+        assert_eq!(answer(&single, &[" Maria "]), Ok(json!({"other": "Maria"})));
+        assert!(matches!(
+            answer(&single, &["  "]),
+            Err(AnswerError::UnknownLabel { .. })
+        ));
+        let several = json!({"type": "array", "items": own(json!({"type": "string",
+            "enum": ["food", "hiking"]})), "minItems": 1, "uniqueItems": true});
+        assert!(Field::from_schema(&several).takes_own_words());
+        assert_eq!(
+            answer(&several, &["food", "surfing"]),
+            Ok(json!(["food", {"other": "surfing"}]))
+        );
+        assert_eq!(
+            answer(&several, &["2, surfing"]),
+            Ok(json!(["hiking", {"other": "surfing"}]))
+        );
+        assert_eq!(
+            answer(&several, &["somewhere warm, not too far"]),
+            Ok(json!([{"other": "somewhere warm, not too far"}]))
+        );
+        assert_eq!(
+            answer(&several, &["surfing", "surfing"]),
+            Err(AnswerError::Repeated {
+                label: "surfing".into()
+            })
+        );
+        // Without them, an unknown label is refused as before.
+        let labels_only = json!({"type": "string", "enum": ["Alice", "Bob"]});
+        assert!(!Field::from_schema(&labels_only).takes_own_words());
+        assert!(matches!(
+            answer(&labels_only, &["Maria"]),
+            Err(AnswerError::UnknownLabel { .. })
+        ));
+        assert!(matches!(
+            answer(&multi(), &["eu, mars"]),
+            Err(AnswerError::UnknownLabel { .. })
+        ));
     }
 
     #[test]

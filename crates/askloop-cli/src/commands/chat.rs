@@ -121,6 +121,7 @@ async fn converse(
 /// [`Interrupted`] (exit 130) on Ctrl-C at the prompt; terminal and stdin errors.
 fn read_message(terminal: bool) -> anyhow::Result<Option<String>> {
     if terminal {
+        crate::status::hide();
         return match Text::new("you:").prompt() {
             Ok(text) => Ok(Some(text)),
             Err(InquireError::OperationCanceled) => Ok(None),

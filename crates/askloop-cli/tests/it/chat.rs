@@ -35,6 +35,8 @@ fn chat(dir: &TestDir, spec: &str, input: &str) -> crate::support::Outcome {
 #[test]
 fn chat_keeps_one_thread_and_takes_answers_inline() {
     let dir = TestDir::new();
+    // The built-in agent would take "Paris" as the person's own words.
+    dir.labels_only();
     let spec = dir.script("chat.json", CONVERSATION);
     // "Paris" is refused and asked again; "1" picks the first label.
     let out = chat(&dir, &spec, "Plan a trip\nParis\n1\nAnd again?\n").success();

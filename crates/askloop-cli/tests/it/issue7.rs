@@ -26,6 +26,7 @@ fn answer_commands(text: &str) -> Vec<String> {
 fn filled(command: &str, answer: &str) -> String {
     command
         .replace("'<one label>'", answer)
+        .replace("'<one label or your own words>'", answer)
         .replace("'<your answer>'", answer)
 }
 
@@ -55,6 +56,7 @@ fn issue7_fault2_chat_matches_a_multi_select_label_with_a_comma_whole() {
 #[test]
 fn issue7_fault3_chat_asks_again_after_a_refused_selection() {
     let dir = TestDir::new();
+    dir.labels_only();
     let spec = dir.script("regions.json", &multi_select(&["eu", "us"]));
     let out = dir
         .run_with_input(
@@ -423,7 +425,10 @@ fn issue7_fault8_control_characters_are_escaped_in_human_output_only() {
     );
     // The printed command has a placeholder for the label, and works once it is filled in.
     let command = &answer_commands(&out.stdout)[0];
-    assert!(command.ends_with("--answer '<one label>'"), "{command}");
+    assert!(
+        command.ends_with("--answer '<one label or your own words>'"),
+        "{command}"
+    );
     outcome(dir.shell(&filled(command, "b"))).success();
 
     // --json keeps the text exact.
@@ -566,12 +571,12 @@ fn issue33_the_printed_pick_several_command_works_once_its_placeholders_are_fill
     let out = dir.run(&["run", "--model", &spec, "Hi"]).success();
     let command = &answer_commands(&out.stdout)[0];
     assert!(
-        command.ends_with("--answer '<label>' --answer '<another label>'"),
+        command.ends_with("--answer '<label>' --answer '<another label or your own words>'"),
         "{command}"
     );
     let pasted = command
         .replace("'<label>'", "north")
-        .replace("'<another label>'", "east");
+        .replace("'<another label or your own words>'", "east");
     let done = outcome(dir.shell(&pasted)).success();
     assert!(done.stdout.contains("Noted."), "{}", done.stdout);
     let run_id = dir.run(&["runs", "list", "--json"]).success().json()[0]["runId"]

@@ -51,6 +51,7 @@ fn issue_2_a_second_process_resumes_the_run_on_the_same_sqlite_file() {
 #[test]
 fn an_invalid_answer_names_the_labels_and_leaves_the_run_suspended() {
     let dir = TestDir::new();
+    dir.labels_only();
     let spec = dir.script("ask.json", ASK_THEN_ANSWER);
     let run_id = dir.start_suspended(&spec);
 
@@ -112,6 +113,7 @@ fn unknown_run_ids_and_tool_call_ids_are_invalid_input() {
 #[test]
 fn two_pending_questions_need_a_tool_call_id() {
     let dir = TestDir::new();
+    dir.labels_only();
     let spec = dir.script("two.json", TWO_QUESTIONS);
     let run_id = dir.start_suspended(&spec);
 
@@ -273,6 +275,7 @@ fn the_recorded_model_spec_works_from_another_directory_and_model_overrides_it()
 #[test]
 fn answers_take_one_set_of_forms_and_the_model_gets_exact_labels() {
     let dir = TestDir::new();
+    dir.labels_only();
     let spec = dir.script("two.json", TWO_QUESTIONS);
     let run_id = dir.start_suspended(&spec);
     let resume = |args: &[&str]| {

@@ -66,12 +66,12 @@ fn run_without_a_terminal_prints_the_question_and_the_resume_command() {
     );
     assert!(
         command.contains("--tool-call-id c1 --model scripted:")
-            && command.ends_with(" --answer '<one label>'"),
+            && command.ends_with(" --answer '<one label or your own words>'"),
         "{command}"
     );
 
     // The printed command works as printed (split on spaces: no quoting needed here).
-    let command = command.replace("'<one label>'", "main");
+    let command = command.replace("'<one label or your own words>'", "main");
     let words: Vec<&str> = command.split(' ').skip(1).collect();
     let resumed = crate::support::outcome(dir.command(&words)).success();
     assert_eq!(resumed.stdout, "Summary of the repo.\n");
@@ -169,4 +169,84 @@ fn help_documents_the_exit_statuses() {
             );
         }
     }
+}
+
+/// The person's own words for a pick-one and a pick-several question, by the printed
+/// commands (placeholders replaced, pasted into a shell), and a closed question's refusal.
+#[test]
+fn issue33_the_printed_commands_take_my_own_words() {
+    let dir = TestDir::new();
+    let spec = format!(
+        "scripted:{}/../../examples/demo.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = dir
+        .run(&["run", "--model", &spec, "Help me plan a trip"])
+        .success();
+    assert!(
+        out.stdout.contains("  (or answer in your own words)"),
+        "{}",
+        out.stdout
+    );
+    let command = |stdout: &str| {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("answer with: "))
+            .unwrap()
+            .to_owned()
+    };
+    let line = command(&out.stdout).replace("<one label or your own words>", "Porto, by train");
+    let resumed = crate::support::outcome(dir.shell(&line)).success();
+    assert!(
+        resumed.stderr.contains(
+            "User answered: Porto, by train (in their own words, not one of the options)"
+        ),
+        "{}",
+        resumed.stderr
+    );
+    let line = command(&resumed.stdout)
+        .replace("<label>", "food")
+        .replace("<another label or your own words>", "onsen baths");
+    let finished = crate::support::outcome(dir.shell(&line)).success();
+    assert!(
+        finished
+            .stderr
+            .contains("User answered: food, onsen baths (in their own words"),
+        "{}",
+        finished.stderr
+    );
+    // The same own words again: the harmless repeat.
+    let again = crate::support::outcome(dir.shell(&line)).success();
+    assert!(
+        again.stderr.contains("already answered with this answer"),
+        "{}",
+        again.stderr
+    );
+
+    // An agent that takes only its labels refuses them, listing the labels.
+    let config = dir.write(
+        "askloop.toml",
+        &format!("[agents.closed]\nmodel = \"{spec}\"\nallow_other = false\n"),
+    );
+    let config = config.display().to_string();
+    let out = dir
+        .run(&[
+            "--config",
+            &config,
+            "run",
+            "--agent",
+            "closed",
+            "Help me plan a trip",
+        ])
+        .success();
+    assert!(!out.stdout.contains("your own words"), "{}", out.stdout);
+    let line = command(&out.stdout).replace("<one label>", "Porto");
+    let refused = crate::support::outcome(dir.shell(&line)).code(2);
+    assert!(
+        refused
+            .stderr
+            .contains(r#""Porto" is not one of the labels "Lisbon", "Kyoto", "Reykjavik""#),
+        "{}",
+        refused.stderr
+    );
 }

@@ -74,7 +74,7 @@ fn runs_show_prints_status_pending_questions_and_history() {
     assert_eq!(pending["runId"], run_id.as_str());
     assert_eq!(pending["kind"], "answer");
     assert_eq!(pending["payload"]["options"][1]["label"], "docs");
-    assert_eq!(pending["resumeSchema"]["enum"][0], "main");
+    assert_eq!(pending["resumeSchema"]["anyOf"][0]["enum"][0], "main");
     assert_eq!(pending["form"]["kind"], "select");
 
     let human = dir.run(&["runs", "show", &run_id]).success().stdout;
@@ -82,7 +82,7 @@ fn runs_show_prints_status_pending_questions_and_history() {
         "status    suspended",
         "agent     assistant",
         "Which repo? (choose one)",
-        "--answer '<one label>'",
+        "--answer '<one label or your own words>'",
         "tool call c1 (ask_user)",
         "resume schema",
         "user: Summarize my project",
@@ -146,4 +146,25 @@ fn runs_continue_retries_a_failed_step_without_asking_again() {
     // Nothing is left to continue.
     let out = dir.run(&["runs", "continue", &run_id]).code(2);
     assert!(out.stderr.contains("is completed"), "{}", out.stderr);
+}
+
+#[test]
+fn issue33_runs_list_shows_each_runs_first_message_on_one_line() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", crate::support::ASK_THEN_ANSWER);
+    dir.run(&["run", "--model", &spec, "Plan my\ntrip   to Lisbon"])
+        .success();
+    let long = format!("Write {} please", "a very long request ".repeat(10));
+    dir.run(&["run", "--model", &spec, &long]).success();
+    let table = dir.run(&["runs", "list"]).success().stdout;
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].contains("MESSAGE") && lines[0].ends_with("QUESTION"),
+        "{table}"
+    );
+    // Newest first; the long one cut to 40 characters.
+    let cut: String = long.chars().take(39).collect();
+    assert!(lines[1].contains(&format!("{cut}…")), "{table}");
+    assert!(lines[2].contains("Plan my trip to Lisbon"), "{table}");
+    assert!(lines[2].trim_end().ends_with("Which repo?"), "{table}");
 }

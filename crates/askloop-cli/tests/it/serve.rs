@@ -566,3 +566,37 @@ instance_tests!(sqlite, |dir: &crate::support::TestDir| dir.store_url());
 instance_tests!(postgres, |dir: &crate::support::TestDir| {
     crate::postgres::schema_url(dir)
 });
+
+#[test]
+fn issue33_a_missing_scripted_model_is_refused_at_start() {
+    let dir = TestDir::new();
+    let store = dir.store_url();
+    let mut command = dir.command(&[
+        "--store",
+        &store,
+        "serve",
+        "--addr",
+        "127.0.0.1:0",
+        "--model",
+        "scripted:nope.json",
+    ]);
+    let mut child = command.spawn().unwrap();
+    // Before the fix the server started and failed every request: never wait forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("serve started with a script that does not exist");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty());
+    assert!(
+        stderr.contains("model scripted:") && stderr.contains("nope.json"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cannot read script"), "{stderr}");
+}

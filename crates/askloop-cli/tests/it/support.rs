@@ -79,6 +79,12 @@ impl TestDir {
     }
 
     /// Writes a file (e.g. a script) and returns its path.
+    /// Writes an askloop.toml here whose built-in agent takes only the labels of its select
+    /// questions (`allow_other = false`), for the tests of refused labels.
+    pub fn labels_only(&self) {
+        self.write("askloop.toml", "[agents.assistant]\nallow_other = false\n");
+    }
+
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.path().join(name);
         if let Some(parent) = path.parent() {

@@ -159,16 +159,19 @@ fn a_free_text_question_asks_again_until_the_answer_is_not_empty() {
 }
 
 #[test]
-fn escape_at_a_prompt_leaves_the_run_suspended_and_resume_asks_again() {
+fn escape_at_a_prompt_leaves_the_question_for_later_and_resume_asks_again() {
     let dir = TestDir::new();
     let spec = format!("scripted:{DEMO}");
     let mut terminal = Terminal::spawn(&dir, &["run", "--model", &spec, "Help me plan a trip"]);
     terminal.expect("Where would you like to go?");
     terminal.expect("Reykjavik");
     terminal.send("\x1b");
+    // As without a terminal: the run waits, the command says how to answer, exit status 0
+    // (Ctrl-C is the one that exits with 130).
+    terminal.expect("is waiting for an answer");
     terminal.expect("answer with:");
-    terminal.expect("still waiting for an answer");
-    assert_eq!(terminal.wait(), Some(130));
+    terminal.expect("--answer '<one label or your own words>'");
+    assert_eq!(terminal.wait(), Some(0));
 
     let runs = dir.run(&["runs", "list", "--json"]).success().json();
     let run_id = runs[0]["runId"].as_str().unwrap().to_owned();
@@ -317,4 +320,73 @@ fn chat_ends_on_ctrl_c_or_a_signal_with_its_status_and_how_to_continue() {
     let code = terminal.child.wait().unwrap().code();
     assert_eq!(code, Some(143));
     assert!(!raw_mode(&terminal));
+}
+
+/// A birthday message whose pick-one question's options miss the answer.
+const SISTER: &str = r#"{"steps":[
+  {"text":"Let me ask one thing first.","toolCalls":[{"id":"name","name":"ask_user","args":{
+    "question":"What is your sister's name?","options":[{"label":"Alice"},{"label":"Bob"}]}}]},
+  {"text":"Happy birthday, dear sister!"}
+]}"#;
+
+#[test]
+fn issue33_the_status_line_comes_first_and_a_pick_one_takes_my_own_words() {
+    let dir = TestDir::new();
+    let spec = dir.script("sister.json", SISTER);
+    let mut terminal = Terminal::spawn(
+        &dir,
+        &[
+            "run",
+            "--model",
+            &spec,
+            "Write a birthday message for my sister",
+        ],
+    );
+    // The status line, with the phase and the time waited, before the model's first token.
+    terminal.expect("Loading the model… 0s");
+    terminal.expect("Reading the prompt… ");
+    terminal.expect("Let me ask one thing first.");
+    terminal.expect("What is your sister's name?");
+    terminal.expect("Bob");
+    terminal.expect("Type my own answer");
+    terminal.send(&format!("{DOWN}{DOWN}{ENTER}"));
+    terminal.expect("Your answer:");
+    // Blank is refused; then the person's own words go to the model, marked as such.
+    terminal.send(ENTER);
+    terminal.expect("it is empty");
+    terminal.send(&format!("Maria{ENTER}"));
+    terminal.expect("User answered: Maria (in their own words, not one of the options)");
+    terminal.expect("Happy birthday, dear sister!");
+    assert_eq!(terminal.wait(), Some(0));
+
+    let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    let state = dir.show(runs[0]["runId"].as_str().unwrap());
+    assert_eq!(state["status"], "completed");
+    let results = tool_results(&state);
+    assert_eq!(results[0]["answer"], serde_json::json!({"other": "Maria"}));
+}
+
+#[test]
+fn issue33_a_pick_several_takes_labels_and_my_own_words() {
+    let dir = TestDir::new();
+    let spec = format!("scripted:{DEMO}");
+    let mut terminal = Terminal::spawn(&dir, &["run", "--model", &spec, "Help me plan a trip"]);
+    terminal.expect("Where would you like to go?");
+    terminal.expect("Type my own answer");
+    terminal.send(ENTER);
+    terminal.expect("What should the trip include?");
+    terminal.expect("Type my own answer");
+    // The first label and the last item, "Type my own answer".
+    terminal.send(&format!("{SPACE}\x1b[A{SPACE}{ENTER}"));
+    terminal.expect("Your answer:");
+    terminal.send(&format!("onsen baths{ENTER}"));
+    terminal.expect("onsen baths (in their own words, not one of the options)");
+    terminal.expect("Here is a three-day outline");
+    assert_eq!(terminal.wait(), Some(0));
+    let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    let state = dir.show(runs[0]["runId"].as_str().unwrap());
+    assert_eq!(
+        tool_results(&state)[1]["answer"],
+        serde_json::json!(["food", {"other": "onsen baths"}])
+    );
 }

@@ -1,6 +1,8 @@
 //! [`Decoder`]: the token loop of one model call. Tokens the grammar forces are taken as they
 //! are, the others sampled; text streams to an [`EventSink`] as it completes, a tool call is
-//! collected and sent whole at the end.
+//! collected and sent whole at the end (announced, for progress displays, by one
+//! [`ModelEvent::ToolCallDelta`] with its tool's name and no argument text as soon as the name
+//! is written).
 
 use askloop_core::model::{FinishReason, ModelEvent, ToolArgs, ToolCall, ToolDefinition, Usage};
 use llguidance::Matcher;
@@ -52,6 +54,8 @@ pub(crate) struct Decoder<'a> {
     bare_calls: bool,
     assembler: TextAssembler,
     call_bytes: Vec<u8>,
+    /// Whether the call being collected was announced (its tool's name is written).
+    call_announced: bool,
     output_tokens: u32,
     max_tokens: u32,
 }
@@ -89,6 +93,7 @@ impl<'a> Decoder<'a> {
             bare_calls,
             assembler: TextAssembler::default(),
             call_bytes: Vec::new(),
+            call_announced: false,
             output_tokens: 0,
             max_tokens,
         }
@@ -176,7 +181,22 @@ impl<'a> Decoder<'a> {
                 };
             }
             match self.mode {
-                Mode::ToolCall => self.call_bytes.extend_from_slice(bytes),
+                Mode::ToolCall => {
+                    self.call_bytes.extend_from_slice(bytes);
+                    if !self.call_announced
+                        && let Some(name) = written_name(&self.call_bytes)
+                    {
+                        self.call_announced = true;
+                        let announce = ModelEvent::ToolCallDelta {
+                            id: String::new(),
+                            name,
+                            args_delta: String::new(),
+                        };
+                        if !sink.send(announce) {
+                            return false;
+                        }
+                    }
+                }
                 _ => {
                     let text = self.assembler.push(bytes);
                     if !text.is_empty() && !sink.send(ModelEvent::TextDelta(text)) {
@@ -235,6 +255,16 @@ impl<'a> Decoder<'a> {
     }
 }
 
+/// The tool's name in a call's text so far (`…{"name": "ask_user", …`), once it is complete.
+fn written_name(bytes: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(bytes);
+    let key = text.find("\"name\"")?;
+    let rest = text[key + "\"name\"".len()..].trim_start();
+    let rest = rest.strip_prefix(':')?.trim_start().strip_prefix('"')?;
+    let end = rest.find('"')?;
+    Some(rest[..end].to_owned())
+}
+
 /// The call in the grammar-complete text `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`,
 /// or the bare JSON `{"name": …, "arguments": …}`.
 fn parse_tool_call(bytes: &[u8], tools: &[ToolDefinition]) -> ToolCall {
@@ -291,5 +321,16 @@ mod tests {
             call.args,
             ToolArgs::Json(serde_json::json!({"question": "Where?"}))
         );
+    }
+
+    #[test]
+    fn issue33_a_calls_name_is_read_once_it_is_written() {
+        assert_eq!(written_name(b"<tool_call>\n{\"name\": \"ask_"), None);
+        assert_eq!(
+            written_name(b"<tool_call>\n{\"name\": \"ask_user\", \"argu"),
+            Some("ask_user".to_owned())
+        );
+        assert_eq!(written_name(b"{\"name\":\"pay\""), Some("pay".to_owned()));
+        assert_eq!(written_name(b"{\"arguments\": {}"), None);
     }
 }

@@ -2,10 +2,12 @@
 
 use std::process::ExitCode;
 
+use askloop_core::model::Message;
 use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
 use askloop_core::{
     AgentId, PendingToolCall, ResourceId, RunId, RunStatus, ThreadId, error_chain_text,
 };
+use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -104,7 +106,8 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
                 output.note(&format!("no runs{yet} in {}", context.store_url))?;
                 return Ok(ExitCode::SUCCESS);
             } else {
-                for line in table_lines(&page.runs) {
+                let messages = first_messages(context, &page.runs).await;
+                for line in table_lines(&page.runs, &messages) {
                     output.line(&line)?;
                 }
             }
@@ -138,23 +141,65 @@ fn list_filter(args: &ListArgs) -> anyhow::Result<RunFilter> {
     Ok(filter)
 }
 
+/// The most characters of a run's first message that the table shows.
+const MESSAGE_WIDTH: usize = 40;
+
+/// The first message of each run of `runs` (its own user input, on one line, at most
+/// [`MESSAGE_WIDTH`] characters), in order; empty for a run that cannot be read (the table
+/// says why where it can).
+async fn first_messages(context: &Context, runs: &[ListedRun]) -> Vec<String> {
+    futures::stream::iter(runs)
+        .map(async |run| {
+            let ListedRun::Run(summary) = run else {
+                return String::new();
+            };
+            match context.store.load_run(&summary.key()).await {
+                Ok(stored) => first_message(stored.state.messages()),
+                Err(error) => {
+                    tracing::debug!(run = %summary.run_id, %error, "runs list: cannot read the run's first message");
+                    String::new()
+                }
+            }
+        })
+        .buffered(8)
+        .collect()
+        .await
+}
+
+/// The text of the first user message of `messages`, its white space (newlines too) made
+/// single spaces, cut to [`MESSAGE_WIDTH`] characters.
+fn first_message(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .find_map(|message| match message {
+            Message::User { text } => Some(text.split_whitespace().collect::<Vec<_>>().join(" ")),
+            _ => None,
+        })
+        .map(|text| truncate(&text, MESSAGE_WIDTH))
+        .unwrap_or_default()
+}
+
 /// The table of `runs list`: a header, then one line per run (a run this build cannot read
-/// with its id and why), the columns padded but the question's.
-fn table_lines(runs: &[ListedRun]) -> Vec<String> {
+/// with its id and why) with its first message from `messages`, the columns padded but the
+/// question's.
+fn table_lines(runs: &[ListedRun], messages: &[String]) -> Vec<String> {
     let mut rows = vec![[
         "RUN".to_owned(),
         "STATUS".to_owned(),
         "AGENT".to_owned(),
         "CREATED (UTC)".to_owned(),
+        "MESSAGE".to_owned(),
         "QUESTION".to_owned(),
     ]];
-    for run in runs {
+    for (index, run) in runs.iter().enumerate() {
+        let message = messages.get(index).cloned().unwrap_or_default();
         rows.push(match run {
             ListedRun::Run(summary) => [
                 summary.run_id.to_string(),
                 summary.status.to_string(),
                 summary.agent_id.to_string(),
                 format_time(summary.created_at_ms),
+                message,
                 summary
                     .pending
                     .first()
@@ -166,6 +211,7 @@ fn table_lines(runs: &[ListedRun]) -> Vec<String> {
                 "unreadable".to_owned(),
                 "-".to_owned(),
                 format_time(other.created_at_ms()),
+                "-".to_owned(),
                 match other {
                     ListedRun::Unreadable { error, .. } => truncate(&error_chain_text(error), 80),
                     _ => String::new(),
@@ -173,7 +219,7 @@ fn table_lines(runs: &[ListedRun]) -> Vec<String> {
             ],
         });
     }
-    let widths: Vec<usize> = (0..4)
+    let widths: Vec<usize> = (0..5)
         .map(|column| {
             rows.iter()
                 .map(|row| row[column].chars().count())
@@ -187,7 +233,7 @@ fn table_lines(runs: &[ListedRun]) -> Vec<String> {
             for (column, width) in widths.iter().enumerate() {
                 line.push_str(&format!("{:<width$}  ", row[column]));
             }
-            line.push_str(&row[4]);
+            line.push_str(&row[5]);
             line.trim_end().to_owned()
         })
         .collect()
