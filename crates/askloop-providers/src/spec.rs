@@ -163,8 +163,8 @@ impl ModelSpec {
     /// ```
     /// use askloop_providers::ModelSpec;
     ///
-    /// let name = ModelSpec::parse("local:qwen2.5-coder-1.5b")?.local_model_name();
-    /// assert_eq!(name, Some("qwen2.5-coder-1.5b"));
+    /// let spec = ModelSpec::parse("local:qwen2.5-coder-1.5b")?;
+    /// assert_eq!(spec.local_model_name(), Some("qwen2.5-coder-1.5b"));
     /// assert_eq!(ModelSpec::parse("local:./qwen2.5-coder-1.5b")?.local_model_name(), None);
     /// // Not in the catalogue (the tests' own small model): a path.
     /// assert_eq!(ModelSpec::parse("local:smollm2-135m")?.local_model_name(), None);
