@@ -138,7 +138,7 @@ enum Command {
     /// The embedded local model on the built-in agent's first step: TTFT, prefill and decode
     /// tokens per second, peak RSS, and the time to the question on screen.
     Local {
-        /// A catalogue name (`smollm2-135m`) or a GGUF path [default: the default model,
+        /// A catalogue name (`qwen2.5-coder-1.5b`) or a GGUF path [default: the default model,
         /// fetched if missing]
         #[arg(long)]
         model: Option<String>,

@@ -418,7 +418,7 @@ mod tests {
             Some(LOCAL_MAX_QUESTIONS)
         );
         assert_eq!(
-            builtin.max_questions_for(&spec("local:smollm2-135m")),
+            builtin.max_questions_for(&spec("local:/models/small.gguf")),
             Some(LOCAL_MAX_QUESTIONS)
         );
         assert_eq!(builtin.max_questions_for(&spec("openai:gpt-4o")), None);

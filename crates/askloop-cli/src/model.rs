@@ -44,7 +44,7 @@ impl Spec {
     /// The parser's error for an empty SPEC, an unknown provider or a missing model or path.
     pub(crate) fn resolve(text: &str, base: &Path) -> Result<Self, SpecError> {
         let parsed = ModelSpec::parse(text)?;
-        // A catalogue name (`local:smollm2-135m`) is not a path.
+        // A catalogue name (`local:qwen2.5-coder-1.5b`) is not a path.
         let parsed = if parsed.local_model_name().is_some() {
             parsed
         } else {
@@ -123,11 +123,11 @@ mod tests {
             .text()
             .to_owned();
         assert_eq!(spec, "openai:gpt-4o-mini");
-        let spec = resolve_spec("local:smollm2-135m", Path::new("/work/x"))
+        let spec = resolve_spec("local:qwen2.5-coder-1.5b", Path::new("/work/x"))
             .unwrap()
             .text()
             .to_owned();
-        assert_eq!(spec, "local:smollm2-135m");
+        assert_eq!(spec, "local:qwen2.5-coder-1.5b");
         let spec = resolve_spec("local:models/a.gguf", Path::new("/work/x"))
             .unwrap()
             .text()

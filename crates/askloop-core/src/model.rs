@@ -163,6 +163,13 @@ impl ModelRequest {
         self.settings = settings;
         self
     }
+
+    /// Whether the model may call a tool in answer to this request: some tool is offered and
+    /// the tool choice is not `none`. When it may not, a tool call in the response is
+    /// [`ModelError::ToolNotOffered`].
+    pub fn offers_tools(&self) -> bool {
+        !self.tools.is_empty() && self.settings.tool_choice != ToolChoice::None
+    }
 }
 
 /// One event of a model's streamed response: the provider-neutral form every adapter produces.
@@ -245,6 +252,19 @@ pub enum ModelError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The model called a tool although the request offered none at this step (no tools, or
+    /// tool choice `none`; see [`ModelRequest::offers_tools`]): the call is not an answer. The
+    /// agent loop asks again once if nothing of the step was streamed yet, else the run fails
+    /// with this error.
+    #[error(
+        "model {model} called the tool `{tool}`, which was not offered at this step (no tool may be called now)"
+    )]
+    ToolNotOffered {
+        /// The model that was called.
+        model: String,
+        /// The tool the model named.
+        tool: String,
+    },
     /// The call was cancelled (e.g. Ctrl-C).
     #[error("the model call was cancelled")]
     Cancelled,
@@ -257,6 +277,10 @@ pub enum ModelError {
 ///   response is exactly one [`ModelEvent::Finish`].
 /// - Every [`ModelEvent::ToolCall`] carries complete arguments; text that is not JSON is given as
 ///   [`ToolArgs::Malformed`], never dropped and never a panic.
+/// - A request that offers no tool ([`ModelRequest::offers_tools`] is false) gets no
+///   [`ModelEvent::ToolCall`]: a call the model makes anyway is yielded as
+///   [`ModelError::ToolNotOffered`], never turned into text. (The agent loop treats a call
+///   yielded anyway the same way.)
 /// - An error (returned, or yielded by the stream) ends the response; the caller discards partial
 ///   output and nothing was recorded for it.
 /// - Implementations hold no per-run state: the whole conversation is in the request, so a run can

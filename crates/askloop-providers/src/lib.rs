@@ -46,7 +46,7 @@ mod error;
 mod events;
 mod failure;
 // The catalogue is plain data, compiled with or without `local`, so a SPEC can tell a catalogue
-// name (`local:smollm2-135m`) from a path in every build.
+// name (`local:qwen2.5-coder-1.5b`) from a path in every build.
 #[cfg_attr(not(feature = "local"), allow(dead_code))]
 #[path = "local/catalogue.rs"]
 mod catalogue;

@@ -6,7 +6,7 @@ use genai::adapter::AdapterKind;
 use genai::resolver::{AuthData, Endpoint};
 use genai::{Client, ModelIden, ServiceTarget, WebConfig};
 
-use askloop_core::model::{LanguageModel, ModelError, ModelEventStream, ModelRequest};
+use askloop_core::model::{LanguageModel, ModelError, ModelEvent, ModelEventStream, ModelRequest};
 
 use crate::error::ProviderError;
 use crate::events::EventAssembler;
@@ -23,7 +23,8 @@ pub const RETRY_TARGET: &str = "askloop::retry";
 /// A hosted model reached through genai, its adapter fixed by the SPEC's provider.
 ///
 /// Holds no per-run state: every call sends the whole conversation, so a run suspended in one
-/// process continues in another.
+/// process continues in another. A tool call in answer to a request that offers no tool
+/// ([`ModelRequest::offers_tools`]) is yielded as [`ModelError::ToolNotOffered`], not passed on.
 pub(crate) struct GenaiModel {
     protocol: Protocol,
     model: String,
@@ -89,6 +90,7 @@ impl LanguageModel for GenaiModel {
     }
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelEventStream, ModelError> {
+        let offers_tools = request.offers_tools();
         let chat_request = chat_request(self.protocol, &request);
         let chat_options = chat_options(self.protocol, &self.model, &request, &self.options);
         let client = self.client.clone();
@@ -121,6 +123,15 @@ impl LanguageModel for GenaiModel {
                             Some(Ok(event)) => {
                                 received += 1;
                                 for event in assembler.push(event) {
+                                    // A call of a tool the request did not offer is no answer.
+                                    if let (false, ModelEvent::ToolCall(call)) = (offers_tools, &event) {
+                                        tracing::debug!(model = %spec, tool = %call.name, "the model called a tool that was not offered");
+                                        yield Err(ModelError::ToolNotOffered {
+                                            model: spec.clone(),
+                                            tool: call.name.clone(),
+                                        });
+                                        return;
+                                    }
                                     emitted += 1;
                                     yield Ok(event);
                                 }

@@ -55,7 +55,7 @@ pub enum ModelSpec {
     /// A scripted model replaying a JSON script file (`scripted:PATH`).
     Scripted(PathBuf),
     /// The embedded local model: `local` (the default model), `local:NAME` (a model of the
-    /// catalogue by name, such as `smollm2-135m`; see [`ModelSpec::local_model_name`]), or
+    /// catalogue by name, such as `qwen2.5-coder-1.5b`; see [`ModelSpec::local_model_name`]), or
     /// `local:PATH` for a GGUF file or a folder holding one. A catalogue name wins over a file
     /// of the same name in the current folder (write `local:./NAME` for that).
     Local(Option<PathBuf>),
@@ -157,15 +157,17 @@ impl ModelSpec {
         }
     }
 
-    /// For `local:NAME` where NAME is a model of askloop's catalogue (`qwen2.5-coder-1.5b`,
-    /// `smollm2-135m`), that name; `None` for every other SPEC, `local` and `local:PATH`
-    /// included.
+    /// For `local:NAME` where NAME is a model of askloop's catalogue (`qwen2.5-coder-1.5b`),
+    /// that name; `None` for every other SPEC, `local` and `local:PATH` included.
     ///
     /// ```
     /// use askloop_providers::ModelSpec;
     ///
-    /// assert_eq!(ModelSpec::parse("local:smollm2-135m")?.local_model_name(), Some("smollm2-135m"));
-    /// assert_eq!(ModelSpec::parse("local:./smollm2-135m")?.local_model_name(), None);
+    /// let spec = ModelSpec::parse("local:qwen2.5-coder-1.5b")?;
+    /// assert_eq!(spec.local_model_name(), Some("qwen2.5-coder-1.5b"));
+    /// assert_eq!(ModelSpec::parse("local:./qwen2.5-coder-1.5b")?.local_model_name(), None);
+    /// // Not in the catalogue (the tests' own small model): a path.
+    /// assert_eq!(ModelSpec::parse("local:smollm2-135m")?.local_model_name(), None);
     /// assert_eq!(ModelSpec::parse("local")?.local_model_name(), None);
     /// # Ok::<(), askloop_providers::SpecError>(())
     /// ```

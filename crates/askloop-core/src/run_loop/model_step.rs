@@ -52,7 +52,9 @@ pub(super) async fn model_step(
     Ok(response)
 }
 
-/// The model call of [`model_step`], in its span.
+/// The model call of [`model_step`], in its span. A call of a tool the step did not offer
+/// ([`ModelError::ToolNotOffered`]) is asked again once, if nothing of the step was streamed
+/// yet; otherwise, as every other model error, it fails the run.
 async fn call_model(run: &mut ActiveRun, out: &mut Emitter) -> Result<StepResponse, AgentError> {
     if run.cancel.is_cancelled() {
         return Err(run.fail(AgentError::Model(ModelError::Cancelled)).await);
@@ -61,35 +63,19 @@ async fn call_model(run: &mut ActiveRun, out: &mut Emitter) -> Result<StepRespon
         step: run.state.steps + 1,
     })
     .await;
-    let request = build_request(
-        &run.agent,
-        &run.state,
-        run.history.as_deref().unwrap_or_default(),
-    );
-    let started = until_cancelled(run, run.agent.model.stream(request)).await;
-    let mut events = match started.unwrap_or(Err(ModelError::Cancelled)) {
-        Ok(events) => events,
-        Err(error) => return Err(run.fail(AgentError::Model(error)).await),
-    };
-    let mut draft = Draft::default();
-    loop {
-        let event = until_cancelled(run, events.next())
-            .await
-            .unwrap_or(Some(Err(ModelError::Cancelled)));
-        match event {
-            None => break,
-            Some(Ok(event)) => {
-                if let Some(chunk) = draft.add(&run.state, event) {
-                    out.emit(chunk).await;
-                }
+    let mut asked_again = false;
+    let draft = loop {
+        match attempt(run, out).await {
+            Ok(draft) => break draft,
+            Err((error @ ModelError::ToolNotOffered { .. }, streamed))
+                if !streamed && !asked_again =>
+            {
+                tracing::warn!("{error}; asking it once more");
+                asked_again = true;
             }
-            Some(Err(error)) => {
-                drop(events);
-                return Err(run.fail(AgentError::Model(error)).await);
-            }
+            Err((error, _)) => return Err(run.fail(AgentError::Model(error)).await),
         }
-    }
-    drop(events);
+    };
     let Some((reason, usage)) = draft.finish else {
         let error = ModelError::InvalidResponse {
             model: run.agent.model.model_id().to_owned(),
@@ -100,6 +86,45 @@ async fn call_model(run: &mut ActiveRun, out: &mut Emitter) -> Result<StepRespon
     Ok(record_step(&mut run.state, draft.parts, reason, usage))
 }
 
+/// One request of the step and its streamed response: the draft of the assistant message, or
+/// the error that ended it and whether any of the response was streamed (emitted) before.
+/// Nothing is recorded in the run.
+async fn attempt(run: &ActiveRun, out: &mut Emitter) -> Result<Draft, (ModelError, bool)> {
+    let request = build_request(
+        &run.agent,
+        &run.state,
+        run.history.as_deref().unwrap_or_default(),
+    );
+    let offers_tools = request.offers_tools();
+    let started = until_cancelled(run, run.agent.model.stream(request)).await;
+    let mut events = started
+        .unwrap_or(Err(ModelError::Cancelled))
+        .map_err(|error| (error, false))?;
+    let mut draft = Draft::default();
+    loop {
+        let event = until_cancelled(run, events.next())
+            .await
+            .unwrap_or(Some(Err(ModelError::Cancelled)));
+        match event {
+            None => return Ok(draft),
+            Some(Ok(ModelEvent::ToolCall(call))) if !offers_tools => {
+                let error = ModelError::ToolNotOffered {
+                    model: run.agent.model.model_id().to_owned(),
+                    tool: call.name,
+                };
+                return Err((error, draft.streamed));
+            }
+            Some(Ok(event)) => {
+                if let Some(chunk) = draft.add(&run.state, event) {
+                    draft.streamed = true;
+                    out.emit(chunk).await;
+                }
+            }
+            Some(Err(error)) => return Err((error, draft.streamed)),
+        }
+    }
+}
+
 /// The assistant message of a step, built as the model's events arrive.
 #[derive(Default)]
 struct Draft {
@@ -107,6 +132,8 @@ struct Draft {
     ids: CallIds,
     /// Why the model stopped and what it used, once it said so.
     finish: Option<(FinishReason, Usage)>,
+    /// Whether a chunk of this response was emitted (text or reasoning streamed).
+    streamed: bool,
 }
 
 impl Draft {

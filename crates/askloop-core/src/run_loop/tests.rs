@@ -1327,3 +1327,249 @@ async fn issue31_a_failed_run_is_not_continued_after_a_newer_turn() {
     let stored = store.load_run(&unowned(&failed_id)).await.unwrap().state;
     assert_eq!(stored.status, RunStatus::Failed, "refused: nothing changed");
 }
+
+// ---- Issue 33: a tool call when no tool is offered is a model error ----
+
+/// A model that answers each call with the next of its responses (each a list of events), and
+/// records the requests.
+struct QueuedModel {
+    responses: std::sync::Mutex<std::collections::VecDeque<Vec<crate::model::ModelEvent>>>,
+    requests: std::sync::Mutex<Vec<crate::model::ModelRequest>>,
+}
+
+impl QueuedModel {
+    fn new(responses: Vec<Vec<crate::model::ModelEvent>>) -> Arc<Self> {
+        Arc::new(Self {
+            responses: std::sync::Mutex::new(responses.into()),
+            requests: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    fn requests(&self) -> Vec<crate::model::ModelRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::model::LanguageModel for QueuedModel {
+    fn provider(&self) -> &str {
+        "test"
+    }
+    fn model_id(&self) -> &str {
+        "queued"
+    }
+    async fn stream(
+        &self,
+        request: crate::model::ModelRequest,
+    ) -> Result<crate::model::ModelEventStream, crate::model::ModelError> {
+        self.requests.lock().unwrap().push(request);
+        let events = self.responses.lock().unwrap().pop_front().unwrap();
+        Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
+    }
+}
+
+fn ask_event(id: &str, question: &str) -> crate::model::ModelEvent {
+    crate::model::ModelEvent::ToolCall(crate::model::ToolCall {
+        id: id.into(),
+        name: "ask_user".into(),
+        args: crate::model::ToolArgs::Json(json!({"question": question})),
+    })
+}
+
+fn finish_event(reason: FinishReason) -> crate::model::ModelEvent {
+    crate::model::ModelEvent::Finish {
+        reason,
+        usage: crate::model::Usage::default(),
+    }
+}
+
+fn text_event(text: &str) -> crate::model::ModelEvent {
+    crate::model::ModelEvent::TextDelta(text.into())
+}
+
+/// The built-in agent's shape: `ask_user` only, a budget of one question, so that once it is
+/// asked no tool is offered.
+fn one_question_agent(
+    store: &Arc<dyn RunStore>,
+    model: Arc<dyn crate::model::LanguageModel>,
+) -> Agent {
+    Agent::builder("tester")
+        .shared_model(model)
+        .tool(crate::AskUser::new())
+        .shared_store(store.clone())
+        .max_questions(1)
+        .build()
+        .unwrap()
+}
+
+/// Runs `agent` on "Plan a trip", answers its question with "Lisbon", and returns the run's id,
+/// the resumed stream's chunks and its error.
+async fn ask_then_answer(agent: &Agent) -> (crate::RunId, Vec<Chunk>, Option<crate::AgentError>) {
+    let stream = agent.stream("Plan a trip");
+    let run_id = stream.run_id().clone();
+    assert_eq!(suspended_payloads(&chunks_of(stream).await).len(), 1);
+    let mut stream = agent
+        .resume_stream(json!("Lisbon"), &run_id, None)
+        .await
+        .unwrap();
+    let (mut chunks, mut error) = (Vec::new(), None);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => chunks.push(chunk),
+            Err(failure) => error = Some(failure),
+        }
+    }
+    (run_id, chunks, error)
+}
+
+/// Whether the only call the chunks announce is the answered question `q1` (a resumed stream
+/// announces it again).
+fn no_new_call(chunks: &[Chunk]) -> bool {
+    chunks.iter().all(|chunk| match chunk {
+        Chunk::ToolCall { call } => call.id.as_str() == "q1",
+        _ => true,
+    })
+}
+
+#[tokio::test]
+async fn issue33_a_tool_call_when_none_is_offered_is_asked_again_once() {
+    let store = store();
+    let model = QueuedModel::new(vec![
+        vec![
+            ask_event("q1", "Where to?"),
+            finish_event(FinishReason::ToolCalls),
+        ],
+        vec![
+            ask_event("q2", "When?"),
+            finish_event(FinishReason::ToolCalls),
+        ],
+        vec![
+            text_event("Three days in Lisbon."),
+            finish_event(FinishReason::Stop),
+        ],
+    ]);
+    let agent = one_question_agent(&store, model.clone());
+    let (run_id, chunks, error) = ask_then_answer(&agent).await;
+    assert!(error.is_none(), "{error:?}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests[1..] {
+        assert!(request.tools.is_empty() && !request.offers_tools());
+    }
+    assert_eq!(requests[1], requests[2], "the same request, asked again");
+    let finished: Vec<&str> = chunks
+        .iter()
+        .filter_map(|chunk| match chunk {
+            Chunk::Finish { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finished, ["Three days in Lisbon."]);
+    let starts = chunks
+        .iter()
+        .filter(|chunk| matches!(chunk, Chunk::StepStart { .. }))
+        .count();
+    assert_eq!(starts, 1, "one step, whatever its attempts");
+    assert!(no_new_call(&chunks), "{chunks:?}");
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Completed);
+    let calls: Vec<&str> = stored
+        .messages
+        .iter()
+        .flat_map(|message| match message {
+            Message::Assistant { parts } => parts.as_slice(),
+            _ => &[],
+        })
+        .filter_map(|part| match part {
+            crate::model::AssistantPart::ToolCall(call) => Some(call.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls, ["q1"], "the refused call is in no message");
+    assert_eq!(stored.steps, 2);
+}
+
+#[tokio::test]
+async fn issue33_a_repeated_tool_call_when_none_is_offered_fails_the_run() {
+    let store = store();
+    // The script replays its second step on every call that follows the answer.
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [ask("q1", json!({"question": "Where to?"}))]}),
+        json!({"toolCalls": [ask("q2", json!({"question": "When?"}))]}),
+    ]));
+    let agent = one_question_agent(&store, model.clone());
+    let (run_id, chunks, error) = ask_then_answer(&agent).await;
+    let Some(crate::AgentError::Model(crate::model::ModelError::ToolNotOffered { tool, .. })) =
+        &error
+    else {
+        panic!("{error:?}");
+    };
+    assert_eq!(tool, "ask_user");
+    let text = error.as_ref().unwrap().to_string();
+    assert!(
+        text.contains("`ask_user`") && text.contains("not offered at this step"),
+        "{text}"
+    );
+    assert_eq!(model.calls(), 3, "asked once more, then failed");
+    assert!(no_new_call(&chunks), "{chunks:?}");
+    assert!(
+        !chunks
+            .iter()
+            .any(|chunk| matches!(chunk, Chunk::Finish { .. }))
+    );
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Failed);
+    let failure = stored.error.as_ref().unwrap();
+    assert_eq!(failure.code, "model_error");
+    assert!(failure.message.contains("not offered"), "{failure:?}");
+    assert!(
+        matches!(stored.messages.last(), Some(Message::Tool { results }) if results[0].result["content"] == "User answered: Lisbon"),
+        "the answer is kept, the refused call is not: {:?}",
+        stored.messages
+    );
+    assert!(stored.pending_tool_calls().is_empty());
+}
+
+#[tokio::test]
+async fn issue33_a_tool_call_after_streamed_text_fails_without_asking_again() {
+    let store = store();
+    let model = QueuedModel::new(vec![
+        vec![
+            ask_event("q1", "Where to?"),
+            finish_event(FinishReason::ToolCalls),
+        ],
+        vec![
+            text_event("Let me ask: "),
+            ask_event("q2", "When?"),
+            finish_event(FinishReason::ToolCalls),
+        ],
+        vec![
+            text_event("never asked for"),
+            finish_event(FinishReason::Stop),
+        ],
+    ]);
+    let agent = one_question_agent(&store, model.clone());
+    let (run_id, chunks, error) = ask_then_answer(&agent).await;
+    assert!(
+        matches!(
+            error,
+            Some(crate::AgentError::Model(
+                crate::model::ModelError::ToolNotOffered { .. }
+            ))
+        ),
+        "{error:?}"
+    );
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "the text was streamed: no second try"
+    );
+    assert!(
+        chunks
+            .iter()
+            .any(|chunk| matches!(chunk, Chunk::TextDelta { text } if text == "Let me ask: "))
+    );
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
+    assert_eq!(stored.status, RunStatus::Failed);
+    assert!(matches!(stored.messages.last(), Some(Message::Tool { .. })));
+}

