@@ -282,6 +282,8 @@ const CASES: &[Case] = &[
         "Ayúdame a planear un viaje",
         &[
             "viaje",
+            "viajar",
+            "ciudad",
             "destino",
             "dónde",
             "donde",
