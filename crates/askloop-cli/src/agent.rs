@@ -16,16 +16,19 @@ use crate::model::{Spec, resolve_spec};
 /// The id of the built-in agent.
 pub(crate) const DEFAULT_AGENT: &str = "assistant";
 
-/// Instructions of the built-in agent: ask about the request itself, once, then answer with
-/// what the answer said. Written for small local models too, which otherwise ask about
-/// something else, copy schema words into their options, or keep asking.
+/// Instructions of the built-in agent: ask about the request itself, then answer with what
+/// the answer said. Written for small local models too, which otherwise ask about something
+/// else, copy an example into their options (issue 33: a trip example's "where to" asked of
+/// "fix my python script"), ask the same question again, or keep asking; so they name no
+/// topic of their own.
 const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When the user's request \
-depends on something only they know, do not guess: call the ask_user tool once, with one short \
-question about the most important thing missing from their request (for a trip: where to; for \
-a choice: what it is for), in the request's own words. Offer two to four short options, labels \
-only, when the likely answers are a known set; otherwise ask a free-text question. Once the \
-user has answered, do not ask again: answer their request in full, naming their answer and \
-building on it.";
+depends on something only they know, do not guess: call the ask_user tool with one short \
+question about the most important detail missing from this request, using the request's own \
+words. Offer two to four options, labels only of one to four words each, when the likely \
+answers are a known set; otherwise ask a free-text question. Use multi_select only when \
+several answers make sense together. Never ask the same question twice. Once the user has \
+answered, or when you can ask no more, answer their request in full from what you have: name \
+their answer and build on it.";
 
 /// The question budget of the built-in agent on the local model, unless set: one question,
 /// and one more if the model needs it. Small local models otherwise keep asking.

@@ -1,11 +1,33 @@
-//! Issue 8's quality check of the first run: the built-in agent on the default local model
-//! (Qwen2.5-Coder-1.5B, fetched through the first-use path and cached), with fixed seeds, over
-//! varied requests. Each run must open with an `ask_user` question about the request, never
-//! offer schema words as options, stay within the question budget and the step limit, and, in at
-//! least 8 of 10 runs, answer with the user's answer in its text.
+//! The quality check of the first run (issues 8 and 33): the built-in agent on the default
+//! local model (Qwen2.5-Coder-1.5B, fetched through the first-use path and cached), with fixed
+//! seeds (case *n* has seed *n*), over 20 everyday requests: plans, choices, writing, code, and
+//! one in Spanish. Each run opens with an `ask_user` question; the person answers the first
+//! option's label (pick one), a one-item list (pick several), the case's own text (free text),
+//! and in the birthday case their own words instead of an option (`{"other": "Maria"}`, the
+//! agent built with `allow_other = true`). The rules, each counted and printed:
 //!
-//! In-process (one model load, the system prompt's blocks shared by every run), with answers
-//! bounded to 160 tokens, so it takes a couple of minutes on two cores.
+//! - **No tool call as the answer** (0): a final text is a tool call in disguise when it holds
+//!   `<tool_call>`, or, once whitespace is removed, both `{"name":` and `"arguments":` (a bare
+//!   JSON call, whole or cut off, also inside a code fence).
+//! - **The first question is about the request** (all 20): it shares a content word (stop
+//!   words dropped, a final `s` trimmed) with the prompt or the case's related words, or it is
+//!   a clarification, asking for what the request leaves out: it uses one of [`CLARIFY`]
+//!   (share, paste, provide, details, describe, tell, explain, specify, clarify, more).
+//! - **No option cut mid-word** (0): an option's label or description is cut when it reaches a
+//!   cap of the grammar ([`MAX_NESTED_WORDS`] words, or a word of [`MAX_WORD_LENGTH`]
+//!   characters), or when its last word ends in a run of one lowercase ASCII letter and is not
+//!   the word `a` (`…and a h` is cut; `Plan B`, `C`, `3D`, `Option 2`, `…a city.`, `数据` are
+//!   not).
+//! - **No option in a foreign script** (0): every label and description keeps to the scripts
+//!   of the conversation (the instructions, the prompt, the answers so far), neutral characters
+//!   (digits, punctuation, emoji) aside ([`ScriptSet`], the sampler's own classification).
+//! - **No question asked twice** in a run (0), no schema word as an option label (0), every run
+//!   within the question budget and finished.
+//! - **The answer is used** in at least 16 of 20 final texts: every content word of the answer
+//!   appears in the text (one may be missing when the answer has three or more).
+//!
+//! In-process (one model load, the system prompt's blocks shared by every run), with every
+//! step bounded to 160 tokens, so it takes some ten minutes on two cores.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -15,24 +37,40 @@ use std::time::Instant;
 use askloop_core::model::ToolCall;
 use askloop_core::store::MemoryStore;
 use askloop_core::{Agent, Chunk, RunStore};
+use askloop_providers::local::{MAX_NESTED_WORDS, MAX_WORD_LENGTH, Script, ScriptSet};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::agent::{AgentDefinition, DEFAULT_AGENT, LOCAL_MAX_QUESTIONS};
 use crate::config::LoadedConfig;
 
-/// One request: the prompt, words a question about it may use besides the prompt's own, and
-/// the free-text answer given to such a question.
+/// One request: the prompt, words a question about it may use besides the prompt's own, the
+/// free-text answer given to such a question, and whether a pick-one question is answered in
+/// the person's own words (the free text) instead of an option.
 struct Case {
     prompt: &'static str,
     related: &'static [&'static str],
     answer: &'static str,
+    own_words: bool,
+}
+
+const fn case(
+    prompt: &'static str,
+    related: &'static [&'static str],
+    answer: &'static str,
+) -> Case {
+    Case {
+        prompt,
+        related,
+        answer,
+        own_words: false,
+    }
 }
 
 const CASES: &[Case] = &[
-    Case {
-        prompt: "Help me plan a trip",
-        related: &[
+    case(
+        "Help me plan a trip",
+        &[
             "travel",
             "transportation",
             "transport",
@@ -42,64 +80,69 @@ const CASES: &[Case] = &[
             "go",
             "vacation",
             "when",
+            "long",
+            "budget",
         ],
-        answer: "Lisbon",
-    },
-    Case {
-        prompt: "Which database should I use?",
-        related: &[
+        "Lisbon",
+    ),
+    case(
+        "Which database should I use?",
+        &[
             "data",
             "application",
             "app",
             "project",
             "sql",
-            "use case",
             "store",
+            "building",
+            "scale",
         ],
-        answer: "PostgreSQL",
-    },
+        "PostgreSQL",
+    ),
     Case {
-        prompt: "Write a birthday message for my friend",
-        related: &["name", "friend", "who", "age", "old", "tone", "style"],
-        answer: "Maria",
-    },
-    Case {
-        prompt: "Suggest a recipe for dinner tonight",
+        prompt: "Write a birthday message for my sister",
         related: &[
+            "name", "sister", "who", "age", "old", "tone", "style", "her", "she",
+        ],
+        answer: "Maria",
+        own_words: true,
+    },
+    case(
+        "Suggest a recipe for dinner tonight",
+        &[
             "cuisine",
             "ingredients",
             "food",
             "diet",
             "meal",
             "prefer",
-            "like",
+            "cook",
+            "dish",
         ],
-        answer: "Italian",
-    },
-    Case {
-        prompt: "Recommend a book for me to read",
-        related: &[
-            "genre", "books", "reading", "author", "fiction", "like", "enjoy",
-        ],
-        answer: "science fiction",
-    },
-    Case {
-        prompt: "Help me choose a new laptop",
-        related: &[
+        "Italian",
+    ),
+    case(
+        "Recommend a book for me to read",
+        &["genre", "books", "reading", "author", "fiction", "enjoy"],
+        "science fiction",
+    ),
+    case(
+        "Help me choose a new laptop",
+        &[
             "budget",
-            "use",
             "purpose",
             "price",
             "work",
             "gaming",
             "need",
             "operating",
+            "computer",
         ],
-        answer: "programming",
-    },
-    Case {
-        prompt: "Plan a weekly workout routine for me",
-        related: &[
+        "programming",
+    ),
+    case(
+        "Plan a weekly workout routine for me",
+        &[
             "fitness",
             "goal",
             "exercise",
@@ -107,26 +150,27 @@ const CASES: &[Case] = &[
             "days",
             "train",
             "experience",
+            "week",
         ],
-        answer: "strength",
-    },
-    Case {
-        prompt: "Suggest a name for my new puppy",
-        related: &[
+        "strength",
+    ),
+    case(
+        "Suggest a name for my new puppy",
+        &[
             "dog", "breed", "names", "style", "boy", "girl", "male", "female",
         ],
-        answer: "Beagle",
-    },
-    Case {
-        prompt: "Which programming language should I learn first?",
-        related: &[
-            "language", "goal", "build", "interest", "develop", "learn", "web",
+        "Beagle",
+    ),
+    case(
+        "Which programming language should I learn first?",
+        &[
+            "language", "goal", "build", "interest", "develop", "web", "want",
         ],
-        answer: "Python",
-    },
-    Case {
-        prompt: "Help me pick a gift for my mother",
-        related: &[
+        "Python",
+    ),
+    case(
+        "Help me pick a gift for my mother",
+        &[
             "gift",
             "interests",
             "likes",
@@ -134,15 +178,159 @@ const CASES: &[Case] = &[
             "hobbies",
             "enjoy",
             "occasion",
+            "mom",
         ],
-        answer: "gardening",
-    },
+        "gardening",
+    ),
+    case(
+        "fix my python script",
+        &[
+            "error",
+            "code",
+            "problem",
+            "issue",
+            "wrong",
+            "bug",
+            "happen",
+            "expect",
+            "traceback",
+            "message",
+        ],
+        "IndexError",
+    ),
+    case(
+        "Write a SQL query that finds duplicate emails",
+        &[
+            "table", "column", "database", "name", "schema", "users", "email",
+        ],
+        "users",
+    ),
+    case(
+        "Help me write a cover letter",
+        &[
+            "job",
+            "position",
+            "role",
+            "company",
+            "apply",
+            "applying",
+            "experience",
+            "industry",
+        ],
+        "nurse",
+    ),
+    case(
+        "Plan a birthday party for my son",
+        &[
+            "age", "old", "theme", "guests", "kids", "budget", "where", "party", "he", "his",
+        ],
+        "dinosaurs",
+    ),
+    case(
+        "Which phone should I buy?",
+        &[
+            "budget",
+            "brand",
+            "operating",
+            "system",
+            "android",
+            "ios",
+            "iphone",
+            "use",
+            "need",
+            "price",
+        ],
+        "Android",
+    ),
+    case(
+        "Help me organize my week",
+        &[
+            "tasks",
+            "schedule",
+            "priorities",
+            "goals",
+            "work",
+            "days",
+            "plan",
+            "time",
+        ],
+        "exams",
+    ),
+    case(
+        "Write a short poem",
+        &[
+            "topic", "theme", "subject", "about", "style", "mood", "tone", "poetry",
+        ],
+        "autumn",
+    ),
+    case(
+        "Why is my JavaScript code slow?",
+        &[
+            "code",
+            "share",
+            "function",
+            "browser",
+            "node",
+            "performance",
+            "doing",
+            "what",
+            "error",
+        ],
+        "loops",
+    ),
+    case(
+        "Ayúdame a planear un viaje",
+        &[
+            "viaje",
+            "viajar",
+            "ciudad",
+            "destino",
+            "dónde",
+            "donde",
+            "trip",
+            "destination",
+            "where",
+            "travel",
+            "cuándo",
+            "presupuesto",
+            "budget",
+            "ir",
+            "visitar",
+            "vacaciones",
+        ],
+        "Sevilla",
+    ),
+    case(
+        "Should I rent or buy a home?",
+        &[
+            "budget",
+            "money",
+            "income",
+            "stay",
+            "long",
+            "live",
+            "where",
+            "city",
+            "save",
+            "savings",
+            "plan",
+            "financial",
+        ],
+        "five years",
+    ),
 ];
 
 /// Words that say nothing about a request.
 const STOP_WORDS: &[&str] = &[
     "a", "an", "the", "me", "my", "for", "to", "of", "i", "you", "your", "should", "help", "which",
-    "what", "new", "use", "and", "or", "in", "on", "do", "is", "are", "would", "like",
+    "what", "new", "use", "and", "or", "in", "on", "do", "is", "are", "would", "like", "un", "una",
+    "el", "la", "de", "que", "y", "en", "te", "tu", "it", "with", "be",
+];
+
+/// Words of a question that asks for what the request leaves out (a sensible clarification).
+const CLARIFY: &[&str] = &[
+    "share", "paste", "provide", "detail", "describe", "tell", "explain", "specify", "clarify",
+    "more",
 ];
 
 /// Words of the tool's schema that must never be option labels.
@@ -170,68 +358,96 @@ struct Outcome {
     prompt: &'static str,
     questions: Vec<Value>,
     answers: Vec<String>,
+    /// Whether an answer was given in the person's own words (`{"other": …}`).
+    own_words: bool,
     text: String,
     finished: bool,
+    error: Option<String>,
     seconds: f64,
 }
 
-/// The answer a person would give: the first option's label, or the case's free text.
-fn answer(case: &Case, payload: &Value) -> (Value, String) {
+/// The answer a person would give: the first option's label (in a list for pick-several), the
+/// case's text in their own words, or the case's free text.
+fn answer(case: &Case, payload: &Value) -> (Value, String, bool) {
     let first = payload["options"]
         .as_array()
         .and_then(|options| options.first())
         .and_then(|option| option["label"].as_str())
         .map(str::to_owned);
+    let other = payload["allowOther"].as_bool() == Some(true) && case.own_words;
     match (payload["selectionMode"].as_str(), first) {
-        (Some("multi_select"), Some(label)) => (json!([label]), label),
-        (Some(_), Some(label)) => (json!(label), label),
-        _ => (json!(case.answer), case.answer.to_owned()),
+        (Some("multi_select"), Some(_)) if other => (
+            json!([{"other": case.answer}]),
+            case.answer.to_owned(),
+            true,
+        ),
+        (Some(_), Some(_)) if other => {
+            (json!({"other": case.answer}), case.answer.to_owned(), true)
+        }
+        (Some("multi_select"), Some(label)) => (json!([label]), label, false),
+        (Some(_), Some(label)) => (json!(label), label, false),
+        _ => (json!(case.answer), case.answer.to_owned(), false),
     }
 }
 
-/// One suspension (or none) and the text of one stream.
-async fn drain(stream: askloop_core::AgentStream) -> (Option<(ToolCall, Value)>, String, bool) {
+/// What one stream did: its suspension (if any), its text, whether it finished, its error.
+struct Drained {
+    suspended: Option<(ToolCall, Value)>,
+    text: String,
+    finished: bool,
+    error: Option<String>,
+}
+
+async fn drain(stream: askloop_core::AgentStream) -> Drained {
     let mut stream = stream;
-    let mut suspended = None;
-    let mut text = String::new();
-    let mut finished = false;
+    let mut drained = Drained {
+        suspended: None,
+        text: String::new(),
+        finished: false,
+        error: None,
+    };
     while let Some(chunk) = stream.next().await {
-        match chunk.expect("the run streams") {
-            Chunk::TextDelta { text: delta } => text.push_str(&delta),
-            Chunk::ToolCallSuspended { call, suspension } => {
-                suspended = Some((call, suspension.payload));
+        match chunk {
+            Ok(Chunk::TextDelta { text: delta }) => drained.text.push_str(&delta),
+            Ok(Chunk::ToolCallSuspended { call, suspension }) => {
+                drained.suspended = Some((call, suspension.payload));
             }
-            Chunk::Finish { .. } => finished = true,
-            _ => {}
+            Ok(Chunk::Finish { .. }) => drained.finished = true,
+            Ok(_) => {}
+            Err(error) => drained.error = Some(error.to_string()),
         }
     }
-    (suspended, text, finished)
+    drained
 }
 
 async fn run(agent: &Agent, case: &'static Case) -> Outcome {
     let started = Instant::now();
     let stream = agent.stream(case.prompt);
     let run_id = stream.run_id().clone();
-    let (mut suspended, mut text, mut finished) = drain(stream).await;
+    let mut drained = drain(stream).await;
     let mut questions = Vec::new();
     let mut answers = Vec::new();
-    while let Some((call, payload)) = suspended.take() {
+    let mut own_words = false;
+    while let Some((call, payload)) = drained.suspended.take() {
         assert_eq!(call.name, "ask_user");
-        let (value, words) = answer(case, &payload);
+        let (value, words, other) = answer(case, &payload);
+        own_words |= other;
         questions.push(payload);
         answers.push(words);
         let stream = agent
             .resume_stream(value, &run_id, Some(&call.id))
             .await
             .expect("the answer is accepted");
-        (suspended, text, finished) = drain(stream).await;
+        drained = drain(stream).await;
     }
     Outcome {
         prompt: case.prompt,
         questions,
         answers,
-        text,
-        finished,
+        own_words,
+        text: drained.text,
+        finished: drained.finished,
+        error: drained.error,
         seconds: started.elapsed().as_secs_f64(),
     }
 }
@@ -251,13 +467,219 @@ async fn local_model() -> (
     (spec, model)
 }
 
+/// Whether a final text is, or holds, a tool call (see the module docs).
+fn holds_tool_call(text: &str) -> bool {
+    let packed: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    packed.contains("<tool_call>")
+        || (packed.contains("{\"name\":") && packed.contains("\"arguments\":"))
+}
+
+/// Whether an option string was cut (see the module docs).
+fn cut_mid_word(text: &str) -> bool {
+    let text_words: Vec<&str> = text.split_whitespace().collect();
+    let capped = text_words.len() as u64 >= MAX_NESTED_WORDS
+        || text_words
+            .iter()
+            .any(|word| word.chars().count() as u64 >= MAX_WORD_LENGTH);
+    let Some(last) = text_words.last() else {
+        return false;
+    };
+    let run: Vec<char> = last
+        .chars()
+        .rev()
+        .take_while(|character| character.is_alphabetic())
+        .collect();
+    // A lone lowercase ASCII letter ends a word only as the word "a".
+    let single = match run.as_slice() {
+        [letter] => letter.is_ascii_lowercase() && *last != "a",
+        _ => false,
+    };
+    capped || single
+}
+
+/// Whether an option string writes a script the conversation does not use.
+fn foreign(text: &str, conversation: ScriptSet) -> bool {
+    !ScriptSet::of_text(text).is_subset_of(conversation)
+}
+
+/// Whether the final text uses the answer (see the module docs).
+fn uses(text: &str, answer: &str) -> bool {
+    let text = words(text);
+    let answer = words(answer);
+    let missing = answer.iter().filter(|word| !text.contains(word)).count();
+    !answer.is_empty() && (missing == 0 || (answer.len() >= 3 && missing == 1))
+}
+
+/// The rules' counts over all runs.
+#[derive(Debug, Default)]
+struct Tally {
+    tool_call_texts: Vec<String>,
+    unrelated_questions: Vec<String>,
+    cut_options: Vec<String>,
+    foreign_options: Vec<String>,
+    foreign_texts: usize,
+    repeated_questions: Vec<String>,
+    schema_labels: Vec<String>,
+    unfinished: Vec<String>,
+    used_answer: usize,
+    answered: usize,
+    own_words: usize,
+}
+
+impl Tally {
+    fn count(&mut self, outcome: &Outcome, case: &Case) {
+        let conversation = ScriptSet::of_text(case.prompt)
+            .with(Script::Latin)
+            .union(ScriptSet::of_text(&outcome.answers.join(" ")));
+        if holds_tool_call(&outcome.text) {
+            self.tool_call_texts
+                .push(format!("{}: {}", outcome.prompt, outcome.text));
+        }
+        if foreign(&outcome.text, conversation) {
+            self.foreign_texts += 1;
+        }
+        match outcome.questions.first() {
+            Some(first) => {
+                let question = words(first["question"].as_str().unwrap_or_default());
+                let mut about: Vec<String> = words(case.prompt);
+                about.extend(case.related.iter().flat_map(|word| words(word)));
+                let related = question.iter().any(|word| about.contains(word));
+                let clarifies = question.iter().any(|word| CLARIFY.contains(&word.as_str()));
+                if !related && !clarifies {
+                    self.unrelated_questions
+                        .push(format!("{}: {first}", outcome.prompt));
+                }
+            }
+            None => self
+                .unrelated_questions
+                .push(format!("{}: no question first", outcome.prompt)),
+        }
+        let mut asked = Vec::new();
+        for question in &outcome.questions {
+            let text = question["question"]
+                .as_str()
+                .unwrap_or_default()
+                .to_lowercase();
+            if asked.contains(&text) {
+                self.repeated_questions
+                    .push(format!("{}: {text}", outcome.prompt));
+            }
+            asked.push(text);
+            self.count_options(outcome.prompt, question, conversation);
+        }
+        if outcome.questions.len() > LOCAL_MAX_QUESTIONS as usize || !outcome.finished {
+            self.unfinished.push(format!(
+                "{}: {} questions, finished: {}, error: {:?}",
+                outcome.prompt,
+                outcome.questions.len(),
+                outcome.finished,
+                outcome.error
+            ));
+        }
+        if !outcome.answers.is_empty() {
+            self.answered += 1;
+        }
+        if outcome
+            .answers
+            .iter()
+            .any(|answer| uses(&outcome.text, answer))
+        {
+            self.used_answer += 1;
+        }
+        if outcome.own_words {
+            self.own_words += 1;
+        }
+    }
+
+    /// One line with every rule's count after `runs` runs.
+    fn line(&self, runs: usize, started: Instant) -> String {
+        format!(
+            "issue 33 quality check: {runs} runs in {:.0} s; tool-call texts {}, unrelated first \
+             questions {}, options cut {}, options in a foreign script {}, final texts in a \
+             foreign script {}, repeated questions {}, schema labels {}, unfinished {}, answer \
+             used {} of {} answered ({} in own words)",
+            started.elapsed().as_secs_f64(),
+            self.tool_call_texts.len(),
+            self.unrelated_questions.len(),
+            self.cut_options.len(),
+            self.foreign_options.len(),
+            self.foreign_texts,
+            self.repeated_questions.len(),
+            self.schema_labels.len(),
+            self.unfinished.len(),
+            self.used_answer,
+            self.answered,
+            self.own_words,
+        )
+    }
+
+    fn count_options(&mut self, prompt: &str, question: &Value, conversation: ScriptSet) {
+        for option in question["options"].as_array().into_iter().flatten() {
+            let label = option["label"].as_str().unwrap_or_default();
+            if SCHEMA_WORDS.contains(&label.to_lowercase().as_str()) {
+                self.schema_labels.push(format!("{prompt}: {label}"));
+            }
+            let texts = [Some(label), option["description"].as_str()];
+            for text in texts.into_iter().flatten() {
+                if cut_mid_word(text) {
+                    self.cut_options.push(format!("{prompt}: {text:?}"));
+                }
+                if foreign(text, conversation) {
+                    self.foreign_options.push(format!("{prompt}: {text:?}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn issue33_the_quality_rules_judge_as_stated() {
+    assert!(holds_tool_call(
+        "{\"name\": \"ask_user\", \"arguments\": {\"question\": \"Where?\"}}"
+    ));
+    assert!(holds_tool_call(
+        "Sure:\n```json\n{\n  \"name\": \"ask_user\",\n  \"arguments\": {\"quest"
+    ));
+    assert!(holds_tool_call("<tool_call>\n{}"));
+    assert!(!holds_tool_call(
+        "Lisbon: three days. The name \"arguments\" is fine."
+    ));
+    assert!(cut_mid_word("Museum views and a h"));
+    assert!(cut_mid_word(
+        "one two three four five six seven eight nine ten"
+    ));
+    for whole in [
+        "Plan B",
+        "C",
+        "3D",
+        "Option 2",
+        "Take a city break.",
+        "Lisbon",
+        "数据",
+        "中",
+        "a",
+    ] {
+        assert!(!cut_mid_word(whole), "{whole:?}");
+    }
+    let latin = ScriptSet::of_text("Help me plan a trip");
+    assert!(foreign("data科学", latin));
+    assert!(!foreign("Data science, 2 days!", latin));
+    assert!(uses("Lisbon is lovely.", "Lisbon"));
+    assert!(!uses("Porto is lovely.", "Lisbon"));
+    assert!(uses(
+        "A week at the beach with family",
+        "Beach vacation with family"
+    ));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
     let (spec, model) = local_model().await;
-    let definition = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
+    let mut definition = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
+    definition.allow_other = true;
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
     let started = Instant::now();
-    let mut outcomes = Vec::new();
+    let mut tally = Tally::default();
     for (index, case) in CASES.iter().enumerate() {
         let mut definition = definition.clone();
         definition.settings.seed = Some(index as u64 + 1);
@@ -275,55 +697,22 @@ async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
         let outcome = run(&agent, case).await;
         eprintln!("{outcome:#?}");
         eprintln!("{}: {:.1} s", outcome.prompt, outcome.seconds);
-        outcomes.push(outcome);
+        tally.count(&outcome, case);
+        eprintln!("{}", tally.line(index + 1, started));
     }
-    eprintln!(
-        "issue 8 quality check: {} runs in {:.0} s",
-        outcomes.len(),
-        started.elapsed().as_secs_f64()
-    );
+    eprintln!("{tally:#?}");
 
-    let mut problems = Vec::new();
-    let mut used_answer = 0;
-    for (outcome, case) in outcomes.iter().zip(CASES) {
-        let Some(first) = outcome.questions.first() else {
-            problems.push(format!("{}: no question first", outcome.prompt));
-            continue;
-        };
-        let question = words(first["question"].as_str().unwrap_or_default());
-        let mut about: Vec<String> = words(case.prompt);
-        about.extend(case.related.iter().flat_map(|word| words(word)));
-        if !question.iter().any(|word| about.contains(word)) {
-            problems.push(format!("{}: unrelated question {first}", outcome.prompt));
-        }
-        for question in &outcome.questions {
-            for option in question["options"].as_array().into_iter().flatten() {
-                let label = option["label"].as_str().unwrap_or_default().to_lowercase();
-                if SCHEMA_WORDS.contains(&label.as_str()) {
-                    problems.push(format!("{}: schema word as option {label}", outcome.prompt));
-                }
-            }
-        }
-        if outcome.questions.len() > LOCAL_MAX_QUESTIONS as usize || !outcome.finished {
-            problems.push(format!(
-                "{}: {} questions, finished: {}",
-                outcome.prompt,
-                outcome.questions.len(),
-                outcome.finished
-            ));
-        }
-        let text = words(&outcome.text);
-        if outcome.answers.iter().any(|answer| {
-            let answer = words(answer);
-            !answer.is_empty() && answer.iter().all(|word| text.contains(word))
-        }) {
-            used_answer += 1;
-        }
-    }
-    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(tally.tool_call_texts.is_empty(), "{tally:#?}");
+    assert!(tally.unrelated_questions.is_empty(), "{tally:#?}");
+    assert!(tally.cut_options.is_empty(), "{tally:#?}");
+    assert!(tally.foreign_options.is_empty(), "{tally:#?}");
+    assert!(tally.repeated_questions.is_empty(), "{tally:#?}");
+    assert!(tally.schema_labels.is_empty(), "{tally:#?}");
+    assert!(tally.unfinished.is_empty(), "{tally:#?}");
     assert!(
-        used_answer >= 8,
-        "{used_answer} of {} final texts use the answer",
-        outcomes.len()
+        tally.used_answer >= 16,
+        "{} of {} final texts use the answer",
+        tally.used_answer,
+        CASES.len()
     );
 }

@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::local::error::{BoxedError, LocalModelError};
 use crate::local::grammar::DecodingPlan;
 use crate::local::sampler::Sampler;
+use crate::local::script::ScriptFilter;
 use crate::local::template::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 use crate::local::tokenizer::{LocalTokenizer, TextAssembler};
 
@@ -48,6 +49,8 @@ pub(crate) struct Decoder<'a> {
     tokenizer: &'a LocalTokenizer,
     /// The plan's grammar (plain text has one too, so that it never opens as a tool call).
     matcher: Matcher,
+    /// The tokens of scripts the conversation does not use, masked with the grammar's mask.
+    scripts: ScriptFilter,
     sampler: Sampler,
     mode: Mode,
     /// Whether a call may be written as bare JSON (`{` opens one).
@@ -61,11 +64,13 @@ pub(crate) struct Decoder<'a> {
 }
 
 impl<'a> Decoder<'a> {
-    /// A decoder for `plan`, its grammar compiled into `matcher`, of at most `max_tokens`.
+    /// A decoder for `plan`, its grammar compiled into `matcher`, keeping to the scripts of
+    /// `scripts`, of at most `max_tokens`.
     pub(crate) fn new(
         tokenizer: &'a LocalTokenizer,
         plan: &DecodingPlan,
         matcher: Matcher,
+        scripts: ScriptFilter,
         sampler: Sampler,
         max_tokens: u32,
     ) -> Self {
@@ -88,6 +93,7 @@ impl<'a> Decoder<'a> {
         Self {
             tokenizer,
             matcher,
+            scripts,
             sampler,
             mode,
             bare_calls,
@@ -145,8 +151,11 @@ impl<'a> Decoder<'a> {
                 return Ok(Some(forced));
             }
         }
-        // The grammar's mask also keeps out every control token but the end of the turn.
-        let mask = self.matcher.compute_mask().map_err(constraint)?;
+        // The grammar's mask also keeps out every control token but the end of the turn; the
+        // tokens of a script foreign to the conversation go too, unless nothing else is left.
+        let mask = self
+            .scripts
+            .restrict(self.matcher.compute_mask().map_err(constraint)?);
         mask.iter_unset_entries(|index| {
             if let Some(logit) = logits.get_mut(index) {
                 *logit = f32::NEG_INFINITY;

@@ -21,6 +21,7 @@ use crate::local::kv_cache::KvCache;
 use crate::local::network::Network;
 use crate::local::prompt_cache::PromptCache;
 use crate::local::sampler::Sampler;
+use crate::local::script::{ScriptFilter, ScriptSet};
 use crate::local::template::{self, ChatFormat};
 use crate::local::tokenizer::LocalTokenizer;
 
@@ -103,7 +104,9 @@ pub(crate) fn generate(
     let format = engine.network.chat_format();
     let plan = grammar::plan(&request.tools, &settings.tool_choice, format)?;
     let matcher = matcher_for(engine.factory, &plan)?;
-    let prompt = engine.tokenizer.encode(&prompt_text(request, format)?);
+    let text = prompt_text(request, format)?;
+    let prompt = engine.tokenizer.encode(&text);
+    let scripts = ScriptFilter::new(engine.tokenizer.token_scripts(), ScriptSet::of_text(&text));
     let max_tokens = token_budget(engine.network, settings.max_tokens, prompt.len())?;
     let sampler = Sampler::new(
         settings.temperature.unwrap_or(DEFAULT_TEMPERATURE),
@@ -123,10 +126,18 @@ pub(crate) fn generate(
         prompt = prompt.len(),
         from_disk,
         elapsed_ms = started.elapsed().as_millis() as u64,
+        foreign_tokens = scripts.len(),
         "local model: prompt processed"
     );
 
-    let mut decoder = Decoder::new(engine.tokenizer, &plan, matcher, sampler, max_tokens);
+    let mut decoder = Decoder::new(
+        engine.tokenizer,
+        &plan,
+        matcher,
+        scripts,
+        sampler,
+        max_tokens,
+    );
     let forward = |tokens: &[u32]| match engine.network.forward(tokens, &mut session.cache) {
         Ok(logits) => Ok(logits),
         Err(error) => {

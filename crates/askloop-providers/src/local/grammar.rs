@@ -33,10 +33,28 @@
 //!
 //! llguidance turns this into a token mask at every step, so the JSON is valid and matches the
 //! schema by construction. The decoding schema is the tool's schema made finite and strict,
-//! because a 135M model left free loops or invents: every string gets a `maxLength`
-//! ([`MAX_STRING_LENGTH`]) and no leading or trailing whitespace, every array a `maxItems`
-//! ([`MAX_ARRAY_ITEMS`]), every object `additionalProperties: false`; JSON whitespace is fixed
-//! to `", "` and `": "`.
+//! because a 135M model left free loops or invents: every array gets a `maxItems`
+//! ([`MAX_ARRAY_ITEMS`]), every object `additionalProperties: false`, JSON whitespace is fixed
+//! to `", "` and `": "`, and every free string (no `enum`, `const`, `pattern` or `format` of its
+//! own) is a run of bounded words ([`words_pattern`]):
+//!
+//! ```text
+//! ^(\S{1,32}( \S{1,32}){0,N-1})?$      N = MAX_WORDS (24) at the top level,
+//!                                        MAX_NESTED_WORDS (10) inside arrays and definitions
+//! ```
+//!
+//! Words are separated by one space, so a string has no leading, trailing or doubled
+//! whitespace and no line break, and it may close only after a complete word. A character cap
+//! (`maxLength`) would instead force the string shut wherever the count runs out, often
+//! mid-word (issue 33: an option's description ending in `…views and a h`); with bounded words
+//! the model may always finish the word it is writing (up to [`MAX_WORD_LENGTH`] characters),
+//! and only the word count is bounded. A `maxLength` the schema sets itself is kept.
+//!
+//! An object inside an array or a definition (an `ask_user` option) loses its optional
+//! `description` property: a small model's option descriptions restate the label at length
+//! (`Alice` — "Her full name."), doubled the question's tokens (so its time on screen), and
+//! ran into the length cap; the label is what the person picks. A required `description`
+//! stays.
 
 use askloop_core::model::{ToolChoice, ToolDefinition};
 use serde_json::{Map, Value, json};
@@ -44,11 +62,13 @@ use serde_json::{Map, Value, json};
 use crate::local::error::LocalModelError;
 use crate::local::template::{ChatFormat, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 
-/// The longest string the model may write in a top-level tool argument, unless the schema says
-/// less.
-pub const MAX_STRING_LENGTH: u64 = 120;
-/// The longest string the model may write inside an array (an option's label, a list entry).
-pub const MAX_NESTED_STRING_LENGTH: u64 = 48;
+/// The most words the model may write in a top-level string argument (a question).
+pub const MAX_WORDS: u64 = 24;
+/// The most words the model may write in a string inside an array or a definition (an
+/// option's label or description, a list entry).
+pub const MAX_NESTED_WORDS: u64 = 10;
+/// The longest word (run of non-whitespace characters) the model may write in a string.
+pub const MAX_WORD_LENGTH: u64 = 32;
 /// The most items the model may write in an array argument, unless the schema says less.
 pub const MAX_ARRAY_ITEMS: u64 = 4;
 
@@ -80,7 +100,7 @@ pub(crate) enum DecodingPlan {
 /// whitespace (see the module docs).
 pub fn decoding_schema(schema: &Value) -> Value {
     let mut schema = schema.clone();
-    bound(&mut schema, MAX_STRING_LENGTH);
+    bound(&mut schema, MAX_WORDS);
     if let Value::Object(object) = &mut schema {
         object.shift_remove("$schema");
         object.insert(
@@ -112,13 +132,20 @@ fn cap(object: &mut Map<String, Value>, key: &str, limit: u64) {
     }
 }
 
-/// Applies the bounds to one schema and every schema inside it; strings get at most
-/// `string_length` characters.
-fn bound(schema: &mut Value, string_length: u64) {
+/// The pattern of a free string of at most `words` words of at most [`MAX_WORD_LENGTH`]
+/// characters, one space apart (see the module docs): it closes only after a complete word.
+pub fn words_pattern(words: u64) -> String {
+    let more = words.saturating_sub(1);
+    format!("^(\\S{{1,{MAX_WORD_LENGTH}}}( \\S{{1,{MAX_WORD_LENGTH}}}){{0,{more}}})?$")
+}
+
+/// Applies the bounds to one schema and every schema inside it; free strings get at most
+/// `words` words.
+fn bound(schema: &mut Value, words: u64) {
     let Value::Object(object) = schema else {
         return;
     };
-    bound_values(object, string_length);
+    bound_values(object, words);
     bound_properties(object);
     if has_type(object, "object") || object.contains_key("properties") {
         match object.get("additionalProperties") {
@@ -128,20 +155,22 @@ fn bound(schema: &mut Value, string_length: u64) {
             }
         }
     }
-    bound_children(object, string_length);
+    bound_children(object, words);
 }
 
-/// Bounds a string schema (at most `string_length` characters, never blank or padded) and an
-/// array schema (at most [`MAX_ARRAY_ITEMS`] items).
-fn bound_values(object: &mut Map<String, Value>, string_length: u64) {
+/// Bounds a free string schema (at most `words` words, never blank or padded, closing only
+/// after a complete word) and an array schema (at most [`MAX_ARRAY_ITEMS`] items).
+fn bound_values(object: &mut Map<String, Value>, words: u64) {
     let constant = object.contains_key("enum") || object.contains_key("const");
-    if has_type(object, "string") && !constant {
-        cap(object, "maxLength", string_length);
-        if !object.contains_key("pattern") && !object.contains_key("format") {
-            // No leading or trailing whitespace and no line breaks: a non-empty string is never
-            // blank, and the model cannot pad forever.
-            object.insert("pattern".to_owned(), json!("^(\\S(.*\\S)?)?$"));
-        }
+    if has_type(object, "string")
+        && !constant
+        && !object.contains_key("pattern")
+        && !object.contains_key("format")
+    {
+        object.insert("pattern".to_owned(), json!(words_pattern(words)));
+    } else if has_type(object, "string") && !constant {
+        // A string of the schema's own pattern or format is still finite.
+        cap(object, "maxLength", words * (MAX_WORD_LENGTH + 1));
     }
     if has_type(object, "array") || object.contains_key("items") {
         cap(object, "maxItems", MAX_ARRAY_ITEMS);
@@ -187,39 +216,60 @@ fn bound_properties(object: &mut Map<String, Value>) {
 }
 
 /// Applies the bounds to every schema inside `object`: nested strings (in definitions, array
-/// items) get at most [`MAX_NESTED_STRING_LENGTH`] characters, the others `string_length`.
-fn bound_children(object: &mut Map<String, Value>, string_length: u64) {
+/// items) get at most [`MAX_NESTED_WORDS`] words, the others `words`.
+fn bound_children(object: &mut Map<String, Value>, words: u64) {
     // Definitions are mostly reached through arrays (schemars puts item types there).
     for (key, length) in [
-        ("properties", string_length),
-        ("patternProperties", string_length),
-        ("$defs", MAX_NESTED_STRING_LENGTH),
-        ("definitions", MAX_NESTED_STRING_LENGTH),
+        ("properties", words),
+        ("patternProperties", words),
+        ("$defs", MAX_NESTED_WORDS),
+        ("definitions", MAX_NESTED_WORDS),
     ] {
         if let Some(Value::Object(children)) = object.get_mut(key) {
-            children.values_mut().for_each(|child| bound(child, length));
+            for child in children.values_mut() {
+                if length == MAX_NESTED_WORDS {
+                    omit_description(child);
+                }
+                bound(child, length);
+            }
         }
     }
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(Value::Array(children)) = object.get_mut(key) {
-            children
-                .iter_mut()
-                .for_each(|child| bound(child, string_length));
+            children.iter_mut().for_each(|child| bound(child, words));
         }
     }
     if let Some(Value::Array(children)) = object.get_mut("prefixItems") {
         children
             .iter_mut()
-            .for_each(|child| bound(child, MAX_NESTED_STRING_LENGTH));
+            .for_each(|child| bound(child, MAX_NESTED_WORDS));
+    }
+    if let Some(items) = object.get_mut("items") {
+        omit_description(items);
     }
     for (key, length) in [
-        ("items", MAX_NESTED_STRING_LENGTH),
-        ("additionalProperties", string_length),
-        ("not", string_length),
+        ("items", MAX_NESTED_WORDS),
+        ("additionalProperties", words),
+        ("not", words),
     ] {
         if let Some(child) = object.get_mut(key) {
             bound(child, length);
         }
+    }
+}
+
+/// Leaves out the optional `description` property of an object in an array or a definition
+/// (an option's description, see the module docs).
+fn omit_description(schema: &mut Value) {
+    let Value::Object(object) = schema else {
+        return;
+    };
+    let required = object
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(|names| names.iter().any(|name| name == "description"));
+    if let (false, Some(Value::Object(properties))) = (required, object.get_mut("properties")) {
+        properties.shift_remove("description");
     }
 }
 
@@ -316,37 +366,90 @@ mod tests {
                 "question": {"type": "string", "minLength": 1},
                 "options": {"type": ["array", "null"], "items": {"$ref": "#/$defs/Option"}},
                 "mode": {"type": "string", "enum": ["a", "b"]},
-                "short": {"type": "string", "maxLength": 5}
+                "short": {"type": "string", "maxLength": 5},
+                "when": {"type": "string", "format": "date-time"}
             },
             "$defs": {"Option": {
                 "type": "object",
-                "properties": {"label": {"type": "string"}},
+                "properties": {"label": {"type": "string"}, "description": {"type": "string"}},
                 "required": ["label"]
             }}
         });
         let bounded = decoding_schema(&schema);
         assert_eq!(bounded["additionalProperties"], false);
         assert_eq!(
-            bounded["properties"]["question"]["maxLength"],
-            MAX_STRING_LENGTH
+            bounded["properties"]["question"]["pattern"],
+            words_pattern(MAX_WORDS)
         );
+        assert!(bounded["properties"]["question"].get("maxLength").is_none());
         assert_eq!(
             bounded["properties"]["options"]["maxItems"],
             MAX_ARRAY_ITEMS
         );
         assert_eq!(bounded["properties"]["short"]["maxLength"], 5);
         assert!(bounded["properties"]["mode"].get("maxLength").is_none());
+        assert!(bounded["properties"]["mode"].get("pattern").is_none());
         assert_eq!(bounded["$defs"]["Option"]["additionalProperties"], false);
         assert_eq!(
-            bounded["$defs"]["Option"]["properties"]["label"]["maxLength"],
-            MAX_NESTED_STRING_LENGTH
+            bounded["$defs"]["Option"]["properties"]["label"]["pattern"],
+            words_pattern(MAX_NESTED_WORDS)
         );
         assert_eq!(
             bounded["$defs"]["Option"]["properties"]["label"]["minLength"],
             1
         );
+        assert!(
+            bounded["$defs"]["Option"]["properties"]
+                .get("description")
+                .is_none()
+        );
+        assert_eq!(
+            bounded["properties"]["when"]["maxLength"],
+            MAX_WORDS * (MAX_WORD_LENGTH + 1)
+        );
         assert!(bounded.get("$schema").is_none());
         assert_eq!(bounded["x-guidance"]["whitespace_flexible"], false);
+    }
+
+    #[test]
+    fn issue33_strings_close_only_after_a_complete_word() {
+        let nested = regex::Regex::new(&words_pattern(MAX_NESTED_WORDS)).unwrap();
+        let top = regex::Regex::new(&words_pattern(MAX_WORDS)).unwrap();
+        // Issue 33's description, cut at 48 characters by the old cap: now it may finish.
+        let description = "Historic center, museum views and a harbour walk at sunset";
+        assert!(description.len() > 48);
+        for text in [
+            description,
+            "Lisbon",
+            "Beach vacation",
+            "C++",
+            "数据科学",
+            "Say \"hi\" first",
+            "",
+        ] {
+            assert!(nested.is_match(text), "{text:?} is refused");
+        }
+        for text in [
+            " Lisbon",
+            "Lisbon ",
+            "Beach  vacation",
+            "two\nlines",
+            "tab\there",
+            "one two three four five six seven eight nine ten eleven",
+            "Pneumonoultramicroscopicsilicovolcanoconiosis-and-more",
+        ] {
+            assert!(!nested.is_match(text), "{text:?} is allowed");
+        }
+        let eleven = "one two three four five six seven eight nine ten eleven";
+        assert!(top.is_match(eleven));
+        // Every word can be completed: a prefix that ends inside a word of an allowed string
+        // is never the end of the longest allowed string (nothing but the word count forces
+        // the string to close, and only after a word).
+        let words: Vec<&str> = description.split(' ').collect();
+        for count in 1..=words.len() {
+            let prefix = words[..count].join(" ");
+            assert!(nested.is_match(&prefix), "{prefix:?} is refused");
+        }
     }
 
     #[test]

@@ -25,7 +25,9 @@
 //!   text only. A token budget that ends inside a call is an error
 //!   ([`LocalModelError::ToolCallCutOff`]), never half a call.
 //! - **Sampling**: temperature, top-p and a seed from the request's settings (a fixed seed gives
-//!   the same output), a mild repetition penalty; text streams as
+//!   the same output), a mild repetition penalty, and only tokens of the scripts the
+//!   conversation uses (a token of Han, Cyrillic, … is masked when the conversation has none;
+//!   digits, punctuation and emoji are neutral: [`ScriptSet`]); text streams as
 //!   [`askloop_core::model::ModelEvent::TextDelta`]s; generation stops at `<|im_end|>` or
 //!   `max_tokens`.
 //! - **Speed**: every matrix of the 1.5B model stays quantized (about 1.2 GB resident). The
@@ -67,6 +69,7 @@ mod pip;
 mod prompt_cache;
 mod qwen2;
 mod sampler;
+mod script;
 mod template;
 mod tokenizer;
 mod transformer;
@@ -88,9 +91,12 @@ pub use files::{
     default_model_path, models_dir, verify_file, verify_file_once, verify_model_file,
 };
 pub use generate::{DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P};
-pub use grammar::{MAX_ARRAY_ITEMS, MAX_NESTED_STRING_LENGTH, MAX_STRING_LENGTH, decoding_schema};
+pub use grammar::{
+    MAX_ARRAY_ITEMS, MAX_NESTED_WORDS, MAX_WORD_LENGTH, MAX_WORDS, decoding_schema, words_pattern,
+};
 pub use model::LocalModel;
 pub use prompt_cache::prompt_cache_path;
+pub use script::{Script, ScriptSet};
 pub use tokenizer::{LocalTokenizer, PreTokenizer};
 
 use crate::{ProviderError, ProviderOptions};

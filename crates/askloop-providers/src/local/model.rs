@@ -193,7 +193,7 @@ fn load_model(path: &Path) -> Result<LoadedModel, LocalModelError> {
     tracing::info!(
         path = %path.display(),
         elapsed_ms = started.elapsed().as_millis() as u64,
-        max_string = grammar::MAX_STRING_LENGTH,
+        max_words = grammar::MAX_WORDS,
         prompt_cache = prompt_cache.as_ref().map(|cache| cache.path().display().to_string()),
         "local model loaded"
     );

@@ -32,6 +32,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use crate::local::error::LocalModelError;
+use crate::local::script::ScriptSet;
 
 /// GGUF token type of control (special) tokens.
 const CONTROL_TOKEN: i32 = 3;
@@ -68,6 +69,8 @@ pub struct LocalTokenizer {
     pre: PreTokenizer,
     token_bytes: Vec<Vec<u8>>,
     special: Vec<bool>,
+    /// Each token's scripts, computed once (special tokens have none).
+    scripts: Vec<ScriptSet>,
     end_of_turn: u32,
     end_of_text: Option<u32>,
 }
@@ -297,6 +300,17 @@ impl LocalTokenizer {
             .add_tokens(added_tokens(false))
             .map_err(tokenizer_error)?;
         let token_bytes = tokens_as_bytes(&tokens, &added);
+        let scripts = token_bytes
+            .iter()
+            .zip(&special)
+            .map(|(bytes, special)| {
+                if *special {
+                    ScriptSet::default()
+                } else {
+                    ScriptSet::of_bytes(bytes)
+                }
+            })
+            .collect();
         let end_of_turn = inner
             .token_to_id("<|im_end|>")
             .or_else(|| {
@@ -315,6 +329,7 @@ impl LocalTokenizer {
             pre,
             token_bytes,
             special,
+            scripts,
             end_of_turn,
             end_of_text,
         })
@@ -348,6 +363,12 @@ impl LocalTokenizer {
             .flat_map(|id| self.token_bytes(*id).iter().copied())
             .collect();
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The scripts each token writes, by id ([`ScriptSet::of_bytes`]), computed once when the
+    /// tokenizer is built.
+    pub(crate) fn token_scripts(&self) -> &[ScriptSet] {
+        &self.scripts
     }
 
     /// Whether a token is a control token.
