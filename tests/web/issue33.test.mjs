@@ -3,7 +3,9 @@
 // time since the message was sent) before its first text, and streams the text as it comes
 // (a model server of the test's own that holds each piece until the test lets it go); no API key
 // box on a server that needs no key, and no 404 (the icon is served); a question answered
-// elsewhere leaves the chat without a reload; the status line never covers the Inbox's cards.
+// elsewhere leaves the chat without a reload, and so does one answered while the chat was not
+// shown (the chat reads itself again as its event stream opens); the status line never covers
+// the Inbox's cards.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
@@ -235,6 +237,36 @@ test("a question answered elsewhere leaves the chat without a reload", async () 
   await page.locator("#messages").getByText("Summary of the repo.").waitFor({ timeout: 10_000 });
   await page.locator("#messages").getByText("User answered: docs").waitFor();
   assert.equal(await page.locator("#pending form").count(), 0, "nothing is left to answer");
+  assert.deepEqual(problems, []);
+  await context.close();
+});
+
+test("a question answered while the chat was not shown is gone when it shows again", async () => {
+  const { page, context, problems, chatId } = await openChat("repo");
+  await say(page, "Summarize");
+  await page.getByRole("radio", { name: "main" }).waitFor();
+  const runs = await api("GET", `/api/runs?status=suspended&threadId=${chatId}`);
+  const runId = runs.body.runs[0].runId;
+  // The Inbox shows: the chat stops following the inbox events; the question is answered meanwhile.
+  await page.getByRole("link", { name: /Inbox/ }).click();
+  await page.getByRole("heading", { name: "Inbox" }).waitFor();
+  const answered = await fetch(`${keyed.url}/api/runs/${runId}/responses`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ responses: [{ toolCallId: "q1", answer: "docs" }] }),
+  });
+  assert.equal(answered.status, 200);
+  await answered.text();
+  await waitFor(async () => (await api("GET", `/api/runs/${runId}`)).body.status === "completed", 10_000, "the run to complete");
+  await new Promise((resolve) => setTimeout(resolve, 1_000)); // the server's events of it went out
+  // Back to the chat: it follows the events again, and reads itself again as the stream opens
+  // (no event tells it: the answer came while it did not listen). Within 3 s, before its
+  // every-4-s check of the questions shown could.
+  await page.evaluate((hash) => {
+    location.hash = hash; // the same page, not a reload
+  }, `#/chat/repo/${chatId}`);
+  await page.getByRole("radio", { name: "main" }).waitFor({ state: "detached", timeout: 3_000 });
+  await page.locator("#messages").getByText("Summary of the repo.").waitFor({ timeout: 3_000 });
   assert.deepEqual(problems, []);
   await context.close();
 });

@@ -79,14 +79,22 @@ export async function requestJson<T>(method: string, path: string, body?: unknow
 /**
  * Calls `onEvent` for every SSE event of `path` until `signal` aborts, reconnecting after a
  * pause when the stream ends or fails (fetch, not EventSource: EventSource cannot send the
- * Authorization header).
+ * Authorization header). Calls `onOpen` each time a stream opens, the first time and after
+ * each reconnection: what happened while no stream was open was sent to nobody, so the caller
+ * reads again what it shows.
  */
-export async function followEvents(path: string, onEvent: (data: string) => void, signal: AbortSignal): Promise<void> {
+export async function followEvents(
+  path: string,
+  onEvent: (data: string) => void,
+  signal: AbortSignal,
+  onOpen: () => void = () => {},
+): Promise<void> {
   while (!signal.aborted) {
     try {
       const response = await fetch(path, { headers: { ...authHeaders(), Accept: "text/event-stream" }, signal });
       sawUnauthorized(response.status);
       if (response.ok && response.body) {
+        onOpen();
         const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
         for (;;) {

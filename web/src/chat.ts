@@ -198,7 +198,14 @@ export class ChatView {
       if (this.working()) this.scheduleDraw();
     }, 1000);
     this.checker = setInterval(() => void this.checkShownQuestions(), CHECK_MS);
-    void followEvents("/api/inbox/events", (data) => this.onInboxEvent(data), this.events.signal);
+    // Each time the stream opens, the chat is read again: an event sent while it was not open
+    // (before it opened, or while it reconnected) reached nobody.
+    void followEvents(
+      "/api/inbox/events",
+      (data) => this.onInboxEvent(data),
+      this.events.signal,
+      () => void this.reloadFromServer(),
+    );
   }
 
   /** Stops following the inbox events (and the indicator's clock). */

@@ -2,7 +2,8 @@
 // (GET /api/inbox/events says something changed; the list is read again), each answerable in
 // place (POST /api/runs/{runId}/responses). A card answered here stays, showing what the run
 // did next (see ./outcome). A `resync` event (this page fell behind the server's events, which
-// were not all delivered) rebuilds the whole list from the server.
+// were not all delivered) rebuilds the whole list
+// from the server; the list is also read again each time the event stream (re)opens.
 
 import { ApiError, followEvents, requestJson } from "./api";
 import { renderQuestionForm, type Question, type Response } from "./form";
@@ -60,7 +61,8 @@ export class InboxView {
     this.stop();
     this.abort = new AbortController();
     void this.refresh();
-    void followEvents("/api/inbox/events", (data) => this.onEvent(data), this.abort.signal);
+    // Read again each time the stream opens: what happened while it reconnected reached nobody.
+    void followEvents("/api/inbox/events", (data) => this.onEvent(data), this.abort.signal, () => void this.refresh());
   }
 
   /** One inbox event: `question-raised` / `question-resolved` mean the list changed, so it is
