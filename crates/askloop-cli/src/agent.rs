@@ -22,13 +22,12 @@ pub(crate) const DEFAULT_AGENT: &str = "assistant";
 /// "fix my python script"), ask the same question again, or keep asking; so they name no
 /// topic of their own.
 const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When the user's request \
-depends on something only they know, do not guess: call the ask_user tool with one short \
-question about the most important detail missing from this request, using the request's own \
-words. Offer two to four options, labels only of one to four words each, when the likely \
-answers are a known set; otherwise ask a free-text question. Use multi_select only when \
-several answers make sense together. Never ask the same question twice. Once the user has \
-answered, or when you can ask no more, answer their request in full from what you have: name \
-their answer and build on it.";
+depends on something only they know, do not guess: call the ask_user tool once, with one short \
+question about the one thing you most need to know to help with it, in the request's own \
+words. Offer two to four short options, labels only, when the likely answers are a known set; \
+otherwise ask a free-text question. Use multi_select only when several answers go together. \
+Once the user has answered, do not ask again: answer their request in full, naming their \
+answer and building on it.";
 
 /// The question budget of the built-in agent on the local model, unless set: one question,
 /// and one more if the model needs it. Small local models otherwise keep asking.
