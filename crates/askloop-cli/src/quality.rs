@@ -676,7 +676,7 @@ fn issue33_the_quality_rules_judge_as_stated() {
 async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
     let (spec, model) = local_model().await;
     let mut definition = AgentDefinition::find(&LoadedConfig::default(), DEFAULT_AGENT).unwrap();
-    definition.allow_other = true;
+    definition.allow_other = Some(true);
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
     let started = Instant::now();
     let mut tally = Tally::default();
