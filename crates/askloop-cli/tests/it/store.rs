@@ -16,7 +16,7 @@ fn the_default_store_is_a_sqlite_file_in_the_data_folder() {
     let human = outcome(dir.command(&["runs", "show", &run_id])).success();
     assert!(
         human.stdout.contains(&format!(
-            "answer with: {BIN} resume {run_id} --tool-call-id c1 --answer '<one label>'"
+            "answer with: {BIN} resume {run_id} --tool-call-id c1 --answer '<one label or your own words>'"
         )),
         "{}",
         human.stdout
