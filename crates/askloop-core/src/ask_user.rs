@@ -158,6 +158,12 @@ pub struct AskUserResult {
 
 const DRAFT_07: &str = "http://json-schema.org/draft-07/schema#";
 
+/// `text` without trailing whitespace (reusing its allocation).
+fn trimmed_end(mut text: String) -> String {
+    text.truncate(text.trim_end().len());
+    text
+}
+
 impl AskUserQuestion {
     /// Resolves arguments into a question, or says why they cannot be asked (the text after
     /// `Failed to ask user: `).
@@ -166,13 +172,27 @@ impl AskUserQuestion {
     /// A message for: `selectionMode` without options; a blank question; an empty or duplicate
     /// option label; a label with a NUL character (stores and the server refuse answers with
     /// NUL, so such a label could be offered but never chosen; other control characters are
-    /// allowed and escaped where they are shown).
+    /// allowed and escaped where they are shown). Trailing whitespace of the question, labels
+    /// and descriptions is dropped (a small model's grammar lets it end a capped string with
+    /// the space it meant to write on; see the local provider's `words_pattern`).
     pub fn from_args(args: AskUserArgs) -> Result<Self, String> {
-        let options = args.options.filter(|options| !options.is_empty());
+        let options = args
+            .options
+            .filter(|options| !options.is_empty())
+            .map(|options| {
+                options
+                    .into_iter()
+                    .map(|option| AskUserOption {
+                        label: trimmed_end(option.label),
+                        description: option.description.map(trimmed_end),
+                    })
+                    .collect::<Vec<_>>()
+            });
+        let question = trimmed_end(args.question);
         if args.selection_mode.is_some() && options.is_none() {
             return Err("selectionMode requires options.".into());
         }
-        if is_blank(&args.question) {
+        if is_blank(&question) {
             return Err("question must be non-empty.".into());
         }
         if let Some(options) = &options {
@@ -199,7 +219,7 @@ impl AskUserQuestion {
             .as_ref()
             .map(|_| args.selection_mode.unwrap_or(SelectionMode::SingleSelect));
         Ok(Self {
-            question: args.question,
+            question,
             options,
             selection_mode,
             allow_other: false,
@@ -522,5 +542,14 @@ mod tests {
                 "{label:?}"
             );
         }
+    }
+
+    #[test]
+    fn issue33_trailing_whitespace_is_not_part_of_a_label() {
+        let question = AskUserQuestion::from_args(args(&["Beach ", "City"])).unwrap();
+        assert_eq!(question.labels(), ["Beach", "City"]);
+        // Trimmed labels that meet are one label twice.
+        let error = AskUserQuestion::from_args(args(&["City ", "City"])).unwrap_err();
+        assert!(error.contains("unique"), "{error}");
     }
 }

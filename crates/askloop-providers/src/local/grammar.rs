@@ -39,12 +39,14 @@
 //! own) is a run of bounded words ([`words_pattern`]):
 //!
 //! ```text
-//! ^(\S{1,32}( \S{1,32}){0,N-1})?$      N = MAX_WORDS (24) at the top level,
-//!                                        MAX_NESTED_WORDS (10) inside arrays and definitions
+//! ^(W( W){0,N-2}|W( W){N-1} ?)?$        W = \S{1,32}; N = MAX_WORDS (24) at the top level,
+//!                                        MAX_NESTED_WORDS (20) inside arrays and definitions
 //! ```
 //!
-//! Words are separated by one space, so a string has no leading, trailing or doubled
-//! whitespace and no line break, and it may close only after a complete word. A character cap
+//! Words are separated by one space, so a string has no leading or doubled whitespace and no
+//! line break, and it may close only after a complete word; a trailing space only after the
+//! last word allowed (where the model meant to go on: it writes its space and must stop, rather
+//! than glue its next word to the last one). A character cap
 //! (`maxLength`) would instead force the string shut wherever the count runs out, often
 //! mid-word (issue 33: an option's description ending in `…views and a h`); with bounded words
 //! the model may always finish the word it is writing (up to [`MAX_WORD_LENGTH`] characters),
@@ -66,7 +68,7 @@ use crate::local::template::{ChatFormat, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 pub const MAX_WORDS: u64 = 24;
 /// The most words the model may write in a string inside an array or a definition (an
 /// option's label or description, a list entry).
-pub const MAX_NESTED_WORDS: u64 = 10;
+pub const MAX_NESTED_WORDS: u64 = 20;
 /// The longest word (run of non-whitespace characters) the model may write in a string.
 pub const MAX_WORD_LENGTH: u64 = 32;
 /// The most items the model may write in an array argument, unless the schema says less.
@@ -134,9 +136,20 @@ fn cap(object: &mut Map<String, Value>, key: &str, limit: u64) {
 
 /// The pattern of a free string of at most `words` words of at most [`MAX_WORD_LENGTH`]
 /// characters, one space apart (see the module docs): it closes only after a complete word.
+/// After the last word it allows, one space may follow before the string closes: the model that
+/// wants to go on writes the space it meant and stops there, instead of gluing its next word
+/// to the last one (`push-ups andPull-ups`); `ask_user` trims it from what it shows.
 pub fn words_pattern(words: u64) -> String {
-    let more = words.saturating_sub(1);
-    format!("^(\\S{{1,{MAX_WORD_LENGTH}}}( \\S{{1,{MAX_WORD_LENGTH}}}){{0,{more}}})?$")
+    let word = format!("\\S{{1,{MAX_WORD_LENGTH}}}");
+    let Some(more) = words.checked_sub(1) else {
+        return "^$".to_owned();
+    };
+    match more.checked_sub(1) {
+        None => format!("^({word} ?)?$"),
+        Some(fewer) => {
+            format!("^({word}( {word}){{0,{fewer}}}|{word}( {word}){{{more}}} ?)?$")
+        }
+    }
 }
 
 /// Applies the bounds to one schema and every schema inside it; free strings get at most
@@ -429,19 +442,34 @@ mod tests {
         ] {
             assert!(nested.is_match(text), "{text:?} is refused");
         }
+        // The cap: as many words as allowed, one more.
+        let words_of = |count: u64| {
+            (1..=count)
+                .map(|word| format!("w{word}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let full = words_of(MAX_NESTED_WORDS);
+        let over = words_of(MAX_NESTED_WORDS + 1);
         for text in [
             " Lisbon",
             "Lisbon ",
             "Beach  vacation",
             "two\nlines",
             "tab\there",
-            "one two three four five six seven eight nine ten eleven",
+            over.as_str(),
             "Pneumonoultramicroscopicsilicovolcanoconiosis-and-more",
         ] {
             assert!(!nested.is_match(text), "{text:?} is allowed");
         }
-        let eleven = "one two three four five six seven eight nine ten eleven";
-        assert!(top.is_match(eleven));
+        assert!(top.is_match(&over));
+        // At the cap, the space the model meant is allowed, then only the end.
+        assert!(nested.is_match(&full));
+        assert!(nested.is_match(&format!("{full} ")));
+        assert!(!nested.is_match(&format!("{full}  ")));
+        assert!(!top.is_match("one two "));
+        let single = regex::Regex::new(&words_pattern(1)).unwrap();
+        assert!(single.is_match("Lisbon") && single.is_match("Lisbon ") && !single.is_match("a b"));
         // Every word can be completed: a prefix that ends inside a word of an allowed string
         // is never the end of the longest allowed string (nothing but the word count forces
         // the string to close, and only after a word).
