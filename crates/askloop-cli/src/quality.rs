@@ -513,7 +513,7 @@ fn cut_mid_word(text: &str) -> bool {
 }
 
 /// Whether an option string writes a script the conversation does not use.
-fn foreign(text: &str, conversation: ScriptSet) -> bool {
+fn foreign(text: &str, conversation: &ScriptSet) -> bool {
     !ScriptSet::of_text(text).is_subset_of(conversation)
 }
 
@@ -545,12 +545,12 @@ impl Tally {
     fn count(&mut self, outcome: &Outcome, case: &Case) {
         let conversation = ScriptSet::of_text(case.prompt)
             .with(Script::Latin)
-            .union(ScriptSet::of_text(&outcome.answers.join(" ")));
+            .union(&ScriptSet::of_text(&outcome.answers.join(" ")));
         if holds_tool_call(&outcome.text) {
             self.tool_call_texts
                 .push(format!("{}: {}", outcome.prompt, outcome.text));
         }
-        if foreign(&outcome.text, conversation) {
+        if foreign(&outcome.text, &conversation) {
             self.foreign_texts += 1;
         }
         match outcome.questions.first() {
@@ -580,7 +580,7 @@ impl Tally {
                     .push(format!("{}: {text}", outcome.prompt));
             }
             asked.push(text);
-            self.count_options(outcome.prompt, question, conversation);
+            self.count_options(outcome.prompt, question, &conversation);
         }
         if outcome.questions.len() > LOCAL_MAX_QUESTIONS as usize || !outcome.finished {
             self.unfinished.push(format!(
@@ -628,7 +628,7 @@ impl Tally {
         )
     }
 
-    fn count_options(&mut self, prompt: &str, question: &Value, conversation: ScriptSet) {
+    fn count_options(&mut self, prompt: &str, question: &Value, conversation: &ScriptSet) {
         for option in question["options"].as_array().into_iter().flatten() {
             let label = option["label"].as_str().unwrap_or_default();
             if SCHEMA_WORDS.contains(&label.to_lowercase().as_str()) {
@@ -680,8 +680,8 @@ fn issue33_the_quality_rules_judge_as_stated() {
         assert!(!cut_mid_word(whole), "{whole:?}");
     }
     let latin = ScriptSet::of_text("Help me plan a trip");
-    assert!(foreign("data科学", latin));
-    assert!(!foreign("Data science, 2 days!", latin));
+    assert!(foreign("data科学", &latin));
+    assert!(!foreign("Data science, 2 days!", &latin));
     assert!(uses("Lisbon is lovely.", "Lisbon"));
     assert!(!uses("Porto is lovely.", "Lisbon"));
     assert!(uses(

@@ -106,7 +106,7 @@ pub(crate) fn generate(
     let matcher = matcher_for(engine.factory, &plan)?;
     let text = prompt_text(request, format)?;
     let prompt = engine.tokenizer.encode(&text);
-    let scripts = ScriptFilter::new(engine.tokenizer.token_scripts(), ScriptSet::of_text(&text));
+    let scripts = ScriptFilter::new(engine.tokenizer.token_scripts(), &ScriptSet::of_text(&text));
     let max_tokens = token_budget(engine.network, settings.max_tokens, prompt.len())?;
     let sampler = Sampler::new(
         settings.temperature.unwrap_or(DEFAULT_TEMPERATURE),

@@ -3,188 +3,74 @@
 //!
 //! A small multilingual model drifts into another script mid-sentence (issue 33: `data科学`,
 //! `other户外` in English options). [`LocalTokenizer`](crate::local::LocalTokenizer) computes
-//! each token's scripts once, and the decoder masks the tokens of scripts the conversation does
-//! not use ([`ScriptFilter`]), in the same step as the grammar's mask.
+//! each token's scripts once ([`TokenScripts`]), and the decoder masks the tokens of scripts the
+//! conversation does not use ([`ScriptFilter`]), in the same step as the grammar's mask.
 //!
-//! Scripts come from Unicode blocks (a letter outside the blocks listed is [`Script::Other`]),
-//! not from the full Unicode `Script` property: enough to tell the writing systems apart.
-//! Characters of no script (digits, punctuation, symbols, emoji, whitespace, combining marks)
-//! are neutral and always allowed. CJK punctuation and fullwidth forms count as
-//! [`Script::CjkSymbols`], allowed whenever the conversation has Han, kana or Hangul.
+//! Scripts are Unicode's (UAX #24, the `unicode-script` crate), from each character's
+//! `Script_Extensions` property:
+//! - a character of **one** script (a letter, a Han ideograph, a kana) writes that script;
+//! - a character **shared** by several scripts (CJK punctuation such as `。` and `、`, the kana
+//!   prolonged sound mark `ー`, the Devanagari danda `।`, the Arabic comma `،`) is allowed when
+//!   the conversation writes one of them, so `。` goes with Chinese, Japanese or Korean text but
+//!   not into an English option;
+//! - a character of no script (`Common` or `Inherited` without extensions: digits, Latin
+//!   punctuation, symbols, emoji, white space, most combining marks; and unassigned or
+//!   private-use code points) is neutral and always allowed.
+//!
+//! Two pairs count as one writing system: Hiragana with Katakana (Japanese kana), and Han with
+//! Bopomofo (Chinese): a conversation writing one may write the other.
 //!
 //! A token's bytes may end inside a character (byte-level BPE splits rare characters): such a
 //! tail counts with every script its possible completions could have, sampled at the
 //! granularity of its next byte; bytes continuing a character begun in an earlier token are
 //! neutral (that token was checked already).
 
+use std::collections::HashMap;
+
 use llguidance::toktrie::SimpleVob;
+pub use unicode_script::Script;
+use unicode_script::{ScriptExtension, UnicodeScript};
 
-/// A writing system, as a group of Unicode blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Script {
-    /// Latin letters (Basic Latin, Latin-1, Latin Extended, IPA).
-    Latin,
-    /// Greek.
-    Greek,
-    /// Cyrillic.
-    Cyrillic,
-    /// Armenian.
-    Armenian,
-    /// Hebrew.
-    Hebrew,
-    /// Arabic.
-    Arabic,
-    /// Devanagari.
-    Devanagari,
-    /// Bengali.
-    Bengali,
-    /// Gurmukhi.
-    Gurmukhi,
-    /// Gujarati.
-    Gujarati,
-    /// Tamil.
-    Tamil,
-    /// Telugu.
-    Telugu,
-    /// Kannada.
-    Kannada,
-    /// Malayalam.
-    Malayalam,
-    /// Thai.
-    Thai,
-    /// Lao.
-    Lao,
-    /// Tibetan.
-    Tibetan,
-    /// Myanmar.
-    Myanmar,
-    /// Georgian.
-    Georgian,
-    /// Hangul.
-    Hangul,
-    /// Ethiopic.
-    Ethiopic,
-    /// Khmer.
-    Khmer,
-    /// Han (CJK ideographs, radicals, Bopomofo).
-    Han,
-    /// Hiragana and Katakana.
-    Kana,
-    /// CJK punctuation, enclosed and compatibility forms, fullwidth forms.
-    CjkSymbols,
-    /// A letter of another script.
-    Other,
-}
-
-/// Blocks (first and last code point, inclusive) and their scripts, sorted; `None` marks
-/// combining marks, which are neutral although some are alphabetic.
-const BLOCKS: &[(u32, u32, Option<Script>)] = &[
-    (0x0041, 0x005A, Some(Script::Latin)),
-    (0x0061, 0x007A, Some(Script::Latin)),
-    (0x00AA, 0x00AA, Some(Script::Latin)),
-    (0x00BA, 0x00BA, Some(Script::Latin)),
-    (0x00C0, 0x02AF, Some(Script::Latin)),
-    (0x0300, 0x036F, None),
-    (0x0370, 0x03FF, Some(Script::Greek)),
-    (0x0400, 0x052F, Some(Script::Cyrillic)),
-    (0x0530, 0x058F, Some(Script::Armenian)),
-    (0x0590, 0x05FF, Some(Script::Hebrew)),
-    (0x0600, 0x06FF, Some(Script::Arabic)),
-    (0x0750, 0x077F, Some(Script::Arabic)),
-    (0x08A0, 0x08FF, Some(Script::Arabic)),
-    (0x0900, 0x097F, Some(Script::Devanagari)),
-    (0x0980, 0x09FF, Some(Script::Bengali)),
-    (0x0A00, 0x0A7F, Some(Script::Gurmukhi)),
-    (0x0A80, 0x0AFF, Some(Script::Gujarati)),
-    (0x0B80, 0x0BFF, Some(Script::Tamil)),
-    (0x0C00, 0x0C7F, Some(Script::Telugu)),
-    (0x0C80, 0x0CFF, Some(Script::Kannada)),
-    (0x0D00, 0x0D7F, Some(Script::Malayalam)),
-    (0x0E00, 0x0E7F, Some(Script::Thai)),
-    (0x0E80, 0x0EFF, Some(Script::Lao)),
-    (0x0F00, 0x0FFF, Some(Script::Tibetan)),
-    (0x1000, 0x109F, Some(Script::Myanmar)),
-    (0x10A0, 0x10FF, Some(Script::Georgian)),
-    (0x1100, 0x11FF, Some(Script::Hangul)),
-    (0x1200, 0x139F, Some(Script::Ethiopic)),
-    (0x1780, 0x17FF, Some(Script::Khmer)),
-    (0x1AB0, 0x1AFF, None),
-    (0x1C80, 0x1C8F, Some(Script::Cyrillic)),
-    (0x1C90, 0x1CBF, Some(Script::Georgian)),
-    (0x1D00, 0x1DBF, Some(Script::Latin)),
-    (0x1DC0, 0x1DFF, None),
-    (0x1E00, 0x1EFF, Some(Script::Latin)),
-    (0x1F00, 0x1FFF, Some(Script::Greek)),
-    (0x20D0, 0x20FF, None),
-    (0x2C60, 0x2C7F, Some(Script::Latin)),
-    (0x2D00, 0x2D2F, Some(Script::Georgian)),
-    (0x2DE0, 0x2DFF, Some(Script::Cyrillic)),
-    (0x2E80, 0x2FDF, Some(Script::Han)),
-    (0x3000, 0x3004, Some(Script::CjkSymbols)),
-    (0x3005, 0x3007, Some(Script::Han)),
-    (0x3008, 0x3020, Some(Script::CjkSymbols)),
-    (0x3021, 0x3029, Some(Script::Han)),
-    (0x302A, 0x303F, Some(Script::CjkSymbols)),
-    (0x3040, 0x30FF, Some(Script::Kana)),
-    (0x3100, 0x312F, Some(Script::Han)),
-    (0x3130, 0x318F, Some(Script::Hangul)),
-    (0x3190, 0x319F, Some(Script::CjkSymbols)),
-    (0x31A0, 0x31BF, Some(Script::Han)),
-    (0x31C0, 0x31EF, Some(Script::CjkSymbols)),
-    (0x31F0, 0x31FF, Some(Script::Kana)),
-    (0x3200, 0x33FF, Some(Script::CjkSymbols)),
-    (0x3400, 0x4DBF, Some(Script::Han)),
-    (0x4E00, 0x9FFF, Some(Script::Han)),
-    (0xA640, 0xA69F, Some(Script::Cyrillic)),
-    (0xA720, 0xA7FF, Some(Script::Latin)),
-    (0xA960, 0xA97F, Some(Script::Hangul)),
-    (0xAB30, 0xAB6F, Some(Script::Latin)),
-    (0xAC00, 0xD7FF, Some(Script::Hangul)),
-    (0xF900, 0xFAFF, Some(Script::Han)),
-    (0xFB00, 0xFB06, Some(Script::Latin)),
-    (0xFB1D, 0xFB4F, Some(Script::Hebrew)),
-    (0xFB50, 0xFDFF, Some(Script::Arabic)),
-    (0xFE20, 0xFE2F, None),
-    (0xFE30, 0xFE4F, Some(Script::CjkSymbols)),
-    (0xFE70, 0xFEFF, Some(Script::Arabic)),
-    (0xFF00, 0xFF65, Some(Script::CjkSymbols)),
-    (0xFF66, 0xFF9F, Some(Script::Kana)),
-    (0xFFA0, 0xFFDC, Some(Script::Hangul)),
-    (0xFFE0, 0xFFEF, Some(Script::CjkSymbols)),
-    (0x20000, 0x3FFFF, Some(Script::Han)),
+/// Scripts that count as one writing system (see the module docs).
+const KINDRED: [[Script; 2]; 2] = [
+    [Script::Hiragana, Script::Katakana],
+    [Script::Han, Script::Bopomofo],
 ];
 
-impl Script {
-    /// The script of a code point; `None` for a neutral one (see the module docs) or a number
-    /// that is no character.
-    pub fn of_code_point(code_point: u32) -> Option<Self> {
-        let index = BLOCKS.partition_point(|(_, last, _)| *last < code_point);
-        if let Some((first, _, script)) = BLOCKS.get(index)
-            && *first <= code_point
-        {
-            return *script;
-        }
-        char::from_u32(code_point)
-            .filter(|character| character.is_alphabetic())
-            .map(|_| Self::Other)
-    }
-
-    fn bit(self) -> u32 {
-        1 << self as u32
-    }
+/// No script: the empty `Script_Extensions` value.
+fn no_scripts() -> ScriptExtension {
+    ScriptExtension::from(Script::Unknown)
 }
 
-/// A set of [`Script`]s.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ScriptSet(u32);
+/// What a text writes: the scripts it surely writes, and its characters shared by several
+/// scripts (see the module docs). As the allowed set of a conversation, only the scripts it
+/// surely writes count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ScriptSet {
+    /// The scripts of the characters of one script, with their kindred scripts.
+    definite: ScriptExtension,
+    /// The `Script_Extensions` of each shared character that `definite` does not already
+    /// cover, none containing another (a character that fits in the smaller set fits in both).
+    shared: Vec<ScriptExtension>,
+}
+
+impl Default for ScriptSet {
+    fn default() -> Self {
+        Self {
+            definite: no_scripts(),
+            shared: Vec::new(),
+        }
+    }
+}
 
 impl ScriptSet {
     /// The scripts of the characters of `text`.
     pub fn of_text(text: &str) -> Self {
-        text.chars()
-            .filter_map(|character| Script::of_code_point(u32::from(character)))
-            .fold(Self::default(), Self::with)
+        let mut scripts = Self::default();
+        for character in text.chars() {
+            scripts.add_character(character);
+        }
+        scripts
     }
 
     /// The scripts a token's bytes may write (see the module docs for a character cut at
@@ -199,15 +85,15 @@ impl ScriptSet {
         let mut rest = &bytes[start..];
         while !rest.is_empty() {
             match std::str::from_utf8(rest) {
-                Ok(text) => return scripts.union(Self::of_text(text)),
+                Ok(text) => return scripts.union(&Self::of_text(text)),
                 Err(error) => {
                     let (valid, tail) = rest.split_at(error.valid_up_to());
-                    scripts = scripts.union(Self::of_text(
+                    scripts = scripts.union(&Self::of_text(
                         std::str::from_utf8(valid).unwrap_or_default(),
                     ));
                     match error.error_len() {
                         // A character cut at the end of the token.
-                        None => return scripts.union(Self::of_partial(tail)),
+                        None => return scripts.union(&Self::of_partial(tail)),
                         Some(length) => rest = &tail[length..],
                     }
                 }
@@ -234,40 +120,132 @@ impl ScriptSet {
         let missing = length - bytes.len();
         // The next byte's 64 values, each followed by the smallest remaining bytes.
         let step = 1u32 << (6 * (missing - 1));
+        let mut scripts = Self::default();
         (0..64u32)
             .map(|next| (((known << 6) | next) << (6 * (missing - 1))) + step / 2)
             .chain((0..64u32).map(|next| ((known << 6) | next) << (6 * (missing - 1))))
-            .filter_map(Script::of_code_point)
-            .fold(Self::default(), Self::with)
+            .filter_map(char::from_u32)
+            .for_each(|character| scripts.add_character(character));
+        scripts
     }
 
-    /// This set with `script`.
-    pub fn with(self, script: Script) -> Self {
-        let mut set = Self(self.0 | script.bit());
-        if [Script::Han, Script::Kana, Script::Hangul].contains(&script) {
-            set.0 |= Script::CjkSymbols.bit();
+    /// Adds what `character` writes (see the module docs).
+    fn add_character(&mut self, character: char) {
+        let scripts = character.script_extension();
+        if scripts.is_common() || scripts.is_inherited() || scripts.is_empty() {
+            return;
         }
-        set
+        match Script::try_from(scripts) {
+            Ok(script) => *self = std::mem::take(self).with(script),
+            Err(()) => self.add_shared(scripts),
+        }
+    }
+
+    /// Adds a shared character's scripts, unless a script it surely writes or a smaller
+    /// shared set already covers them.
+    fn add_shared(&mut self, scripts: ScriptExtension) {
+        if !scripts.intersection(self.definite).is_empty()
+            || self.shared.iter().any(|known| is_within(*known, scripts))
+        {
+            return;
+        }
+        self.shared.retain(|known| !is_within(scripts, *known));
+        self.shared.push(scripts);
+    }
+
+    /// This set with `script` (and its kindred: see the module docs); `Common`, `Inherited`
+    /// and `Unknown`, which no character writes as its own, add nothing.
+    pub fn with(mut self, script: Script) -> Self {
+        if matches!(script, Script::Common | Script::Inherited | Script::Unknown) {
+            return self;
+        }
+        let kindred = KINDRED
+            .into_iter()
+            .find(|pair| pair.contains(&script))
+            .unwrap_or([script, script]);
+        for script in kindred {
+            self.definite = self.definite.union(ScriptExtension::from(script));
+        }
+        let definite = self.definite;
+        self.shared
+            .retain(|scripts| scripts.intersection(definite).is_empty());
+        self
     }
 
     /// Both sets' scripts.
-    pub fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
+    pub fn union(mut self, other: &Self) -> Self {
+        for script in other.definite.iter() {
+            self = self.with(script);
+        }
+        for scripts in &other.shared {
+            self.add_shared(*scripts);
+        }
+        self
     }
 
-    /// Whether every script of this set is in `other`.
-    pub fn is_subset_of(self, other: Self) -> bool {
-        self.0 & !other.0 == 0
+    /// Whether a conversation that writes the scripts of `other` may write all of this set:
+    /// each of its scripts is one `other` surely writes, and each of its shared characters
+    /// belongs to one of them.
+    pub fn is_subset_of(&self, other: &Self) -> bool {
+        is_within(self.definite, other.definite)
+            && self
+                .shared
+                .iter()
+                .all(|scripts| !scripts.intersection(other.definite).is_empty())
     }
 
     /// Whether the set is empty (neutral text).
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
+    pub fn is_empty(&self) -> bool {
+        self.definite.is_empty() && self.shared.is_empty()
     }
 
-    /// Whether the set has `script`.
-    pub fn contains(self, script: Script) -> bool {
-        self.0 & script.bit() != 0
+    /// Whether the set surely writes `script` (a script of its own, not `Common`,
+    /// `Inherited` or `Unknown`).
+    pub fn contains(&self, script: Script) -> bool {
+        !matches!(script, Script::Common | Script::Inherited | Script::Unknown)
+            && self.definite.contains_script(script)
+    }
+}
+
+/// Whether every script of `inner` is in `outer` (sets of specific scripts).
+fn is_within(inner: ScriptExtension, outer: ScriptExtension) -> bool {
+    inner.intersection(outer) == inner
+}
+
+/// The scripts of every token of a vocabulary, computed once per tokenizer: each distinct
+/// [`ScriptSet`] once, and each token's index into them (a vocabulary has a few hundred
+/// distinct sets for its ~150,000 tokens).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TokenScripts {
+    sets: Vec<ScriptSet>,
+    of_token: Vec<u32>,
+}
+
+impl TokenScripts {
+    /// The scripts of `tokens`, by id: each token's bytes ([`ScriptSet::of_bytes`]), or `None`
+    /// for a control token, which writes no script.
+    pub(crate) fn new<'a>(tokens: impl IntoIterator<Item = Option<&'a [u8]>>) -> Self {
+        let mut sets = vec![ScriptSet::default()];
+        let mut index: HashMap<ScriptSet, u32> = HashMap::from([(ScriptSet::default(), 0)]);
+        let of_token = tokens
+            .into_iter()
+            .map(|bytes| {
+                let Some(bytes) = bytes else { return 0 };
+                let scripts = ScriptSet::of_bytes(bytes);
+                *index.entry(scripts).or_insert_with_key(|scripts| {
+                    sets.push(scripts.clone());
+                    u32::try_from(sets.len() - 1).unwrap_or(u32::MAX)
+                })
+            })
+            .collect();
+        Self { sets, of_token }
+    }
+
+    /// The scripts of token `id` (`None` past the vocabulary).
+    #[cfg(test)]
+    pub(crate) fn of(&self, id: u32) -> Option<&ScriptSet> {
+        let index = *self.of_token.get(id as usize)?;
+        self.sets.get(index as usize)
     }
 }
 
@@ -278,13 +256,18 @@ pub(crate) struct ScriptFilter {
 }
 
 impl ScriptFilter {
-    /// The filter for a conversation written in `allowed`, over tokens of `token_scripts`.
-    pub(crate) fn new(token_scripts: &[ScriptSet], allowed: ScriptSet) -> Self {
-        let foreign = token_scripts
+    /// The filter for a conversation written in `allowed`, over tokens of `token_scripts`:
+    /// each distinct set is judged once.
+    pub(crate) fn new(token_scripts: &TokenScripts, allowed: &ScriptSet) -> Self {
+        let foreign_sets: Vec<bool> = token_scripts
+            .sets
             .iter()
-            .enumerate()
-            .filter(|(_, scripts)| !scripts.is_subset_of(allowed))
-            .map(|(token, _)| token as u32)
+            .map(|scripts| !scripts.is_subset_of(allowed))
+            .collect();
+        let foreign = (0u32..)
+            .zip(&token_scripts.of_token)
+            .filter(|(_, set)| foreign_sets.get(**set as usize).copied().unwrap_or(false))
+            .map(|(token, _)| token)
             .collect();
         Self { foreign }
     }
@@ -314,20 +297,64 @@ impl ScriptFilter {
 mod tests {
     use super::*;
 
+    fn latin() -> ScriptSet {
+        ScriptSet::default().with(Script::Latin)
+    }
+
     #[test]
     fn text_scripts_leave_digits_punctuation_and_emoji_neutral() {
-        assert_eq!(
-            ScriptSet::of_text("Lisbon, 3 days!"),
-            ScriptSet::default().with(Script::Latin)
-        );
-        assert!(ScriptSet::of_text("42 — “…” 🙂 \n\t").is_empty());
-        assert!(ScriptSet::of_text("café naïve").is_subset_of(ScriptSet::of_text("a")));
+        assert_eq!(ScriptSet::of_text("Lisbon, 3 days!"), latin());
+        assert!(ScriptSet::of_text("42 — “…” 🙂 👍🏽 \n\t ½ € © ① ０１２").is_empty());
+        assert!(ScriptSet::of_text("café naïve e\u{301}").is_subset_of(&ScriptSet::of_text("a")));
         let mixed = ScriptSet::of_text("data科学");
         assert!(mixed.contains(Script::Han) && mixed.contains(Script::Latin));
+        assert!(!mixed.is_subset_of(&latin()));
         assert!(ScriptSet::of_text("Привет").contains(Script::Cyrillic));
-        assert!(ScriptSet::of_text("カタカナ").contains(Script::Kana));
-        assert!(ScriptSet::of_text("。").is_subset_of(ScriptSet::of_text("中")));
-        assert!(!ScriptSet::of_text("。").is_subset_of(ScriptSet::of_text("a")));
+        assert!(ScriptSet::of_text("Γειά").contains(Script::Greek));
+        assert!(ScriptSet::of_text("नमस्ते").contains(Script::Devanagari));
+        assert!(!ScriptSet::of_text("42").contains(Script::Common));
+    }
+
+    #[test]
+    fn shared_punctuation_goes_with_the_scripts_that_use_it() {
+        // CJK punctuation (Common, with Script_Extensions): with Chinese, Japanese or Korean
+        // text, never into a Latin-only conversation.
+        for mark in ["。", "、", "「", "」", "〜", "・"] {
+            let scripts = ScriptSet::of_text(mark);
+            assert!(!scripts.is_empty(), "{mark}");
+            assert!(!scripts.is_subset_of(&latin()), "{mark}");
+            for conversation in ["中文", "にほんご", "한국어"] {
+                assert!(
+                    scripts.is_subset_of(&ScriptSet::of_text(conversation)),
+                    "{mark} in {conversation}"
+                );
+            }
+        }
+        // The kana prolonged sound mark belongs to kana only; a Chinese text has none.
+        let long_vowel = ScriptSet::of_text("ー");
+        assert!(long_vowel.is_subset_of(&ScriptSet::of_text("カタカナ")));
+        assert!(!long_vowel.is_subset_of(&ScriptSet::of_text("中文")));
+        // A shared character beside a script it belongs to adds nothing.
+        assert_eq!(ScriptSet::of_text("中文。"), ScriptSet::of_text("中文"));
+        // Devanagari's danda is shared by the Indic scripts.
+        assert!(ScriptSet::of_text("।").is_subset_of(&ScriptSet::of_text("नमस्ते")));
+        assert!(!ScriptSet::of_text("।").is_subset_of(&latin()));
+        // Fullwidth Latin letters are Latin; fullwidth punctuation and digits are neutral.
+        assert!(ScriptSet::of_text("ｄａｔａ").is_subset_of(&latin()));
+    }
+
+    #[test]
+    fn kana_and_han_with_bopomofo_count_as_one_writing_system() {
+        assert!(ScriptSet::of_text("カタカナ").is_subset_of(&ScriptSet::of_text("ひらがな")));
+        assert!(ScriptSet::of_text("ひらがな").is_subset_of(&ScriptSet::of_text("カタカナ")));
+        assert!(ScriptSet::of_text("ㄅㄆ").is_subset_of(&ScriptSet::of_text("中")));
+        assert!(!ScriptSet::of_text("中").is_subset_of(&ScriptSet::of_text("ひらがな")));
+        assert!(!ScriptSet::of_text("한").is_subset_of(&ScriptSet::of_text("中")));
+        let conversation = ScriptSet::of_text("東京へ").union(&latin());
+        assert!(conversation.contains(Script::Katakana));
+        assert!(ScriptSet::of_text("東京タワー。OK").is_subset_of(&conversation));
+        // `Common` and the like are no script of their own: `with` ignores them.
+        assert!(ScriptSet::default().with(Script::Common).is_empty());
     }
 
     #[test]
@@ -340,16 +367,19 @@ mod tests {
         let cyrillic = "д".as_bytes();
         assert_eq!(
             ScriptSet::of_bytes(&[b"a", &cyrillic[..1]].concat()),
-            ScriptSet::default()
-                .with(Script::Latin)
-                .with(Script::Cyrillic)
+            latin().with(Script::Cyrillic)
         );
-        // "“" is E2 80 9C: the two bytes E2 80 start only punctuation.
-        assert!(ScriptSet::of_bytes(&"“".as_bytes()[..2]).is_empty());
-        assert_eq!(
-            ScriptSet::of_bytes(" é".as_bytes()),
-            ScriptSet::default().with(Script::Latin)
-        );
+        // "“" is E2 80 9C: the two bytes E2 80 start only punctuation (and spaces, one of
+        // them shared by Latin and Mongolian), all allowed in a Latin conversation.
+        assert!(ScriptSet::of_bytes(&"“".as_bytes()[..2]).is_subset_of(&latin()));
+        // "。" is E3 80 82: E3 80 may still become Han, kana, a Hangul tone mark (U+302E) or
+        // CJK punctuation.
+        let cut = ScriptSet::of_bytes(&"。".as_bytes()[..2]);
+        assert!(!cut.is_subset_of(&latin()));
+        assert!(!cut.is_subset_of(&ScriptSet::of_text("日本語のテキスト")));
+        assert!(cut.is_subset_of(&ScriptSet::of_text("日本語のテキスト 한국어")));
+        assert_eq!(ScriptSet::of_bytes(" é".as_bytes()), latin());
+        assert!(ScriptSet::of_bytes(&[0xFF, b'a']).is_subset_of(&latin()));
     }
 
     fn all_of(count: usize) -> SimpleVob {
@@ -361,20 +391,28 @@ mod tests {
     #[test]
     fn issue33_a_han_token_is_masked_in_a_latin_conversation_only() {
         let han_bytes = "学".as_bytes();
-        let tokens: Vec<ScriptSet> = [
-            b" trip".as_slice(),
-            han_bytes,
-            b" 42",
-            "数据".as_bytes(),
-            &han_bytes[..1],
-        ]
-        .iter()
-        .map(|token| ScriptSet::of_bytes(token))
-        .collect();
-        let latin = ScriptFilter::new(&tokens, ScriptSet::of_text("Help me plan a trip"));
+        let tokens: [Option<&[u8]>; 8] = [
+            Some(b" trip"),
+            Some(han_bytes),
+            Some(b" 42"),
+            Some("数据".as_bytes()),
+            Some(&han_bytes[..1]),
+            None,
+            Some("。".as_bytes()),
+            Some(" 🙂".as_bytes()),
+        ];
+        let scripts = TokenScripts::new(tokens);
+        // Equal sets are kept once: " trip" has Latin, "学" and "数据" Han, and " 42",
+        // the control token and " 🙂" nothing; "。" its CJK scripts.
+        assert_eq!(scripts.sets.len(), 4);
+        assert_eq!(scripts.of(1), scripts.of(3));
+        assert!(scripts.of(5).is_some_and(ScriptSet::is_empty));
+        assert_eq!(scripts.of(8), None);
+        let latin = ScriptFilter::new(&scripts, &ScriptSet::of_text("Help me plan a trip"));
         let mask = latin.restrict(all_of(tokens.len()));
-        assert_eq!(mask.to_list(), [0, 2]);
-        let han = ScriptFilter::new(&tokens, ScriptSet::of_text("Help me plan a trip to 北京"));
+        assert_eq!(mask.to_list(), [0, 2, 5, 7]);
+        let han = ScriptFilter::new(&scripts, &ScriptSet::of_text("Help me plan a trip to 北京"));
+        assert_eq!(han.len(), 0);
         assert_eq!(han.restrict(all_of(tokens.len())).num_set(), tokens.len());
         // The grammar wins: when it allows only foreign tokens, they stay allowed.
         let mut only_han = SimpleVob::alloc(tokens.len());

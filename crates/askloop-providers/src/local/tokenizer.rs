@@ -32,7 +32,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use crate::local::error::LocalModelError;
-use crate::local::script::ScriptSet;
+use crate::local::script::TokenScripts;
 
 /// GGUF token type of control (special) tokens.
 const CONTROL_TOKEN: i32 = 3;
@@ -70,7 +70,7 @@ pub struct LocalTokenizer {
     token_bytes: Vec<Vec<u8>>,
     special: Vec<bool>,
     /// Each token's scripts, computed once (special tokens have none).
-    scripts: Vec<ScriptSet>,
+    scripts: TokenScripts,
     end_of_turn: u32,
     end_of_text: Option<u32>,
 }
@@ -300,17 +300,12 @@ impl LocalTokenizer {
             .add_tokens(added_tokens(false))
             .map_err(tokenizer_error)?;
         let token_bytes = tokens_as_bytes(&tokens, &added);
-        let scripts = token_bytes
-            .iter()
-            .zip(&special)
-            .map(|(bytes, special)| {
-                if *special {
-                    ScriptSet::default()
-                } else {
-                    ScriptSet::of_bytes(bytes)
-                }
-            })
-            .collect();
+        let scripts = TokenScripts::new(
+            token_bytes
+                .iter()
+                .zip(&special)
+                .map(|(bytes, special)| (!*special).then_some(bytes.as_slice())),
+        );
         let end_of_turn = inner
             .token_to_id("<|im_end|>")
             .or_else(|| {
@@ -365,9 +360,9 @@ impl LocalTokenizer {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
-    /// The scripts each token writes, by id ([`ScriptSet::of_bytes`]), computed once when the
-    /// tokenizer is built.
-    pub(crate) fn token_scripts(&self) -> &[ScriptSet] {
+    /// The scripts each token writes, by id ([`ScriptSet::of_bytes`](crate::local::ScriptSet::of_bytes)),
+    /// computed once when the tokenizer is built.
+    pub(crate) fn token_scripts(&self) -> &TokenScripts {
         &self.scripts
     }
 
