@@ -26,15 +26,9 @@ use askloop_providers::local::{
 };
 use serde_json::{Value, json};
 
-/// The built-in agent's instructions, as `askloop-cli` has them (its `agent.rs`), so the prompt
-/// is the one a first run processes.
-const BUILTIN_INSTRUCTIONS: &str = "You are a helpful assistant. When the user's request \
-depends on something only they know, do not guess: call the ask_user tool once, with one short \
-question about the one thing you most need to know to help with it, in the request's own \
-words. Offer two to four short options, labels only, when the likely answers are a known set; \
-otherwise ask a free-text question. Use multi_select only when several answers go together. \
-Once the user has answered, do not ask again: answer their request in full, naming their \
-answer and building on it.";
+/// The built-in agent's instructions: the text `askloop run`'s built-in `assistant` sends
+/// (core's [`AskUser::ASK_FIRST_INSTRUCTIONS`]), so the prompt is the one a first run processes.
+const BUILTIN_INSTRUCTIONS: &str = AskUser::ASK_FIRST_INSTRUCTIONS;
 
 /// The first run's request.
 const PROMPT: &str = "Help me plan a trip";

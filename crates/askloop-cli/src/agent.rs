@@ -17,17 +17,8 @@ use crate::model::{Spec, resolve_spec};
 pub(crate) const DEFAULT_AGENT: &str = "assistant";
 
 /// Instructions of the built-in agent: ask about the request itself, then answer with what
-/// the answer said. Written for small local models too, which otherwise ask about something
-/// else, copy an example into their options (issue 33: a trip example's "where to" asked of
-/// "fix my python script"), ask the same question again, or keep asking; so they name no
-/// topic of their own.
-const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When the user's request \
-depends on something only they know, do not guess: call the ask_user tool once, with one short \
-question about the one thing you most need to know to help with it, in the request's own \
-words. Offer two to four short options, labels only, when the likely answers are a known set; \
-otherwise ask a free-text question. Use multi_select only when several answers go together. \
-Once the user has answered, do not ask again: answer their request in full, naming their \
-answer and building on it.";
+/// the answer said (core's text, which `askloop-bench local` sends too).
+const DEFAULT_INSTRUCTIONS: &str = AskUser::ASK_FIRST_INSTRUCTIONS;
 
 /// The question budget of the built-in agent on the local model, unless set: one question,
 /// and one more if the model needs it. Small local models otherwise keep asking.

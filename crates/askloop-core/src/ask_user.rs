@@ -38,6 +38,22 @@ pub struct AskUser {
 }
 
 impl AskUser {
+    /// Instructions for an agent that asks with this tool before it answers: one short
+    /// question about what the request most needs, in the request's own words, then the
+    /// answer built on what the person said. askloop's built-in `assistant` agent uses them
+    /// (the CLI's `askloop run`), and `askloop-bench local` sends the same text, so what the
+    /// bench measures is what `askloop run` sends. Written for small local models too, which
+    /// otherwise ask about something else, copy an example into their options (issue 33: a
+    /// trip example's "where to" asked of "fix my python script"), ask the same question
+    /// again, or keep asking; so they name no topic of their own.
+    pub const ASK_FIRST_INSTRUCTIONS: &'static str = "You are a helpful assistant. When the \
+user's request depends on something only they know, do not guess: call the ask_user tool once, \
+with one short question about the one thing you most need to know to help with it, in the \
+request's own words. Offer two to four short options, labels only, when the likely answers are \
+a known set; otherwise ask a free-text question. Use multi_select only when several answers go \
+together. Once the user has answered, do not ask again: answer their request in full, naming \
+their answer and building on it.";
+
     /// The tool with its defaults: select questions take only their labels, no deadlines.
     pub fn new() -> Self {
         Self::default()
