@@ -358,6 +358,18 @@ pub struct UnfinishedCall {
     pub started_at_ms: Option<u64>,
 }
 
+/// The most characters of a run's first message that its summary carries
+/// ([`RunSummary::first_message`]).
+pub const FIRST_MESSAGE_CHARS: usize = 200;
+
+/// A run's [`RunSummary::first_message`] from its own messages.
+fn first_message(messages: &[Message]) -> Option<String> {
+    match messages.first()? {
+        Message::User { text } => Some(text.chars().take(FIRST_MESSAGE_CHARS).collect()),
+        _ => None,
+    }
+}
+
 /// What a run listing shows of one run: ids, status, times and the pending questions, without
 /// the conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -380,6 +392,12 @@ pub struct RunSummary {
     pub updated_at_ms: u64,
     /// The calls waiting for an answer (empty unless suspended).
     pub pending: Vec<PendingToolCall>,
+    /// What the run was asked: its first message when that is a user message (the text that
+    /// started it), cut to its first [`FIRST_MESSAGE_CHARS`] characters (Unicode scalar
+    /// values), white space as written. `None` for a run whose first message is not a user
+    /// message. Every store fills it in its listing, from the run's first stored message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_message: Option<String>,
     /// The store's change sequence of the run's last commit that
     /// [`notifies`](crate::store::notifies) (see [`crate::store::RunFilter::changed_after`]);
     /// `None` in a summary made from a state ([`RunState::summary`]) and for a run no such
@@ -589,6 +607,7 @@ impl RunState {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
             pending: self.pending_tool_calls(),
+            first_message: first_message(&self.messages),
             change_seq: None,
         }
     }

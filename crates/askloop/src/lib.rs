@@ -81,10 +81,10 @@ pub use serde_json;
 /// stores.
 pub mod store {
     pub use askloop_core::store::{
-        ChangeFeed, InvalidCursor, Lease, ListedRun, MemoryStore, ResourceFilter, RunChange,
-        RunChanges, RunCounts, RunCursor, RunFilter, RunPage, RunState, RunStore, RunSummary,
-        StoreError, StoredRun, ThreadHistory, UnfinishedCall, codec, keys_of_run, notifies,
-        running_run_of,
+        ChangeFeed, FIRST_MESSAGE_CHARS, InvalidCursor, Lease, ListedRun, MemoryStore,
+        ResourceFilter, RunChange, RunChanges, RunCounts, RunCursor, RunFilter, RunPage, RunState,
+        RunStore, RunSummary, StoreError, StoredRun, ThreadHistory, UnfinishedCall, codec,
+        keys_of_run, notifies, running_run_of,
     };
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub use askloop_store::{

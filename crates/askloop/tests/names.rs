@@ -124,6 +124,7 @@ fn store_types_are_named() {
     let _ = named::<askloop::store::UnfinishedCall>();
     let _ = askloop::store::notifies;
     let _ = askloop::store::codec::encode_state;
+    let _ = askloop::store::FIRST_MESSAGE_CHARS;
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -291,6 +291,8 @@ impl RunStore for MemoryStore {
                 |(summary, head, change_seq)| match decode_run(&summary.run_id, &head, [""; 0]) {
                     Ok(state) => ListedRun::Run(RunSummary {
                         change_seq,
+                        // The first message, as a durable store reads it beside the head.
+                        first_message: summary.first_message,
                         ..state.summary()
                     }),
                     Err(error) => ListedRun::Unreadable {

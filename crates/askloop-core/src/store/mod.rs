@@ -12,7 +12,7 @@ mod memory;
 
 use async_trait::async_trait;
 
-pub use crate::run::{RunState, RunSummary, UnfinishedCall};
+pub use crate::run::{FIRST_MESSAGE_CHARS, RunState, RunSummary, UnfinishedCall};
 pub use changes::{ChangeFeed, RunChange, RunChanges, notifies};
 pub use counts::RunCounts;
 pub use filter::{InvalidCursor, ListedRun, ResourceFilter, RunCursor, RunFilter, RunPage};

@@ -12,8 +12,8 @@
 //! (`askloop_thread_busy`): racing writers take turns, and the second sees the first. A run that
 //! completes or is cancelled takes the next value of `run_completion_seq` under the same thread
 //! lock, so a thread's completion sequences increase in commit order. Listing filters and orders on
-//! indexed columns and reads each listed run's head (its summary and pending calls), never its
-//! messages; a listing reads the change counter before its rows, so its change cursor never runs
+//! indexed columns and reads each listed run's head (its summary and pending calls) and the
+//! start of its first message, never the rest of its messages; a listing reads the change counter before its rows, so its change cursor never runs
 //! ahead of a commit it has not seen.
 
 use async_trait::async_trait;
@@ -23,8 +23,8 @@ use sqlx::{Postgres, QueryBuilder, Row};
 use askloop_core::model::Message;
 use askloop_core::store::codec::{decode_run, decode_run_after, encode_head, encode_new_messages};
 use askloop_core::store::{
-    Lease, ListedRun, RunChanges, RunCounts, RunFilter, RunPage, RunState, StoredRun,
-    ThreadHistory, notifies,
+    FIRST_MESSAGE_CHARS, Lease, ListedRun, RunChanges, RunCounts, RunFilter, RunPage, RunState,
+    StoredRun, ThreadHistory, notifies,
 };
 use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, RunStore, StoreError, ThreadKey};
 
@@ -58,9 +58,19 @@ const LOAD_RUN: &str = "SELECT version, head, lease_holder, lease_expires_at_ms,
                WHERE scope = $1 AND run_id = $2 AND seq >= $3 ORDER BY seq) AS messages \
     FROM runs WHERE scope = $1 AND id = $2";
 
-/// The listing's columns (the head carries the summary: never the messages); its conditions
-/// are added by [`list_query`].
-const LIST_RUNS: &str = "SELECT id, scope, created_at_ms, head, change_seq FROM runs WHERE TRUE";
+/// The listing's columns (the head carries the summary: never the messages, but for the run's
+/// first message, [`RunSummary::first_message`]: the text of its message 0 when that is a user
+/// message, `{"role":"user","text":…}` as core's `codec::encode_message` writes it, its first
+/// `{chars}` ([`FIRST_MESSAGE_CHARS`]) characters, read inside PostgreSQL by the message's
+/// primary key, one lookup per listed row); its conditions are added by [`list_query`].
+///
+/// [`RunSummary::first_message`]: askloop_core::store::RunSummary::first_message
+const LIST_RUNS: &str = "SELECT id, scope, created_at_ms, head, change_seq, \
+        (SELECT CASE WHEN m.body::json ->> 'role' = 'user' \
+                     THEN left(m.body::json ->> 'text', {chars}) END \
+           FROM run_messages m WHERE m.scope = runs.scope AND m.run_id = runs.id AND m.seq = 0) \
+        AS first_message \
+    FROM runs WHERE TRUE";
 
 /// The highest change sequence committed (`0003_change_order.sql`): read before a listing's
 /// rows, where its change cursor stands.
@@ -387,7 +397,8 @@ fn ends(status: RunStatus) -> bool {
 /// its own prepared statement, planned on the index that fits it (a generic plan of
 /// `$1 IS NULL OR status = $1` would scan every run).
 fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> {
-    let mut query = QueryBuilder::new(LIST_RUNS);
+    let mut query =
+        QueryBuilder::new(LIST_RUNS.replace("{chars}", &FIRST_MESSAGE_CHARS.to_string()));
     if let Some(status) = filter.status {
         query.push(" AND status = ").push_bind(status.as_str());
     }
@@ -438,10 +449,12 @@ fn listed_run(row: &PgRow) -> Result<ListedRun, StoreError> {
     let head: String = row.try_get("head").map_err(backend)?;
     let change_seq: Option<i64> = row.try_get("change_seq").map_err(backend)?;
     let change_seq = change_seq.map(from_bigint);
+    let first_message: Option<String> = row.try_get("first_message").map_err(backend)?;
     Ok(match decode_run(&run_id, &head, [""; 0]) {
         Ok(state) => {
             let mut summary = state.summary();
             summary.change_seq = change_seq;
+            summary.first_message = first_message;
             ListedRun::Run(summary)
         }
         Err(error) => ListedRun::Unreadable {

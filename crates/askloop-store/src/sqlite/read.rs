@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use askloop_core::store::codec;
-use askloop_core::store::{Lease, ListedRun, RunCounts, RunFilter, RunPage, ThreadHistory};
+use askloop_core::store::{
+    FIRST_MESSAGE_CHARS, Lease, ListedRun, RunCounts, RunFilter, RunPage, ThreadHistory,
+};
 use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, StoreError, ThreadKey};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
@@ -319,6 +321,7 @@ pub(super) fn list_runs(
             let current: bool = row.get(8).map_err(backend)?;
             let change_seq: Option<i64> = row.get(9).map_err(backend)?;
             let change_seq = change_seq.map(unsigned);
+            let first_message: Option<String> = row.get(10).map_err(backend)?;
             let key = RunKey::new(
                 columns.resource_id.clone().map(Into::into),
                 RunId::new(columns.run_id.clone()),
@@ -332,6 +335,7 @@ pub(super) fn list_runs(
             runs.push(match listed {
                 Ok(mut summary) => {
                     summary.change_seq = change_seq;
+                    summary.first_message = first_message;
                     ListedRun::Run(summary)
                 }
                 Err(
@@ -371,16 +375,28 @@ fn older_or_newer(
 
 /// The listed columns (the resource is the scope, `''` read as none), then whether the head is
 /// of the current format and well-formed JSON (checked inside SQLite, without decoding it),
-/// then the change sequence.
+/// then the change sequence, then the run's first message ([`RunSummary::first_message`]):
+/// the text of its message 0 when that is a user message (`{"role":"user","text":…}`, core's
+/// `codec::encode_message`), its first ?2 characters, read inside SQLite by its primary key
+/// (one lookup per listed row, never more of the text); none for a body that is not JSON.
+///
+/// [`RunSummary::first_message`]: askloop_core::store::RunSummary::first_message
 const LISTED_COLUMNS: &str = "id, thread_id, NULLIF(scope, ''), agent_id, status, \
     created_at_ms, updated_at_ms, pending, substr(head, 1, 19) = ?1 AND json_valid(head), \
-    change_seq";
+    change_seq, \
+    (SELECT CASE WHEN json_valid(m.body) THEN \
+                CASE WHEN json_extract(m.body, '$.role') = 'user' \
+                     THEN substr(json_extract(m.body, '$.text'), 1, ?2) END END \
+       FROM run_messages m WHERE m.scope = runs.scope AND m.run_id = runs.id AND m.seq = 0)";
 
 /// The listing statement for `filter` (only the conditions it uses, so that SQLite picks the
 /// index of the filter; one cached statement per combination) and its parameters.
 fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
     let mut sql = format!("SELECT {LISTED_COLUMNS} FROM runs");
-    let mut values = vec![SqlValue::Text(CURRENT_HEAD_PREFIX.to_owned())];
+    let mut values = vec![
+        SqlValue::Text(CURRENT_HEAD_PREFIX.to_owned()),
+        SqlValue::Integer(i64::try_from(FIRST_MESSAGE_CHARS).unwrap_or(i64::MAX)),
+    ];
     let mut conditions = Vec::new();
     let mut condition = |clause: &str, value: SqlValue| {
         values.push(value);

@@ -66,6 +66,7 @@ macro_rules! store_conformance_tests {
             leases_are_kept_renewed_and_cleared,
             newer_format_rows_are_refused_and_untouched,
             listing_summaries_carry_pending_questions,
+            issue33_listing_summaries_carry_the_first_message,
             live_lease_refuses_claims_until_it_expires,
             concurrent_takeovers_have_one_winner,
             unfinished_side_effect_is_never_repeated,

@@ -59,6 +59,7 @@ scenarios![
     leases_are_kept_renewed_and_cleared,
     newer_format_rows_are_refused_and_untouched,
     listing_summaries_carry_pending_questions,
+    issue33_listing_summaries_carry_the_first_message,
     live_lease_refuses_claims_until_it_expires,
     concurrent_takeovers_have_one_winner,
     unfinished_side_effect_is_never_repeated,
@@ -1041,6 +1042,75 @@ async fn listing_summaries_carry_pending_questions(store: Arc<dyn RunStore>) {
             .runs
             .is_empty()
     );
+}
+
+async fn issue33_listing_summaries_carry_the_first_message(store: Arc<dyn RunStore>) {
+    use crate::model::AssistantPart;
+    use crate::store::FIRST_MESSAGE_CHARS;
+    // Long, multi-byte, with white space: cut at 200 characters (not bytes), kept as written.
+    let long = format!("Plan\n  a trip:\t{}", "naïve 北京 🙂 \"q\" \\ ".repeat(30));
+    assert!(long.chars().count() > FIRST_MESSAGE_CHARS);
+    let mut asked = state("asked", "t1", RunStatus::Suspended, 10);
+    asked.messages = vec![Message::user(long.clone())];
+    store.insert_run(&asked, None).await.unwrap();
+    // Later messages leave it as it was.
+    let mut grown = state("grown", "t2", RunStatus::Running, 20);
+    let version = store.insert_run(&grown, None).await.unwrap();
+    complete(&store, &mut grown, version).await;
+    // A run whose first message is not the user's has none.
+    let mut other = state("other", "t3", RunStatus::Completed, 30);
+    other.messages = vec![Message::Assistant {
+        parts: vec![AssistantPart::Text {
+            text: "Hello first".into(),
+        }],
+    }];
+    store.insert_run(&other, None).await.unwrap();
+    let cut: String = long.chars().take(FIRST_MESSAGE_CHARS).collect();
+    let expected = [
+        ("other", None),
+        ("grown", Some("hello")),
+        ("asked", Some(cut.as_str())),
+    ];
+    let listed = |page: crate::store::RunPage| {
+        page.runs
+            .iter()
+            .map(|run| {
+                let summary = run.summary().unwrap();
+                (summary.run_id.to_string(), summary.first_message.clone())
+            })
+            .collect::<Vec<_>>()
+    };
+    let as_owned = |rows: &[(&str, Option<&str>)]| {
+        rows.iter()
+            .map(|(id, message)| (id.to_string(), message.map(str::to_owned)))
+            .collect::<Vec<_>>()
+    };
+    let all = store.list_runs(&RunFilter::new()).await.unwrap();
+    assert_eq!(listed(all), as_owned(&expected));
+    // Every kind of listing carries it: filtered, paged, by change.
+    let suspended = RunFilter::new().status(RunStatus::Suspended).limit(1);
+    assert_eq!(
+        listed(store.list_runs(&suspended).await.unwrap()),
+        as_owned(&expected[2..])
+    );
+    let changed = store
+        .list_runs(&RunFilter::new().changed_after(0))
+        .await
+        .unwrap();
+    let mut changed = listed(changed);
+    changed.sort();
+    let mut all_sorted = as_owned(&expected);
+    all_sorted.sort();
+    assert_eq!(changed, all_sorted);
+    // The same as the stored run's own summary.
+    for (id, message) in expected {
+        let stored = store.load_run(&owned(id)).await.unwrap();
+        assert_eq!(
+            stored.state.summary().first_message.as_deref(),
+            message,
+            "{id}"
+        );
+    }
 }
 
 /// An agent on `store` with a hanging model (first call streams one delta and hangs; later
