@@ -167,4 +167,13 @@ fn issue33_runs_list_shows_each_runs_first_message_on_one_line() {
     assert!(lines[1].contains(&format!("{cut}…")), "{table}");
     assert!(lines[2].contains("Plan my trip to Lisbon"), "{table}");
     assert!(lines[2].trim_end().ends_with("Which repo?"), "{table}");
+    // The listing carries each first message: as written, cut to its first 200 characters.
+    let listed = dir.run(&["runs", "list", "--json"]).success().stdout;
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let first: String = long.chars().take(200).collect();
+    assert_eq!(listed[0]["firstMessage"], first.as_str(), "{listed}");
+    assert_eq!(
+        listed[1]["firstMessage"], "Plan my\ntrip   to Lisbon",
+        "{listed}"
+    );
 }

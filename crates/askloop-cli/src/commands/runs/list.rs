@@ -2,12 +2,10 @@
 
 use std::process::ExitCode;
 
-use askloop_core::model::Message;
 use askloop_core::store::{ListedRun, RunCursor, RunFilter, RunSummary};
 use askloop_core::{
     AgentId, PendingToolCall, ResourceId, RunId, RunStatus, ThreadId, error_chain_text,
 };
-use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -106,8 +104,7 @@ pub(crate) async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<
                 output.note(&format!("no runs{yet} in {}", context.store_url))?;
                 return Ok(ExitCode::SUCCESS);
             } else {
-                let messages = first_messages(context, &page.runs).await;
-                for line in table_lines(&page.runs, &messages) {
+                for line in table_lines(&page.runs) {
                     output.line(&line)?;
                 }
             }
@@ -144,45 +141,25 @@ fn list_filter(args: &ListArgs) -> anyhow::Result<RunFilter> {
 /// The most characters of a run's first message that the table shows.
 const MESSAGE_WIDTH: usize = 40;
 
-/// The first message of each run of `runs` (its own user input, on one line, at most
-/// [`MESSAGE_WIDTH`] characters), in order; empty for a run that cannot be read (the table
-/// says why where it can).
-async fn first_messages(context: &Context, runs: &[ListedRun]) -> Vec<String> {
-    futures::stream::iter(runs)
-        .map(async |run| {
-            let ListedRun::Run(summary) = run else {
-                return String::new();
-            };
-            match context.store.load_run(&summary.key()).await {
-                Ok(stored) => first_message(stored.state.messages()),
-                Err(error) => {
-                    tracing::debug!(run = %summary.run_id, %error, "runs list: cannot read the run's first message");
-                    String::new()
-                }
-            }
+/// A run's first message as the table shows it ([`RunSummary::first_message`], which the
+/// listing carries): its white space (newlines too) made single spaces, cut to
+/// [`MESSAGE_WIDTH`] characters; empty when the run has none.
+fn message_cell(summary: &RunSummary) -> String {
+    summary
+        .first_message
+        .as_deref()
+        .map(|text| {
+            truncate(
+                &text.split_whitespace().collect::<Vec<_>>().join(" "),
+                MESSAGE_WIDTH,
+            )
         })
-        .buffered(8)
-        .collect()
-        .await
-}
-
-/// The text of the first user message of `messages`, its white space (newlines too) made
-/// single spaces, cut to [`MESSAGE_WIDTH`] characters.
-fn first_message(messages: &[Message]) -> String {
-    messages
-        .iter()
-        .find_map(|message| match message {
-            Message::User { text } => Some(text.split_whitespace().collect::<Vec<_>>().join(" ")),
-            _ => None,
-        })
-        .map(|text| truncate(&text, MESSAGE_WIDTH))
         .unwrap_or_default()
 }
 
 /// The table of `runs list`: a header, then one line per run (a run this build cannot read
-/// with its id and why) with its first message from `messages`, the columns padded but the
-/// question's.
-fn table_lines(runs: &[ListedRun], messages: &[String]) -> Vec<String> {
+/// with its id and why) with its first message, the columns padded but the question's.
+fn table_lines(runs: &[ListedRun]) -> Vec<String> {
     let mut rows = vec![[
         "RUN".to_owned(),
         "STATUS".to_owned(),
@@ -191,15 +168,14 @@ fn table_lines(runs: &[ListedRun], messages: &[String]) -> Vec<String> {
         "MESSAGE".to_owned(),
         "QUESTION".to_owned(),
     ]];
-    for (index, run) in runs.iter().enumerate() {
-        let message = messages.get(index).cloned().unwrap_or_default();
+    for run in runs {
         rows.push(match run {
             ListedRun::Run(summary) => [
                 summary.run_id.to_string(),
                 summary.status.to_string(),
                 summary.agent_id.to_string(),
                 format_time(summary.created_at_ms),
-                message,
+                message_cell(summary),
                 summary
                     .pending
                     .first()
