@@ -384,6 +384,10 @@ pub(crate) struct RunSummaryBody {
     pub(crate) created_at: String,
     /// When it last changed (RFC 3339).
     pub(crate) updated_at: String,
+    /// What the run was asked: the first 200 characters of its first message, as written;
+    /// absent when its first message is not the user's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) first_message: Option<String>,
     /// The calls that wait for a person (suspended runs).
     pub(crate) pending_tool_calls: Vec<PendingCall>,
 }
@@ -398,6 +402,7 @@ impl RunSummaryBody {
             status: summary.status.to_string(),
             created_at: rfc3339(summary.created_at_ms),
             updated_at: rfc3339(summary.updated_at_ms),
+            first_message: summary.first_message.clone(),
             pending_tool_calls: summary
                 .pending
                 .iter()

@@ -230,4 +230,9 @@ async fn issue32_a_pending_call_is_one_shape_everywhere(backend: Backend) {
         schemas["RunSummaryBody"]["properties"]["pendingToolCalls"]["items"]["$ref"],
         "#/components/schemas/PendingCall"
     );
+    let first_message = &schemas["RunSummaryBody"]["properties"]["firstMessage"];
+    assert!(
+        first_message["type"].to_string().contains("string"),
+        "{first_message}"
+    );
 }

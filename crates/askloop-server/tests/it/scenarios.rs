@@ -97,6 +97,7 @@ async fn an_ask_cycle_streams_suspends_and_resumes(backend: Backend) {
     .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(page["runs"][0]["runId"], run_id.as_str());
+    assert_eq!(page["runs"][0]["firstMessage"], "Summarize my project");
     let pending = &page["runs"][0]["pendingToolCalls"][0];
     assert_eq!(pending["toolCallId"], "c1");
     assert_eq!(pending["kind"], "answer");
