@@ -32,7 +32,7 @@ pub enum ServerError {
 /// The JSON body of every error response.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub(crate) struct ErrorBody {
-    /// A stable code: `bad_request`, `invalid_answer`, `unauthorized`, `forbidden`,
+    /// A stable code: `bad_request`, `invalid_answer`, `invalid_args`, `unauthorized`, `forbidden`,
     /// `run_not_found`, `agent_not_found`, `unknown_tool_call`, `not_suspended`, `conflict`,
     /// `already_answered`, `expired`, `in_progress`, `thread_busy`, `ambiguous_run`,
     /// `too_large`, … (see the crate docs).
@@ -40,8 +40,10 @@ pub(crate) struct ErrorBody {
     /// What went wrong, for people.
     message: String,
     /// More about it: for `invalid_answer`, what was expected, every problem, and the allowed
-    /// labels when the question has options; for `expired`, the `toolCallId` and when it
-    /// expired (`expiredAt`, RFC 3339).
+    /// labels when the question has options; for `invalid_args` (edited arguments of an
+    /// approval that do not fit the tool), the `toolCallId`, `toolName` and every problem
+    /// (`problems`); for `expired`, the `toolCallId` and when it expired (`expiredAt`, RFC
+    /// 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     details: Option<Value>,
@@ -274,6 +276,7 @@ impl From<ResumeError> for ApiError {
                 StatusCode::NOT_FOUND
             }
             ResumeError::InvalidAnswer { .. }
+            | ResumeError::InvalidArgs { .. }
             | ResumeError::Ambiguous { .. }
             | ResumeError::DuplicateToolCall { .. }
             | ResumeError::UnnamedInBatch { .. }
@@ -306,6 +309,18 @@ impl From<ResumeError> for ApiError {
                 api = api.with_details(serde_json::json!({
                     "expected": rejection.expected,
                     "problems": rejection.problems,
+                }));
+            }
+            ResumeError::InvalidArgs {
+                tool_call_id,
+                tool_name,
+                problems,
+                ..
+            } => {
+                api = api.with_details(serde_json::json!({
+                    "toolCallId": tool_call_id.as_str(),
+                    "toolName": tool_name,
+                    "problems": problems,
                 }));
             }
             ResumeError::UnknownToolCall { pending, .. }
