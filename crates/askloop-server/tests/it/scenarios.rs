@@ -521,6 +521,26 @@ async fn issue34_edited_arguments_are_checked_then_run(backend: Backend) {
         .find(|chunk| chunk["type"] == "tool-output-available")
         .unwrap_or_else(|| panic!("{chunks:?}"));
     assert_eq!(output["output"]["label"], "from chat", "{output}");
+
+    // The OpenAPI document says so.
+    let (status, document) = call(&router, "GET", "/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let schemas = &document["components"]["schemas"];
+    for schema in ["ApprovalRequest", "CallResponseBody"] {
+        assert!(
+            schemas[schema]["properties"]["args"].is_object(),
+            "{schema}: {}",
+            schemas[schema]
+        );
+    }
+    let approve = &document["paths"]["/api/agents/{agentId}/approve-tool-call"]["post"];
+    assert!(
+        approve["responses"]["400"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("invalid_args"),
+        "{approve}"
+    );
 }
 
 async fn batch_responses_cancel_and_continue(backend: Backend) {
