@@ -322,6 +322,7 @@ export class ChatView {
         const question = pendingQuestions(this.chat.messages).find((q) => q.toolCallId === response.toolCallId);
         const part = this.lastToolPart(response.toolCallId);
         await this.chat.addToolApprovalResponse({ id: part?.approval?.id ?? question?.toolCallId ?? response.toolCallId, approved: response.approved, reason: response.reason });
+        if (response.args !== undefined) this.withEditedArgs(response.toolCallId, response.args);
       } else {
         const part = this.lastToolPart(response.toolCallId);
         await this.chat.addToolOutput({ tool: part ? toolName(part) : "ask_user", toolCallId: response.toolCallId, output: response.answer } as never);
@@ -345,6 +346,22 @@ export class ChatView {
       }
     }
     return null;
+  }
+
+  /**
+   * Edit, then approve: the AI SDK's approval response has no field for edited input, so the
+   * responded part's `approval` gets askloop's `args` (`{id, approved, reason?, args}`), which
+   * the chat route reads.
+   */
+  private withEditedArgs(toolCallId: string, args: unknown): void {
+    this.chat.messages = this.chat.messages.map((message) => ({
+      ...message,
+      parts: message.parts.map((part) =>
+        isToolPart(part) && part.toolCallId === toolCallId && part.state === "approval-responded" && part.approval
+          ? ({ ...part, approval: { ...part.approval, args } } as unknown as typeof part)
+          : part,
+      ),
+    }));
   }
 
   private lastToolPart(toolCallId: string): ToolPart | undefined {

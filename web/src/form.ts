@@ -53,7 +53,7 @@ export interface Question {
 /** What a person gave for a question: an answer, or an approval decision. */
 export type Response =
   | { toolCallId: string; kind: "answer"; answer: unknown }
-  | { toolCallId: string; kind: "approval"; approved: boolean; reason?: string };
+  | { toolCallId: string; kind: "approval"; approved: boolean; reason?: string; args?: unknown };
 
 /** A rendered question: its element, a reader, and where its problems are shown. */
 export interface RenderedQuestion {
@@ -139,7 +139,7 @@ export function renderQuestion(question: Question): RenderedQuestion {
       const read = control.read();
       if (!read.ok) return read;
       if (question.kind === "approval") {
-        const value = read.value as { approved: boolean; reason?: string };
+        const value = read.value as { approved: boolean; reason?: string; args?: unknown };
         return { ok: true, response: { toolCallId: question.toolCallId, kind: "approval", ...value } };
       }
       return { ok: true, response: { toolCallId: question.toolCallId, kind: "answer", answer: read.value } };
@@ -187,26 +187,58 @@ function labelled(id: string, text: string, input: HTMLInputElement | HTMLTextAr
   return wrap;
 }
 
+/**
+ * An approval: the tool and its arguments, Approve or Decline (with an optional reason), and
+ * "Edit arguments": a JSON textarea prefilled with the arguments, sent with the approval as
+ * `args` (the server checks them against the tool's input schema and names every problem).
+ */
 function approvalControl(id: string, question: Question): Control {
   const wrap = el("div");
   wrap.append(el("p", "meta", `Tool: ${question.toolName}`));
-  const args = el("pre", "args", JSON.stringify(question.args ?? {}, null, 2));
+  const original = JSON.stringify(question.args ?? {}, null, 2);
+  const args = el("pre", "args", original);
   args.setAttribute("aria-label", `Arguments of ${question.toolName}`);
   wrap.append(args);
+  const edit = el("button", "edit-args", "Edit arguments");
+  edit.type = "button";
+  const editor = el("textarea", "args-editor");
+  editor.value = original;
+  editor.rows = Math.min(12, Math.max(3, original.split("\n").length));
+  editor.spellcheck = false;
+  const editorField = labelled(`${id}-args`, "Arguments (JSON), approved as edited", editor);
+  editorField.hidden = true;
+  wrap.append(edit, editorField);
   const group = el("div");
   group.setAttribute("role", "radiogroup");
   group.setAttribute("aria-label", "Decision");
   const approve = radio(`${id}-approve`, `${id}-decision`, "Approve", "approve");
   const decline = radio(`${id}-decline`, `${id}-decision`, "Decline", "decline");
   group.append(approve.label, decline.label);
+  edit.addEventListener("click", () => {
+    editorField.hidden = false;
+    args.hidden = true;
+    edit.hidden = true;
+    approve.input.checked = true;
+    editor.focus();
+  });
   const reason = el("input");
   reason.type = "text";
   wrap.append(group, labelled(`${id}-reason`, "Reason (optional)", reason));
   return {
     element: wrap,
-    inputs: () => [approve.input, decline.input],
+    inputs: () => (editorField.hidden ? [approve.input, decline.input] : [approve.input, decline.input, editor]),
     read() {
-      if (approve.input.checked) return { ok: true, value: { approved: true } };
+      if (approve.input.checked) {
+        if (editorField.hidden || editor.value.trim() === original.trim()) return { ok: true, value: { approved: true } };
+        let edited: unknown;
+        try {
+          edited = JSON.parse(editor.value);
+        } catch (error) {
+          return { ok: false, problem: `The arguments are not JSON: ${(error as Error).message}` };
+        }
+        if (edited === null || typeof edited !== "object" || Array.isArray(edited)) return { ok: false, problem: "The arguments must be a JSON object." };
+        return { ok: true, value: { approved: true, args: edited } };
+      }
       if (decline.input.checked) {
         const text = reason.value.trim();
         return { ok: true, value: text ? { approved: false, reason: text } : { approved: false } };

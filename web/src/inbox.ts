@@ -37,7 +37,12 @@ export function questionsOfRuns(body: { runs: RunEntry[] }): Question[] {
 /** The wire body of one response for the batch answer route. */
 function responseBody(response: Response): Record<string, unknown> {
   return response.kind === "approval"
-    ? { toolCallId: response.toolCallId, approved: response.approved, ...(response.reason ? { reason: response.reason } : {}) }
+    ? {
+        toolCallId: response.toolCallId,
+        approved: response.approved,
+        ...(response.reason ? { reason: response.reason } : {}),
+        ...(response.args !== undefined ? { args: response.args } : {}),
+      }
     : { toolCallId: response.toolCallId, answer: response.answer };
 }
 
@@ -147,8 +152,12 @@ export class InboxView {
       } catch (error) {
         this.answered = this.answered.filter((other) => other !== item);
         if (error instanceof ApiError) {
-          const details = error.details as { toolCallId?: string } | undefined;
+          const details = error.details as { toolCallId?: string; problems?: string[] } | undefined;
           const target = details?.toolCallId ?? questions[0]?.toolCallId ?? "";
+          // Edited arguments that do not fit the tool: every problem the server found.
+          if (error.code === "invalid_args" && details?.problems?.length) {
+            return { [target]: `The edited arguments do not fit the tool: ${details.problems.join("; ")}` };
+          }
           return { [target]: error.message };
         }
         throw error;

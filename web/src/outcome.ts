@@ -22,7 +22,10 @@ const WAIT_MS = 30_000;
 
 /** A response in words: the answer's labels or text, or the decision. */
 export function responseText(response: Response): string {
-  if (response.kind === "approval") return response.approved ? "Approved" : `Declined${response.reason ? `: ${response.reason}` : ""}`;
+  if (response.kind === "approval") {
+    if (!response.approved) return `Declined${response.reason ? `: ${response.reason}` : ""}`;
+    return response.args === undefined ? "Approved" : `Approved with edited arguments: ${JSON.stringify(response.args)}`;
+  }
   const words = (value: unknown): string => {
     if (typeof value === "string") return value;
     if (Array.isArray(value)) return value.map(words).join(", ");

@@ -259,6 +259,11 @@ pub(crate) struct ApproveArgs {
     /// The call to approve (needed when several wait for approval).
     #[arg(long, value_name = "ID", value_parser = id)]
     pub(crate) tool_call_id: Option<String>,
+    /// Edit, then approve: the arguments the tool runs with instead of the model's, a JSON
+    /// object, checked against the tool's input schema first (every problem is listed and
+    /// nothing changes when they do not fit); the model is told the person changed them
+    #[arg(long, value_name = "JSON")]
+    pub(crate) args: Option<String>,
     /// Print every chunk as a JSON line instead of text.
     #[arg(long)]
     pub(crate) json: bool,

@@ -435,17 +435,43 @@ fn parse_line_answer(call: &PendingToolCall, line: &str) -> Result<Value, String
     answer_from_inputs(call.resume_schema.as_ref(), &[line]).map_err(|error| error.to_string())
 }
 
-/// An approval on a terminal: `y` runs the tool; `n` asks for an optional reason for the model.
-/// The answer is the reference framework's approval data, `{"approved": …, "reason"?: …}`.
+/// The choices of an approval on a terminal, in the order shown.
+const APPROVAL_CHOICES: [&str; 3] = ["Allow", "Edit the arguments, then allow", "Decline"];
+
+/// An approval on a terminal: allow (the tool runs); edit the arguments, then allow (one line of
+/// JSON, prefilled with the call's arguments, that must be an object; the claim checks it
+/// against the tool's input schema, and a refusal asks again); or decline (then an optional
+/// reason for the model). The answer is the reference framework's approval data,
+/// `{"approved": …, "reason"?: …}`, with askloop's `args` for edited arguments.
 fn ask_approval_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
     let message = approval_line(call);
-    let approved = inquire::Confirm::new(&format!("{message} - allow it?"))
-        .with_help_message(&help(Some("y/n"), call))
+    let choice = Select::new(&format!("{message} - allow it?"), APPROVAL_CHOICES.to_vec())
+        .with_help_message(&help(Select::<&str>::DEFAULT_HELP_MESSAGE, call))
         .prompt()?;
-    if approved {
+    if choice == APPROVAL_CHOICES[0] {
         return Ok(serde_json::json!({"approved": true}));
     }
-    let reason = inquire::Text::new("Reason for the model (optional):")
+    if choice == APPROVAL_CHOICES[1] {
+        let original = call.args.to_string();
+        let edited = Text::new("Arguments (JSON), approved as edited:")
+            .with_initial_value(&original)
+            .with_help_message(&help(Some("one line of JSON, an object"), call))
+            .with_validator(|text: &str| -> Result<Validation, CustomUserError> {
+                Ok(match serde_json::from_str::<Value>(text) {
+                    Ok(Value::Object(_)) => Validation::Valid,
+                    Ok(_) => Validation::Invalid(validation_message(
+                        "the arguments must be a JSON object",
+                    )),
+                    Err(error) => {
+                        Validation::Invalid(validation_message(&format!("not JSON: {error}")))
+                    }
+                })
+            })
+            .prompt()?;
+        let args: Value = serde_json::from_str(&edited).unwrap_or(Value::Null);
+        return Ok(serde_json::json!({"approved": true, "args": args}));
+    }
+    let reason = Text::new("Reason for the model (optional):")
         .with_help_message(&help(Some("enter to skip"), call))
         .prompt()?;
     Ok(if reason.trim().is_empty() {

@@ -137,7 +137,10 @@ impl<'a> Session<'a> {
                             }
                         }
                         // Someone is here to answer again: say why, and ask again.
-                        Err(refused @ ResumeError::InvalidAnswer { .. }) => {
+                        Err(
+                            refused @ (ResumeError::InvalidAnswer { .. }
+                            | ResumeError::InvalidArgs { .. }),
+                        ) => {
                             self.output.note(&format!("{refused}; try again"))?;
                         }
                         Err(refused) => return Err(self.context.refused(run, refused)),

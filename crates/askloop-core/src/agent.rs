@@ -261,6 +261,26 @@ impl Agent {
         self.respond(run).approve(tool_call_id).stream().await
     }
 
+    /// Approves a call awaiting approval with arguments a person edited
+    /// ([`CallResponse::ApproveWith`]): `args` are checked against the tool's input schema
+    /// first, then the tool runs with them, the model is told in the call's result that the
+    /// person changed the arguments and to what, and the audit keeps both versions.
+    ///
+    /// # Errors
+    /// As [`Agent::approve_tool_call`]; [`ResumeError::InvalidArgs`] listing every problem
+    /// when `args` do not fit the tool's input schema (nothing changed).
+    pub async fn approve_tool_call_with(
+        &self,
+        run: impl Into<RunRef>,
+        tool_call_id: &ToolCallId,
+        args: Value,
+    ) -> Result<AgentStream, ResumeError> {
+        self.respond(run)
+            .approve_with(tool_call_id, args)
+            .stream()
+            .await
+    }
+
     /// Declines a call awaiting approval: its tool never runs; the model gets an error result
     /// with `reason` (a default text when `None`), and the run streams on. The reference
     /// framework's `declineToolCall`.
@@ -454,6 +474,12 @@ impl Respond<'_> {
     /// Approves the call `tool_call_id`, which awaits approval.
     pub fn approve(self, tool_call_id: &ToolCallId) -> Self {
         self.response(tool_call_id, CallResponse::Approve)
+    }
+
+    /// Approves the call `tool_call_id`, which awaits approval, with the arguments a person
+    /// edited ([`CallResponse::ApproveWith`]).
+    pub fn approve_with(self, tool_call_id: &ToolCallId, args: Value) -> Self {
+        self.response(tool_call_id, CallResponse::ApproveWith { args })
     }
 
     /// Declines the call `tool_call_id`, which awaits approval, with an optional reason for

@@ -181,6 +181,23 @@ pub enum ResumeError {
         /// What was expected and what was wrong.
         rejection: ResumeRejection,
     },
+    /// The arguments a person edited when approving a call
+    /// ([`crate::CallResponse::ApproveWith`]) do not fit the tool's input schema: nothing
+    /// changed, the call still awaits approval.
+    #[error(
+        "invalid arguments for {tool_name} call {tool_call_id}: {}; nothing changed",
+        problems.join("; ")
+    )]
+    InvalidArgs {
+        /// The run.
+        run_id: RunId,
+        /// The call.
+        tool_call_id: ToolCallId,
+        /// The tool.
+        tool_name: String,
+        /// Every problem found, one text each (lowercase, naming the field).
+        problems: Vec<String>,
+    },
     /// Another resume (or continue) of this run was applied first (exactly-once: this one
     /// changed nothing).
     #[error("another resume of run {run_id} was applied first; this one changed nothing")]
@@ -291,8 +308,8 @@ pub enum ResumeError {
 }
 
 impl ResumeError {
-    /// A stable code for clients (`"run_not_found"`, `"invalid_answer"`, `"conflict"`,
-    /// `"expired"`, …).
+    /// A stable code for clients (`"run_not_found"`, `"invalid_answer"`, `"invalid_args"`,
+    /// `"conflict"`, `"expired"`, …).
     pub fn code(&self) -> &'static str {
         match self {
             Self::RunNotFound { .. } => "run_not_found",
@@ -304,6 +321,7 @@ impl ResumeError {
             Self::Expired { .. } => "expired",
             Self::Ambiguous { .. } => "ambiguous_tool_call",
             Self::InvalidAnswer { .. } => "invalid_answer",
+            Self::InvalidArgs { .. } => "invalid_args",
             Self::Conflict { .. } => "conflict",
             Self::InProgress { .. } => "in_progress",
             Self::Interrupted { .. } => "interrupted",

@@ -96,7 +96,7 @@ pub use ids::{
     AgentId, IdKind, IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES, ResourceId, RunId, RunKey,
     RunRef, ThreadId, ThreadKey, ToolCallId,
 };
-pub use message::{AuditAction, AuditRecord};
+pub use message::{ArgsEdit, AuditAction, AuditRecord};
 pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
 pub use response::CallResponse;

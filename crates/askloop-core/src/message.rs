@@ -6,9 +6,13 @@
 //! run format (see `crate::run`): change them only with a format bump.
 //!
 //! Audit: every person's action on a call ([`AuditRecord`]: answer, approve, decline, expire,
-//! cancel, message; by whom; when) is kept on the call's pending slot while it waits and copied into
-//! the call's [`ToolResult::audit`] when it completes, so it lives in the append-only messages, not
-//! in the run's head. Results carry no audit on the wire; `askloop runs show` lists it.
+//! cancel, message; by whom; when; for an approval that edited the arguments, both versions) is
+//! kept on the call's pending slot while it waits and copied into the call's
+//! [`ToolResult::audit`] when it completes, so it lives in the append-only messages, not in the
+//! run's head. Results carry no audit on the wire; `askloop runs show` lists it. The model reads
+//! one thing of it: that a person edited the call's arguments, and to what
+//! ([`ToolResult::content_text`]); the model's call itself stays as the model wrote it, so every
+//! provider accepts the history.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -149,7 +153,8 @@ pub struct ToolResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<Value>,
     /// Who answered, approved, declined, expired or cancelled the call, and when (empty for a
-    /// call no person touched); not sent to the model.
+    /// call no person touched); not sent to the model, except the note of an approval that
+    /// edited the arguments ([`ToolResult::content_text`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit: Vec<AuditRecord>,
 }
@@ -181,12 +186,31 @@ impl ToolResult {
     }
 
     /// The result as the text a provider puts in its tool-result message: a JSON string result
-    /// as its bare text, anything else as compact JSON.
+    /// as its bare text, anything else as compact JSON. When a person approved the call with
+    /// edited arguments ([`ToolResult::args_edit`]), the text starts with a note saying so and
+    /// giving both versions (compact JSON), then `Result: ` and the result:
+    ///
+    /// `Note: the person who approved this call changed its arguments from {"path":"/"} to
+    /// {"path":"/tmp"}; the tool ran with the changed arguments. Result: …`
     pub fn content_text(&self) -> String {
-        match &self.result {
+        let text = match &self.result {
             Value::String(text) => text.clone(),
             other => other.to_string(),
+        };
+        match self.args_edit() {
+            Some(edit) => format!(
+                "Note: the person who approved this call changed its arguments from {} to {}; \
+                 the tool ran with the changed arguments. Result: {text}",
+                edit.original, edit.edited
+            ),
+            None => text,
         }
+    }
+
+    /// The arguments a person edited when approving the call, if they did: the last approval
+    /// of its audit that carries an edit.
+    pub fn args_edit(&self) -> Option<&ArgsEdit> {
+        args_edit_of(&self.audit)
     }
 }
 
@@ -298,6 +322,11 @@ pub struct AuditRecord {
     pub by: Option<String>,
     /// When, in milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// For an approval that replaced the model's arguments
+    /// ([`crate::CallResponse::ApproveWith`]): both versions. Stored as `argsEdit`, absent
+    /// otherwise (an additive field of format 2: older records read as no edit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_edit: Option<ArgsEdit>,
 }
 
 impl AuditRecord {
@@ -307,8 +336,44 @@ impl AuditRecord {
             action,
             by,
             at_ms: now_ms(),
+            args_edit: None,
         }
     }
+
+    /// This record, with the arguments a person edited.
+    #[must_use]
+    pub fn with_args_edit(mut self, edit: ArgsEdit) -> Self {
+        self.args_edit = Some(edit);
+        self
+    }
+}
+
+/// The arguments of a call before and after a person edited them when approving it
+/// ([`AuditRecord::args_edit`]): `{"original": …, "edited": …}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ArgsEdit {
+    /// The arguments as the model wrote them (they stay in the model's call).
+    pub original: Value,
+    /// The arguments the person approved and the tool ran with.
+    pub edited: Value,
+}
+
+impl ArgsEdit {
+    /// The edit of `original` into `edited`.
+    pub fn new(original: Value, edited: Value) -> Self {
+        Self { original, edited }
+    }
+}
+
+/// The edit of the last approval in `audit` that carries one.
+pub(crate) fn args_edit_of(audit: &[AuditRecord]) -> Option<&ArgsEdit> {
+    audit
+        .iter()
+        .rev()
+        .find(|record| record.action == AuditAction::Approve)
+        .and_then(|record| record.args_edit.as_ref())
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! [`CallResponse`]: what a person gives a waiting tool call — an answer to a suspended call,
-//! or the approval or decline of a call that requires approval.
+//! or the approval (as the model wrote it, or with arguments the person edited) or decline of a
+//! call that requires approval.
 
 use serde_json::Value;
 
@@ -19,6 +20,17 @@ pub enum CallResponse {
     Answer(Value),
     /// Approves a call awaiting approval: its tool runs.
     Approve,
+    /// Approves a call awaiting approval with arguments the person edited: they are checked
+    /// against the tool's input schema before anything changes
+    /// ([`crate::ResumeError::InvalidArgs`] lists every problem), the tool runs with them, the
+    /// model is told in the call's result that the person changed the arguments and to what,
+    /// and the audit keeps both versions ([`crate::AuditRecord::args_edit`]). The model's call
+    /// itself stays as the model wrote it. Arguments equal to the model's are a plain
+    /// [`CallResponse::Approve`].
+    ApproveWith {
+        /// The arguments the tool runs with (a JSON object, as the tool's input schema wants).
+        args: Value,
+    },
     /// Declines a call awaiting approval: its tool never runs, and the model gets an error
     /// result with the reason (a default text when `None`).
     Decline {
@@ -29,10 +41,13 @@ pub enum CallResponse {
 
 impl CallResponse {
     /// Reads a decision given as JSON, the reference framework's approval resume data:
-    /// `{"approved": true}` approves, `{"approved": false, "reason"?: "…"}` declines. Anything
-    /// else — `approved` missing, `null`, `"true"` as a text, a number, other fields — is no
-    /// decision: an approval is one only when it says so. Every front end reads approvals
-    /// given as JSON through this (an answer to a call awaiting approval included).
+    /// `{"approved": true}` approves, `{"approved": true, "args": {…}}` approves with edited
+    /// arguments ([`CallResponse::ApproveWith`], askloop's), `{"approved": false, "reason"?:
+    /// "…"}` declines. Anything else — `approved` missing, `null`, `"true"` as a text, a number,
+    /// other fields, `args` that are not an object, `args` beside a decline (a declined tool
+    /// never runs) — is no decision: an approval is one only when it says so. Every front end
+    /// reads approvals given as JSON through this (an answer to a call awaiting approval
+    /// included).
     ///
     /// # Errors
     /// A [`ResumeRejection`] saying what an approval looks like, with every problem found.
@@ -43,20 +58,37 @@ impl CallResponse {
     ///
     /// assert_eq!(CallResponse::from_approval(&json!({"approved": true})), Ok(CallResponse::Approve));
     /// assert_eq!(
+    ///     CallResponse::from_approval(&json!({"approved": true, "args": {"path": "/tmp/a"}})),
+    ///     Ok(CallResponse::ApproveWith { args: json!({"path": "/tmp/a"}) })
+    /// );
+    /// assert_eq!(
     ///     CallResponse::from_approval(&json!({"approved": false, "reason": "not now"})),
     ///     Ok(CallResponse::Decline { reason: Some("not now".into()) })
     /// );
-    /// for not_a_decision in [json!({}), json!({"approved": "true"}), json!({"approved": null})] {
+    /// for not_a_decision in [
+    ///     json!({}),
+    ///     json!({"approved": "true"}),
+    ///     json!({"approved": null}),
+    ///     json!({"approved": false, "args": {"path": "/tmp/a"}}),
+    /// ] {
     ///     assert!(CallResponse::from_approval(&not_a_decision).is_err());
     /// }
     /// ```
     pub fn from_approval(value: &Value) -> Result<Self, ResumeRejection> {
         let schema = approval_schema();
-        let problems = crate::schema::SchemaValidator::new(&schema)
+        let mut problems = crate::schema::SchemaValidator::new(&schema)
             .map(|validator| validator.problems(value))
             .unwrap_or_default();
-        match value.get("approved").and_then(Value::as_bool) {
-            Some(true) if problems.is_empty() => Ok(Self::Approve),
+        let args = value.get("args");
+        let approved = value.get("approved").and_then(Value::as_bool);
+        if approved == Some(false) && args.is_some() {
+            problems.push("a decline takes no args: the declined tool does not run".into());
+        }
+        match approved {
+            Some(true) if problems.is_empty() => Ok(match args {
+                Some(args) => Self::ApproveWith { args: args.clone() },
+                None => Self::Approve,
+            }),
             Some(false) if problems.is_empty() => Ok(Self::Decline {
                 reason: value
                     .get("reason")
@@ -64,9 +96,8 @@ impl CallResponse {
                     .map(str::to_owned),
             }),
             _ => Err(ResumeRejection {
-                expected:
-                    "an approval: {\"approved\": true} or {\"approved\": false, \"reason\": \"…\"}"
-                        .into(),
+                expected: "an approval: {\"approved\": true, \"args\"?: {…}} or {\"approved\": false, \"reason\"?: \"…\"}"
+                    .into(),
                 problems,
             }),
         }

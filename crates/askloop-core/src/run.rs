@@ -34,6 +34,13 @@
 //!   `awaitingApproval` (`expiresAtMs`, absent without a deadline), `resuming` (`suspension`,
 //!   `resumeData`: an answer claimed, its result not yet recorded) or `running` (`startedAtMs`:
 //!   a non-idempotent tool was started and has no recorded result).
+//! - `pendingStep.calls[].audit[]` and a tool result's `audit[]` are the call's audit records
+//!   (`{"action", "by"?, "atMs", "argsEdit"?}`). `argsEdit` (`{"original", "edited"}`, both the
+//!   arguments' JSON) is on an `approve` record whose person edited the arguments: the call
+//!   (and the assistant message) keeps the model's arguments, the tool runs with `edited`. An
+//!   additive optional field of format 2, not a new version: records without it (every run
+//!   stored before it existed) read as approvals without an edit, and a build that predates it
+//!   ignores it.
 //!
 //! Format 1 (read, upgraded by `codec::upgrade_v1`) copied the thread's history into
 //! `messages`, counted it in `historyLen`, and named one field `resume_data`.
@@ -247,6 +254,34 @@ impl PendingStep {
     }
 }
 
+impl CallSlot {
+    /// The call as its tool runs it: the model's, with the arguments a person edited when
+    /// approving it, if they did (the last approval of the slot's audit that carries an edit).
+    pub(crate) fn call_to_run(&self) -> std::borrow::Cow<'_, ToolCall> {
+        match crate::message::args_edit_of(&self.audit) {
+            Some(edit) => std::borrow::Cow::Owned(ToolCall {
+                args: crate::message::ToolArgs::Json(edit.edited.clone()),
+                ..self.call.clone()
+            }),
+            None => std::borrow::Cow::Borrowed(&self.call),
+        }
+    }
+
+    /// The answer the result of an approved call records (so a repeated approval is recognised
+    /// as the same answer): `{"approved": true}`, with the edited `args` if a person edited
+    /// them. `None` unless the slot's last audit record is an approval.
+    pub(crate) fn approval_answer(&self) -> Option<Value> {
+        let record = self
+            .audit
+            .last()
+            .filter(|record| record.action == AuditAction::Approve)?;
+        Some(match &record.args_edit {
+            Some(edit) => serde_json::json!({"approved": true, "args": edit.edited}),
+            None => serde_json::json!({"approved": true}),
+        })
+    }
+}
+
 impl CallState {
     /// Whether the call waits for a person: an answer (`suspended`) or an approval.
     pub(crate) fn is_waiting(&self) -> bool {
@@ -297,11 +332,16 @@ pub enum PendingKind {
 
 /// JSON Schema of the answer an approval accepts, as the reference framework's
 /// `tool-call-approval` chunk gives it: `{"approved": boolean}` (askloop also reads an
-/// optional `reason` text for a decline).
+/// optional `reason` text for a decline, and optional `args`, an object: the arguments a person
+/// edited, for an approval — [`crate::CallResponse::ApproveWith`]).
 pub fn approval_schema() -> Value {
     serde_json::json!({
         "type": "object",
-        "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+        "properties": {
+            "approved": {"type": "boolean"},
+            "reason": {"type": "string"},
+            "args": {"type": "object"}
+        },
         "required": ["approved"],
         "additionalProperties": false
     })

@@ -190,6 +190,14 @@ pub(crate) struct ApprovalRequest {
     /// Why it is declined (declines only).
     #[serde(default)]
     pub(crate) reason: Option<String>,
+    /// Edit, then approve (approvals only; askloop's): the arguments the tool runs with instead
+    /// of the model's, a JSON object checked against the tool's input schema first (400
+    /// `invalid_args` with every problem in `details.problems`; nothing changes). The model is
+    /// told in the call's result that the person changed the arguments and to what; the audit
+    /// keeps both versions.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) args: Option<Value>,
 }
 
 /// `POST /api/runs/{runId}/responses`: several responses in one commit.
@@ -199,7 +207,8 @@ pub(crate) struct ResponsesRequest {
     pub(crate) responses: Vec<CallResponseBody>,
 }
 
-/// A response to one waiting call: `{toolCallId, answer}` or `{toolCallId, approved, reason?}`.
+/// A response to one waiting call: `{toolCallId, answer}`, `{toolCallId, approved: true,
+/// args?}` or `{toolCallId, approved: false, reason?}`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CallResponseBody {
@@ -215,6 +224,11 @@ pub(crate) struct CallResponseBody {
     /// Why it is declined.
     #[serde(default)]
     pub(crate) reason: Option<String>,
+    /// With `approved: true`: the arguments a person edited, which the tool runs with (as for
+    /// `approve-tool-call`'s `args`: 400 `invalid_args` when they do not fit the tool).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) args: Option<Value>,
 }
 
 /// The query of the routes of one run (`/api/runs/{runId}…`).

@@ -52,18 +52,34 @@ pub(crate) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiE
 
 /// Checks an answer: its JSON text at most `answer_bytes` (413), no NUL in it.
 pub(crate) fn check_answer(state: &AppState, answer: &serde_json::Value) -> Result<(), ApiError> {
-    let text = answer.to_string();
+    check_json(state, "the answer", answer)
+}
+
+/// Checks the arguments a person edited when approving a call, as an answer is checked: their
+/// JSON text at most `answer_bytes` (413), no NUL in it. Whether they fit the tool is the
+/// claim's to say (400 `invalid_args`).
+pub(crate) fn check_edited_args(
+    state: &AppState,
+    args: &serde_json::Value,
+) -> Result<(), ApiError> {
+    check_json(state, "args", args)
+}
+
+/// Checks JSON a person gave (`what`, for the message): its text at most `answer_bytes` (413),
+/// no NUL in it.
+fn check_json(state: &AppState, what: &str, value: &serde_json::Value) -> Result<(), ApiError> {
+    let text = value.to_string();
     if text.len() > state.limits.answer_bytes {
         return Err(ApiError::too_large(format!(
-            "the answer is {} bytes of JSON; at most {} are accepted",
+            "{what} is {} bytes of JSON; at most {} are accepted",
             text.len(),
             state.limits.answer_bytes
         )));
     }
     if text.contains("\\u0000") {
-        return Err(ApiError::bad_request(
-            "the answer must not contain NUL characters",
-        ));
+        return Err(ApiError::bad_request(format!(
+            "{what} must not contain NUL characters"
+        )));
     }
     Ok(())
 }

@@ -32,7 +32,7 @@ pub enum ServerError {
 /// The JSON body of every error response.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub(crate) struct ErrorBody {
-    /// A stable code: `bad_request`, `invalid_answer`, `unauthorized`, `forbidden`,
+    /// A stable code: `bad_request`, `invalid_answer`, `invalid_args`, `unauthorized`, `forbidden`,
     /// `run_not_found`, `agent_not_found`, `unknown_tool_call`, `not_suspended`, `conflict`,
     /// `already_answered`, `expired`, `in_progress`, `thread_busy`, `ambiguous_run`,
     /// `too_large`, … (see the crate docs).
@@ -40,8 +40,10 @@ pub(crate) struct ErrorBody {
     /// What went wrong, for people.
     message: String,
     /// More about it: for `invalid_answer`, what was expected, every problem, and the allowed
-    /// labels when the question has options; for `expired`, the `toolCallId` and when it
-    /// expired (`expiredAt`, RFC 3339).
+    /// labels when the question has options; for `invalid_args` (edited arguments of an
+    /// approval that do not fit the tool), the `toolCallId`, `toolName` and every problem
+    /// (`problems`); for `expired`, the `toolCallId` and when it expired (`expiredAt`, RFC
+    /// 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     details: Option<Value>,
@@ -274,6 +276,7 @@ impl From<ResumeError> for ApiError {
                 StatusCode::NOT_FOUND
             }
             ResumeError::InvalidAnswer { .. }
+            | ResumeError::InvalidArgs { .. }
             | ResumeError::Ambiguous { .. }
             | ResumeError::DuplicateToolCall { .. }
             | ResumeError::UnnamedInBatch { .. }
@@ -300,45 +303,57 @@ impl From<ResumeError> for ApiError {
             }
             _ => StatusCode::CONFLICT,
         };
-        let mut api = Self::new(status, code, error.to_string());
-        match &error {
-            ResumeError::InvalidAnswer { rejection, .. } => {
-                api = api.with_details(serde_json::json!({
-                    "expected": rejection.expected,
-                    "problems": rejection.problems,
-                }));
-            }
-            ResumeError::UnknownToolCall { pending, .. }
-            | ResumeError::Ambiguous { pending, .. } => {
-                let pending: Vec<&str> = pending.iter().map(|id| id.as_str()).collect();
-                api = api.with_details(serde_json::json!({ "pending": pending }));
-            }
-            ResumeError::Expired {
-                tool_call_id,
-                expired_at_ms,
-                ..
-            } => {
-                api = api.with_details(serde_json::json!({
-                    "toolCallId": tool_call_id.as_str(),
-                    "expiredAt": askloop_core::time::rfc3339(*expired_at_ms),
-                }));
-            }
-            ResumeError::InProgress {
-                lease_expires_at_ms,
-                ..
-            } => {
-                api =
-                    api.with_details(serde_json::json!({ "leaseExpiresAt": lease_expires_at_ms }));
-            }
-            ResumeError::AmbiguousRun { resources, .. } => {
-                let resources: Vec<Option<&str>> = resources
-                    .iter()
-                    .map(|resource| resource.as_ref().map(|id| id.as_str()))
-                    .collect();
-                api = api.with_details(serde_json::json!({ "resources": resources }));
-            }
-            _ => {}
+        let api = Self::new(status, code, error.to_string());
+        match resume_details(&error) {
+            Some(details) => api.with_details(details),
+            None => api,
         }
-        api
     }
+}
+
+/// The `details` of a refused resume's error body, for the refusals that have more to say:
+/// what an answer must be and every problem (`invalid_answer`), the call, its tool and every
+/// problem of edited arguments (`invalid_args`), the pending calls, the deadline, the lease,
+/// the resources of an ambiguous run id.
+fn resume_details(error: &ResumeError) -> Option<Value> {
+    Some(match error {
+        ResumeError::InvalidAnswer { rejection, .. } => serde_json::json!({
+            "expected": rejection.expected,
+            "problems": rejection.problems,
+        }),
+        ResumeError::InvalidArgs {
+            tool_call_id,
+            tool_name,
+            problems,
+            ..
+        } => serde_json::json!({
+            "toolCallId": tool_call_id.as_str(),
+            "toolName": tool_name,
+            "problems": problems,
+        }),
+        ResumeError::UnknownToolCall { pending, .. } | ResumeError::Ambiguous { pending, .. } => {
+            let pending: Vec<&str> = pending.iter().map(|id| id.as_str()).collect();
+            serde_json::json!({ "pending": pending })
+        }
+        ResumeError::Expired {
+            tool_call_id,
+            expired_at_ms,
+            ..
+        } => serde_json::json!({
+            "toolCallId": tool_call_id.as_str(),
+            "expiredAt": askloop_core::time::rfc3339(*expired_at_ms),
+        }),
+        ResumeError::InProgress {
+            lease_expires_at_ms,
+            ..
+        } => serde_json::json!({ "leaseExpiresAt": lease_expires_at_ms }),
+        ResumeError::AmbiguousRun { resources, .. } => {
+            let resources: Vec<Option<&str>> = resources
+                .iter()
+                .map(|resource| resource.as_ref().map(|id| id.as_str()))
+                .collect();
+            serde_json::json!({ "resources": resources })
+        }
+        _ => return None,
+    })
 }

@@ -23,9 +23,9 @@
 //! | GET | `/api/agents/{agentId}` | one agent; 404 `agent_not_found` |
 //! | POST | `/api/agents/{agentId}/stream` | `{messages, runId?, threadId?, resourceId?, memory?}` → SSE |
 //! | POST | `/api/agents/{agentId}/resume-stream` | `{runId, resumeData, toolCallId?, resourceId?}` → SSE |
-//! | POST | `/api/agents/{agentId}/approve-tool-call` | `{runId, toolCallId, resourceId?}` → SSE |
+//! | POST | `/api/agents/{agentId}/approve-tool-call` | `{runId, toolCallId, args?, resourceId?}` → SSE; `args` (askloop's): edit, then approve — the tool runs with them, checked against its input schema first (400 `invalid_args`) |
 //! | POST | `/api/agents/{agentId}/decline-tool-call` | `{runId, toolCallId, reason?, resourceId?}` → SSE |
-//! | POST | `/api/agents/{agentId}/chat` | the AI SDK's UI message stream (`useChat`): a new message starts a turn of thread `id`, tool outputs and approval responses answer its waiting calls → SSE |
+//! | POST | `/api/agents/{agentId}/chat` | the AI SDK's UI message stream (`useChat`): a new message starts a turn of thread `id`, tool outputs and approval responses (`approval: {id, approved, reason?, args?}`; `args`, askloop's: edit, then approve) answer its waiting calls → SSE |
 //! | GET | `/api/agents/{agentId}/chat/{chatId}/messages` | the chat's thread as UI messages |
 //! | GET | `/api/agents/{agentId}/chat/{chatId}/stream` | the AI SDK's stream resumption: 204 when no turn of the chat runs (also a suspended one, another tenant's); else the running turn's UI message stream from its start, then live (a turn another server drives: its committed steps, then step by step from the store) |
 //! | GET | `/api/agents/{agentId}/suspended-runs` | `?threadId=&resourceId=&page=&perPage=` → `{runs, total}` |
@@ -33,7 +33,7 @@
 //! | GET | `/api/runs/{runId}` | `?resourceId=`: summary, pending calls, messages (every `/api/runs/{runId}…` route takes `?resourceId=`) |
 //! | POST | `/api/runs/{runId}/cancel` | cancels a suspended, failed or running run (whichever server or process drives it stops; its stream ends with an `error` chunk, code `cancelled`); its calls without a result get cancelled results |
 //! | POST | `/api/runs/{runId}/continue` | continues a failed or abandoned run → SSE |
-//! | POST | `/api/runs/{runId}/responses` | `{responses: [{toolCallId, answer} \| {toolCallId, approved, reason?}]}`, one commit → SSE |
+//! | POST | `/api/runs/{runId}/responses` | `{responses: [{toolCallId, answer} \| {toolCallId, approved: true, args?} \| {toolCallId, approved: false, reason?}]}`, one commit → SSE (`args`: edit, then approve) |
 //! | GET | `/api/runs/{runId}/stream` | re-attach: a live run's chunks so far then the live ones; a suspended run's calls re-announced; a finished run's `finish` (or `error`) |
 //! | GET | `/api/inbox/events` | SSE of `question-raised` / `question-resolved` across every server on the store |
 //! | GET | `/metrics` | Prometheus metrics (OpenMetrics text; needs a key when keys are configured; see below) |
@@ -42,7 +42,9 @@
 //! Error codes and statuses: 400 `bad_request` (also every blank, control-character or
 //! over-long id: run, thread, resource, agent, tool call), `invalid_answer` (details:
 //! `expected`, `problems`, `allowed` labels; also an approval without a boolean `approved`, on
-//! every route), `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`, `cross_origin`;
+//! every route), `invalid_args` (an approval's edited `args` that do not fit the tool's input
+//! schema; details: `toolCallId`, `toolName`, `problems`; nothing changed),
+//! `ambiguous_tool_call`; 401 `unauthorized`; 403 `forbidden`, `cross_origin`;
 //! 404 `run_not_found`, `agent_not_found`, `unknown_tool_call`; 409 `not_suspended`,
 //! `conflict`, `already_answered` (a different answer to a call that has its answer; the same
 //! answer again, also by a label's number or in another case, is a harmless 200 with a JSON note

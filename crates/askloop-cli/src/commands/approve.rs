@@ -4,22 +4,53 @@
 use std::process::ExitCode;
 
 use askloop_core::store::RunState;
-use askloop_core::{PendingKind, ResumeError, RunKey, RunStatus, ToolCallId};
+use askloop_core::{CallResponse, PendingKind, ResumeError, RunKey, RunStatus, ToolCallId};
+use serde_json::Value;
 
 use crate::cli::{ApproveArgs, DeclineArgs, GlobalArgs};
 use crate::context::{Access, Context};
-use crate::exit::invalid;
+use crate::exit::{invalid, invalid_because};
 use crate::output::Mode;
 use crate::session::{Origin, Session};
 
-/// Runs `askloop approve RUN_ID [--tool-call-id ID]`: the call's tool runs.
+/// Runs `askloop approve RUN_ID [--tool-call-id ID] [--args JSON]`: the call's tool runs (with
+/// the edited arguments, when `--args` gives them).
 ///
 /// # Errors
 /// Invalid input for an unknown run or call, a call that does not wait for approval, several
-/// approvals waiting without `--tool-call-id`; the core's refusals; the run's failure.
+/// approvals waiting without `--tool-call-id`, `--args` that are not JSON; the core's refusals
+/// (among them [`ResumeError::InvalidArgs`], every problem listed: exit status 2); the run's
+/// failure.
 pub(crate) async fn approve(global: &GlobalArgs, args: ApproveArgs) -> anyhow::Result<ExitCode> {
     let run = (args.run_id, args.resource);
-    respond(global, run, args.tool_call_id, None, args.json).await
+    let decision = match args.args {
+        Some(text) => Decision::ApproveWith(edited_args(&text)?),
+        None => Decision::Approve,
+    };
+    respond(global, run, args.tool_call_id, decision, args.json).await
+}
+
+/// The arguments `--args` gives: JSON text.
+///
+/// # Errors
+/// Invalid input when the text is not JSON.
+fn edited_args(text: &str) -> anyhow::Result<Value> {
+    serde_json::from_str(text).map_err(|error| {
+        invalid_because(
+            "--args is not JSON (give the arguments as a JSON object)",
+            error,
+        )
+    })
+}
+
+/// What `approve` or `decline` decides.
+enum Decision {
+    /// Approve as the model wrote the call.
+    Approve,
+    /// Approve with these arguments instead.
+    ApproveWith(Value),
+    /// Decline, with an optional reason for the model.
+    Decline(Option<String>),
 }
 
 /// Runs `askloop decline RUN_ID [--tool-call-id ID] [--reason TEXT]`: the call's tool never
@@ -32,19 +63,18 @@ pub(crate) async fn decline(global: &GlobalArgs, args: DeclineArgs) -> anyhow::R
         global,
         (args.run_id, args.resource),
         args.tool_call_id,
-        Some(args.reason),
+        Decision::Decline(args.reason),
         args.json,
     )
     .await
 }
 
-/// Approves (`decline: None`) or declines (`Some(reason)`) one waiting approval of the run
-/// (`RUN_ID`, `--resource`).
+/// Applies `decision` to one waiting approval of the run (`RUN_ID`, `--resource`).
 async fn respond(
     global: &GlobalArgs,
     (run_id, resource): (String, Option<String>),
     tool_call_id: Option<String>,
-    decline: Option<Option<String>>,
+    decision: Decision,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let context = Context::open(global, Access::Update).await?;
@@ -52,10 +82,9 @@ async fn respond(
         .run(async |context| {
             let run = context.resolve_run(&run_id, resource.as_deref()).await?;
             let stored = context.load_stored(&run).await?;
-            let verb = if decline.is_some() {
-                "decline"
-            } else {
-                "approve"
+            let verb = match decision {
+                Decision::Decline(_) => "decline",
+                _ => "approve",
             };
             let tool_call_id = match tool_call_id {
                 Some(id) => ToolCallId::new(id),
@@ -64,10 +93,12 @@ async fn respond(
             let agent = context.agent_for_run(&stored.state).await?;
             // The claim starts from the copy just read: one store read, not two.
             let respond = agent.respond(&run).by("cli").loaded(stored);
-            let respond = match decline {
-                None => respond.approve(&tool_call_id),
-                Some(reason) => respond.decline(&tool_call_id, reason),
+            let response = match decision {
+                Decision::Approve => CallResponse::Approve,
+                Decision::ApproveWith(args) => CallResponse::ApproveWith { args },
+                Decision::Decline(reason) => CallResponse::Decline { reason },
             };
+            let respond = respond.response(&tool_call_id, response);
             let stream = match respond.stream().await {
                 Ok(stream) => stream,
                 // The same response again: nothing to do, nothing changed.

@@ -250,6 +250,107 @@ fn issue31_a_late_approval_says_it_expired_and_exits_2() {
     assert!(out.stderr.contains("expired at"), "{}", out.stderr);
 }
 
+#[cfg(feature = "test-hooks")]
+#[test]
+fn issue34_approve_with_edited_args_checks_them_then_runs_the_tool_with_them() {
+    let dir = TestDir::new();
+    dir.write(
+        "askloop.toml",
+        "[agents.assistant]\nrequire_approval = true\n",
+    );
+    let spec = dir.script(
+        "pay.json",
+        &json!({"steps": [
+            {"toolCalls": [{"id": "p1", "name": "test_pay", "args": {"amount_cents": 500, "to": "ACME"}}]},
+            {"text": "Paid."}
+        ]})
+        .to_string(),
+    );
+    let out = with_test_tools(&dir, &["run", "--json", "--model", &spec, "Pay ACME"]).success();
+    let lines = out.json_lines();
+    assert_eq!(
+        lines.last().unwrap()["type"],
+        "tool-call-approval",
+        "{lines:#?}"
+    );
+    let run_id = lines[0]["runId"].as_str().unwrap().to_owned();
+    let before = dir.show(&run_id);
+
+    // Not JSON, then JSON that does not fit the tool: exit status 2, every problem, nothing
+    // changes.
+    let out = with_test_tools(&dir, &["approve", &run_id, "--args", "{amount"]).code(2);
+    assert!(out.stderr.contains("--args is not JSON"), "{}", out.stderr);
+    let out = with_test_tools(
+        &dir,
+        &["approve", &run_id, "--args", r#"{"amount_cents": "lots"}"#],
+    )
+    .code(2);
+    assert!(
+        out.stderr
+            .contains("invalid arguments for test_pay call p1"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("amount_cents"), "{}", out.stderr);
+    assert!(out.stderr.contains("to"), "{}", out.stderr);
+    assert_eq!(dir.show(&run_id), before, "a refusal changes nothing");
+
+    // Fitting arguments: the tool runs with them (and asks its question about them).
+    let out = with_test_tools(
+        &dir,
+        &[
+            "approve",
+            &run_id,
+            "--args",
+            r#"{"amount_cents": 300, "to": "Globex"}"#,
+            "--json",
+        ],
+    )
+    .success();
+    let lines = out.json_lines();
+    let asked = lines.last().unwrap();
+    assert_eq!(asked["type"], "tool-call-suspended", "{lines:#?}");
+    assert_eq!(
+        asked["payload"]["suspendPayload"]["question"],
+        "Pay 300 cents to Globex?"
+    );
+    assert_eq!(
+        asked["payload"]["args"],
+        json!({"amount_cents": 500, "to": "ACME"}),
+        "the model's call stays as it wrote it"
+    );
+    with_test_tools(
+        &dir,
+        &[
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "p1",
+            "--answer",
+            r#"{"amount_cents": 300, "confirmed": true, "speed": "standard"}"#,
+        ],
+    )
+    .success();
+    let state = dir.show(&run_id);
+    assert_eq!(state["status"], "completed", "{state:#}");
+    let result = &tool_results(&state)[0];
+    assert_eq!(result["result"]["to"], "Globex", "{result}");
+    assert_eq!(result["audit"][0]["action"], "approve", "{result}");
+    assert_eq!(result["audit"][0]["by"], "cli");
+    assert_eq!(
+        result["audit"][0]["argsEdit"],
+        json!({"original": {"amount_cents": 500, "to": "ACME"},
+               "edited": {"amount_cents": 300, "to": "Globex"}})
+    );
+    assert_eq!(result["audit"][1]["action"], "answer", "{result}");
+    let out = dir.run(&["runs", "show", &run_id]).success();
+    assert!(
+        out.stdout.contains("arguments edited from"),
+        "{}",
+        out.stdout
+    );
+}
+
 #[test]
 fn issue31_a_late_answer_to_a_run_that_failed_after_the_expiry_still_says_it_expired() {
     let dir = TestDir::new();

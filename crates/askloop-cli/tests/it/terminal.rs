@@ -260,6 +260,54 @@ fn a_custom_typed_tool_prompts_from_its_resume_schema() {
     );
 }
 
+#[test]
+fn issue34_an_approval_on_a_terminal_can_edit_the_arguments() {
+    const BACKSPACE: &str = "\x7f";
+    let dir = TestDir::new();
+    dir.write(
+        "askloop.toml",
+        "[agents.assistant]\nrequire_approval = true\n",
+    );
+    let spec = dir.script(
+        "pay.json",
+        r#"{"steps":[{"toolCalls":[{"id":"p1","name":"test_pay","args":{"amount_cents":500,"to":"ACME"}}]},{"text":"Paid."}]}"#,
+    );
+    let mut terminal = Terminal::spawn_with(
+        &dir,
+        &["run", "--model", &spec, "Pay ACME"],
+        &[("ASKLOOP_TEST_TOOLS", "1")],
+    );
+    let original = r#"{"amount_cents":500,"to":"ACME"}"#;
+    let erase = BACKSPACE.repeat(original.len());
+    // Edited arguments that do not fit the tool: said, and asked again; nothing ran.
+    terminal.expect("allow it?");
+    terminal.expect("Edit the arguments, then allow");
+    terminal.send(&format!("{DOWN}{ENTER}"));
+    terminal.expect("Arguments (JSON), approved as edited:");
+    terminal.send(&format!(
+        "{erase}{{\"amount_cents\":\"lots\",\"to\":\"ACME\"}}{ENTER}"
+    ));
+    terminal.expect("invalid arguments for test_pay call p1");
+    terminal.expect("try again");
+    terminal.expect("allow it?");
+    terminal.send(&format!("{DOWN}{ENTER}"));
+    terminal.expect("Arguments (JSON), approved as edited:");
+    terminal.send(&format!(
+        "{erase}{{\"amount_cents\":300,\"to\":\"Globex\"}}{ENTER}"
+    ));
+    // The tool ran with them: it asks about 300 cents to Globex. Esc leaves that for later.
+    terminal.expect("Pay 300 cents to Globex?");
+    terminal.expect("amount_cents");
+    terminal.send("\x1b");
+    assert_eq!(terminal.wait(), Some(0));
+    let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    let state = dir.show(runs[0]["runId"].as_str().unwrap());
+    assert_eq!(
+        state["pending"][0]["payload"]["question"], "Pay 300 cents to Globex?",
+        "{state:#}"
+    );
+}
+
 /// Whether the terminal is in raw mode (no line editing, no echo), as the process sees it (on
 /// Linux the terminal's other end reads the process end's settings).
 fn raw_mode(terminal: &Terminal) -> bool {

@@ -19,13 +19,13 @@ use serde_json::{Value, json};
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{IdKind, RunId, RunKey, RunRef, ToolCallId};
-use crate::message::{AuditAction, AuditRecord};
-use crate::message::{ToolCall, ToolResult};
+use crate::message::{ArgsEdit, AuditAction, AuditRecord};
+use crate::message::{ToolArgs, ToolCall, ToolResult};
 use crate::response::CallResponse;
 use crate::run::{CallSlot, CallState, PendingStep, RunState, RunStatus};
 use crate::store::{Lease, ListedRun, RunFilter, RunStore, StoreError, StoredRun, keys_of_run};
 use crate::time::{lease_now_ms, now_ms};
-use crate::tool::ResumeRejection;
+use crate::tool::{ResumeRejection, ToolError};
 
 /// The error result a call gets when the process running it stopped before its result was
 /// recorded and its tool is not idempotent.
@@ -302,6 +302,9 @@ fn recorded_answer(resolution: &Resolution) -> Option<Value> {
     match resolution {
         Resolution::Respond(CallResponse::Answer(answer)) => Some(answer.clone()),
         Resolution::Respond(CallResponse::Approve) => Some(json!({"approved": true})),
+        Resolution::Respond(CallResponse::ApproveWith { args }) => {
+            Some(json!({"approved": true, "args": args}))
+        }
         Resolution::Respond(CallResponse::Decline { reason: None }) => {
             Some(json!({"approved": false}))
         }
@@ -336,11 +339,15 @@ fn apply(
                 status: state.status,
             });
         };
-        let action = resolve_call(agent, run_id, slot, resolution)?;
+        let (action, edit) = resolve_call(agent, run_id, slot, resolution)?;
         if matches!(slot.state, CallState::Completed { .. }) {
             resolved.push(index);
         }
-        slot.audit.push(AuditRecord::now(action, by.cloned()));
+        let record = AuditRecord::now(action, by.cloned());
+        slot.audit.push(match edit {
+            Some(edit) => record.with_args_edit(edit),
+            None => record,
+        });
     }
     state.status = RunStatus::Running;
     state.touch();
@@ -349,14 +356,15 @@ fn apply(
 
 /// Applies one resolution to the waiting call in `slot` of run `run_id`: an answer claims it
 /// (`resuming`), an approval starts it (`running`), a decline or an expiry completes it with an
-/// error result. Returns what the audit records; refuses a response past the call's deadline
-/// and one that does not fit what the call waits for.
+/// error result. Returns what the audit records (the action, and the arguments a person edited
+/// when approving); refuses a response past the call's deadline and one that does not fit what
+/// the call waits for.
 fn resolve_call(
     agent: &AgentDefinition,
     run_id: &RunId,
     slot: &mut CallSlot,
     resolution: &Resolution,
-) -> Result<AuditAction, ResumeError> {
+) -> Result<(AuditAction, Option<ArgsEdit>), ResumeError> {
     let invalid = |rejection: ResumeRejection| ResumeError::InvalidAnswer {
         run_id: run_id.clone(),
         tool_call_id: slot.call.id.clone(),
@@ -392,7 +400,7 @@ fn resolve_call(
                 suspension: suspension.clone(),
                 resume_data: answer.clone(),
             };
-            (resuming, AuditAction::Answer)
+            (resuming, (AuditAction::Answer, None))
         }
         (CallState::Suspended { .. }, Resolution::Respond(_)) => {
             return Err(invalid(ResumeRejection {
@@ -406,10 +414,18 @@ fn resolve_call(
             Resolution::Expire,
         ) => (
             expire(state, &slot.call).map_err(invalid)?,
-            AuditAction::Expire,
+            (AuditAction::Expire, None),
         ),
         (CallState::AwaitingApproval { .. }, Resolution::Respond(response)) => {
-            decide(&slot.call, response, resolution).map_err(invalid)?
+            let decision = approval_of(response).map_err(invalid)?;
+            let edit = match &decision {
+                CallResponse::ApproveWith { args } => {
+                    checked_edit(agent, run_id, &slot.call, args)?
+                }
+                _ => None,
+            };
+            let (next, action) = decide(&slot.call, &decision, resolution);
+            (next, (action, edit))
         }
         _ => {
             return Err(ResumeError::Conflict {
@@ -419,6 +435,42 @@ fn resolve_call(
     };
     slot.state = next;
     Ok(action)
+}
+
+/// The edit of `call`'s arguments into `args`, which a person approved (run `run_id`): `None`
+/// when they equal the model's (a plain approval). Checked against the tool's input schema
+/// before anything changes.
+///
+/// # Errors
+/// [`ResumeError::InvalidArgs`] with every problem; [`ResumeError::ToolUnavailable`].
+fn checked_edit(
+    agent: &AgentDefinition,
+    run_id: &RunId,
+    call: &ToolCall,
+    args: &Value,
+) -> Result<Option<ArgsEdit>, ResumeError> {
+    let Some(tool) = agent.tool(&call.name) else {
+        return Err(ResumeError::ToolUnavailable {
+            run_id: run_id.clone(),
+            tool_name: call.name.clone(),
+        });
+    };
+    let original = call.args.to_value();
+    if *args == original {
+        return Ok(None);
+    }
+    match tool.check_args(&ToolArgs::Json(args.clone())) {
+        Ok(_) => Ok(Some(ArgsEdit::new(original, args.clone()))),
+        Err(error) => Err(ResumeError::InvalidArgs {
+            run_id: run_id.clone(),
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            problems: match error {
+                ToolError::InvalidArguments { problems, .. } => problems,
+                other => vec![crate::error::error_chain_text(&other)],
+            },
+        }),
+    }
 }
 
 /// The state of a waiting call (`state`) that expires: completed with the error result of
@@ -440,25 +492,26 @@ fn expire(state: &CallState, call: &ToolCall) -> Result<CallState, ResumeRejecti
     })
 }
 
-/// The state of a call awaiting approval after a person's `response` (recorded as
-/// `resolution`), and its audit action: approved, it is committed as started (`running`: the
-/// approval is the journal entry, and the call is never asked for approval again) before its
-/// tool runs; declined, it completes with an error result giving the reason.
+/// The state of a call awaiting approval after a person's `decision` (an approval, with edited
+/// arguments or not, or a decline, as [`approval_of`] reads it; recorded as `resolution`), and
+/// its audit action: approved, it is committed as started (`running`: the approval is the
+/// journal entry, and the call is never asked for approval again) before its tool runs (with
+/// the edited arguments, which the audit keeps); declined, it completes with an error result
+/// giving the reason.
 fn decide(
     call: &ToolCall,
-    response: &CallResponse,
+    decision: &CallResponse,
     resolution: &Resolution,
-) -> Result<(CallState, AuditAction), ResumeRejection> {
-    let (approved, reason) = approval_of(response)?;
-    if approved {
+) -> (CallState, AuditAction) {
+    let CallResponse::Decline { reason } = decision else {
         let running = CallState::Running {
             started_at_ms: now_ms(),
         };
-        return Ok((running, AuditAction::Approve));
-    }
+        return (running, AuditAction::Approve);
+    };
     let mut result = ToolResult::error(call, declined_text(reason.as_deref()));
     result.answer = recorded_answer(resolution);
-    Ok((CallState::Completed { result }, AuditAction::Decline))
+    (CallState::Completed { result }, AuditAction::Decline)
 }
 
 /// The deadline of a waiting call (a question's or an approval's), if it has one.
@@ -499,16 +552,14 @@ fn declined_text(reason: Option<&str>) -> String {
     }
 }
 
-/// Reads an approval response: `approve`, `decline`, or an answer `{"approved": bool,
-/// "reason"?: string}` read by [`CallResponse::from_approval`].
-fn approval_of(response: &CallResponse) -> Result<(bool, Option<String>), ResumeRejection> {
+/// Reads an approval response as a decision ([`CallResponse::Approve`],
+/// [`CallResponse::ApproveWith`] or [`CallResponse::Decline`]): itself, or an answer
+/// `{"approved": bool, "reason"?: string, "args"?: object}` read by
+/// [`CallResponse::from_approval`].
+fn approval_of(response: &CallResponse) -> Result<CallResponse, ResumeRejection> {
     match response {
-        CallResponse::Approve => Ok((true, None)),
-        CallResponse::Decline { reason } => Ok((false, reason.clone())),
-        CallResponse::Answer(answer) => match CallResponse::from_approval(answer)? {
-            CallResponse::Decline { reason } => Ok((false, reason)),
-            _ => Ok((true, None)),
-        },
+        CallResponse::Answer(answer) => CallResponse::from_approval(answer),
+        decision => Ok(decision.clone()),
     }
 }
 

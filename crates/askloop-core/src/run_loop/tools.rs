@@ -19,7 +19,6 @@ use crate::chunk::Chunk;
 use crate::definition::AgentDefinition;
 use crate::error::{AgentError, error_chain_text};
 use crate::ids::RunId;
-use crate::message::AuditAction;
 use crate::message::{ToolCall, ToolResult};
 use crate::run::{CallSlot, CallState, PendingStep, RunStatus};
 use crate::run_loop::ActiveRun;
@@ -160,14 +159,11 @@ async fn run_work(
             slot.state = outcome;
             // An approved call's result records its approval as its answer, so a repeated
             // approval is recognised as the same answer.
+            let approval = slot.approval_answer();
             if let CallState::Completed { result } = &mut slot.state
                 && result.answer.is_none()
-                && slot
-                    .audit
-                    .last()
-                    .is_some_and(|record| record.action == AuditAction::Approve)
             {
-                result.answer = Some(serde_json::json!({"approved": true}));
+                result.answer = approval;
             }
         }
         if journaled && !idempotent {
@@ -263,7 +259,8 @@ pub(super) async fn settle_claimed(
             CallState::Running { .. } => (None, None),
             _ => continue,
         };
-        match prepare(&agent, &slot.call) {
+        // An approved call runs with the arguments the person edited, if they did.
+        match prepare(&agent, &slot.call_to_run()) {
             Ok(args) => work.push((index, args, answer, suspension)),
             Err(result) => slot.state = CallState::Completed { result: *result },
         }

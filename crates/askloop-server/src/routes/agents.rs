@@ -13,7 +13,7 @@ use crate::api::{
     AgentDetails, ApprovalRequest, ResumeRequest, StreamRequest, SuspendedRun, SuspendedRunList,
     SuspendedRunsQuery,
 };
-use crate::checks::{check_answer, check_id, check_text, check_tool_call_id};
+use crate::checks::{check_answer, check_edited_args, check_id, check_text, check_tool_call_id};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Params, PathParam};
 use crate::keys::Caller;
@@ -171,7 +171,8 @@ pub(crate) async fn resume_stream(
     stream_claim(&state, respond, stored, started, true).await
 }
 
-/// Approves (`approved`) or declines the call a request names; the run streams on.
+/// Approves (`approved`, with the request's edited `args` if it has them) or declines the call a
+/// request names; the run streams on.
 async fn approval(
     state: State,
     caller: Caller,
@@ -193,24 +194,33 @@ async fn approval(
     if let Some(reason) = &request.reason {
         check_text("reason", reason, state.limits.answer_bytes)?;
     }
+    if let Some(args) = &request.args {
+        if !approved {
+            return Err(ApiError::bad_request(
+                "a decline takes no args: the declined tool does not run",
+            ));
+        }
+        check_edited_args(&state, args)?;
+    }
     let agent = agent_of_run(&state, &stored).await?;
     let tool_call_id = ToolCallId::new(request.tool_call_id.as_str());
     let respond = claim(&agent, &stored, &caller);
-    let respond = if approved {
-        respond.approve(&tool_call_id)
-    } else {
-        respond.decline(&tool_call_id, request.reason.clone())
+    let respond = match (approved, request.args) {
+        (true, Some(args)) => respond.approve_with(&tool_call_id, args),
+        (true, None) => respond.approve(&tool_call_id),
+        (false, _) => respond.decline(&tool_call_id, request.reason.clone()),
     };
     stream_claim(&state, respond, stored, started, false).await
 }
 
-/// `POST /api/agents/{agentId}/approve-tool-call`: approves a call; its tool runs.
+/// `POST /api/agents/{agentId}/approve-tool-call`: approves a call; its tool runs, with the
+/// request's `args` instead of the model's when it has them (edit, then approve).
 #[utoipa::path(post, path = "/api/agents/{agentId}/approve-tool-call", tag = "agents",
     params(("agentId" = String, Path, description = "The agent's id")),
     request_body = ApprovalRequest,
     responses(
-        (status = 200, description = "SSE of the run from the approved call on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
-        (status = 400, description = "bad_request, invalid_answer (the call asks a question)", body = ErrorBody),
+        (status = 200, description = "SSE of the run from the approved call on (with `args`: the tool ran with them, and its result tells the model the person changed the arguments)", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 400, description = "bad_request, invalid_answer (the call asks a question), invalid_args (`args` do not fit the tool's input schema; details: toolCallId, toolName, problems — every one; nothing changed)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
@@ -233,7 +243,7 @@ pub(crate) async fn approve_tool_call(
     request_body = ApprovalRequest,
     responses(
         (status = 200, description = "SSE of the run from the declined call on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
-        (status = 400, description = "bad_request, invalid_answer (the call asks a question)", body = ErrorBody),
+        (status = 400, description = "bad_request (also `args` beside a decline), invalid_answer (the call asks a question)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),

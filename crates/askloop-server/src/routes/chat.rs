@@ -11,7 +11,11 @@
 //! `output` (`addToolOutput`) or an approval response (`addToolApprovalResponse`), answers
 //! exactly those calls of the thread's waiting run, all in one batch (validated like any
 //! answer: an invalid one streams a transient `data-askloop-rejection` part and an `error`
-//! chunk, and nothing changes: the claim checks the batch whole). Parts of other calls are
+//! chunk, and nothing changes: the claim checks the batch whole). An approval response may
+//! carry askloop's `args` beside `approved: true` in the part's `approval` (`{id, approved,
+//! reason?, args?}`; the AI SDK has no field for edited input): edit, then approve — edited
+//! arguments that do not fit the tool are refused the same way, their problems in the
+//! rejection. Parts of other calls are
 //! ignored, so a client resending its whole history cannot answer twice. The run is driven by
 //! the server's run hub, apart from the connection.
 //!
@@ -39,7 +43,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::access::agent_for_caller;
-use crate::checks::{check_answer, check_id, check_text, check_tool_call_id};
+use crate::checks::{check_answer, check_edited_args, check_id, check_text, check_tool_call_id};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, PathParam};
 use crate::keys::Caller;
@@ -138,7 +142,7 @@ async fn thread_runs(
     request_body = ChatRequest,
     responses(
         (status = 200, description = "SSE: the AI SDK's UI message stream v1 (`data: <UI message chunk JSON>` per chunk, then `data: [DONE]`; header `x-vercel-ai-ui-message-stream: v1`); a refused answer is an `error` chunk", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
-        (status = 400, description = "bad_request (also a tool call id over 4096 bytes), invalid_answer (an approval-responded part whose approval has no boolean `approved`: nothing is recorded)", body = ErrorBody),
+        (status = 400, description = "bad_request (also a tool call id over 4096 bytes), invalid_answer (an approval-responded part whose approval has no boolean `approved`, or has `args` beside a decline: nothing is recorded)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent", body = ErrorBody),
         (status = 404, description = "agent_not_found", body = ErrorBody),
@@ -271,6 +275,7 @@ impl Chat<'_> {
                 let mut problems = Map::new();
                 let message = rejection_text(&error);
                 if let ResumeError::InvalidAnswer { tool_call_id, .. }
+                | ResumeError::InvalidArgs { tool_call_id, .. }
                 | ResumeError::Expired { tool_call_id, .. } = &error
                 {
                     problems.insert(tool_call_id.as_str().to_owned(), json!(message));
@@ -327,11 +332,14 @@ impl Chat<'_> {
                 }
                 Some("approval-responded") => {
                     let decision = approval_decision(id, part.get("approval"))?;
-                    if let CallResponse::Decline {
-                        reason: Some(reason),
-                    } = &decision
-                    {
-                        check_text("reason", reason, self.state.limits.answer_bytes)?;
+                    match &decision {
+                        CallResponse::Decline {
+                            reason: Some(reason),
+                        } => check_text("reason", reason, self.state.limits.answer_bytes)?,
+                        CallResponse::ApproveWith { args } => {
+                            check_edited_args(self.state, args)?;
+                        }
+                        _ => {}
                     }
                     respond = respond.response(&tool_call_id, decision);
                     answered += 1;
@@ -344,15 +352,17 @@ impl Chat<'_> {
 }
 
 /// The decision of an `approval-responded` part's `approval` (`{id, approved, reason?}`, the
-/// AI SDK's shape), read by core's one reading of approvals: only a boolean `approved` decides;
-/// anything else is 400 `invalid_answer` and nothing is recorded (never a decline the person
-/// did not make).
+/// AI SDK's shape, plus askloop's `args`: the arguments a person edited, for an approval — the
+/// AI SDK's `addToolApprovalResponse` has no field for them, so a client sends the part itself),
+/// read by core's one reading of approvals: only a boolean `approved` decides; anything else
+/// (also `args` beside a decline) is 400 `invalid_answer` and nothing is recorded (never a
+/// decline the person did not make). Whether `args` fit the tool is the claim's to say.
 fn approval_decision(
     tool_call_id: &str,
     approval: Option<&Value>,
 ) -> Result<CallResponse, ApiError> {
     let mut decision = Map::new();
-    for field in ["approved", "reason"] {
+    for field in ["approved", "reason", "args"] {
         if let Some(value) = approval.and_then(|approval| approval.get(field)) {
             decision.insert(field.to_owned(), value.clone());
         }
@@ -380,6 +390,12 @@ fn rejection_text(error: &ResumeError) -> String {
                 text.push_str(&rejection.problems.join("; "));
             }
             text
+        }
+        ResumeError::InvalidArgs { problems, .. } => {
+            format!(
+                "The edited arguments do not fit the tool: {}",
+                problems.join("; ")
+            )
         }
         other => other.to_string(),
     }

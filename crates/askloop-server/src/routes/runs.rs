@@ -9,7 +9,7 @@ use crate::access::{agent_of_run, listing_scope, may_use_agent, visible_run};
 use crate::api::{
     CancelledBody, ResponsesRequest, RunDetail, RunList, RunQuery, RunSummaryBody, RunsQuery,
 };
-use crate::checks::{check_answer, check_id, check_text, check_tool_call_id};
+use crate::checks::{check_answer, check_edited_args, check_id, check_text, check_tool_call_id};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Params, PathParam};
 use crate::keys::Caller;
@@ -169,8 +169,8 @@ pub(crate) async fn continue_run(
     Ok(run_response(&state, run, stored, StreamKind::Other))
 }
 
-/// `POST /api/runs/{runId}/responses`: answers, approvals and declines of several waiting
-/// calls in one commit (all or none).
+/// `POST /api/runs/{runId}/responses`: answers, approvals (with edited `args` or not) and
+/// declines of several waiting calls in one commit (all or none).
 #[utoipa::path(post, path = "/api/runs/{runId}/responses", tag = "runs",
     params(("runId" = String, Path, description = "The run"), RunQuery),
     request_body = ResponsesRequest,
@@ -179,7 +179,7 @@ pub(crate) async fn continue_run(
             (inline(crate::sse::SseEvent) = "text/event-stream"),
             (crate::api::RepeatNote = "application/json"),
         )),
-        (status = 400, description = "invalid_answer, bad_request, duplicate_tool_call, empty_batch", body = ErrorBody),
+        (status = 400, description = "invalid_answer, invalid_args (an approval's edited `args` do not fit the tool's input schema; details: toolCallId, toolName, problems; nothing changed), bad_request (also `args` without `approved: true`), duplicate_tool_call, empty_batch", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered (a different answer, or an approval, to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run", body = ErrorBody),
@@ -208,12 +208,23 @@ pub(crate) async fn respond(
     for response in request.responses {
         check_tool_call_id(&response.tool_call_id)?;
         let id = ToolCallId::new(response.tool_call_id.as_str());
+        if response.args.is_some() && response.approved != Some(true) {
+            return Err(ApiError::bad_request(format!(
+                "the response for {id} has args: they go with approved: true only"
+            )));
+        }
         respond = match (response.answer, response.approved) {
             (Some(answer), None) => {
                 check_answer(&state, &answer)?;
                 respond.answer(&id, answer)
             }
-            (None, Some(true)) => respond.approve(&id),
+            (None, Some(true)) => match response.args {
+                Some(args) => {
+                    check_edited_args(&state, &args)?;
+                    respond.approve_with(&id, args)
+                }
+                None => respond.approve(&id),
+            },
             (None, Some(false)) => {
                 if let Some(reason) = &response.reason {
                     check_text("reason", reason, state.limits.answer_bytes)?;

@@ -19,6 +19,7 @@ on_both_stores!(
     agents_are_listed_and_described,
     an_ask_cycle_streams_suspends_and_resumes,
     approvals_and_declines_stream_on,
+    issue34_edited_arguments_are_checked_then_run,
     batch_responses_cancel_and_continue,
     bad_requests_are_json_errors,
     keys_isolate_tenants_and_agents,
@@ -324,6 +325,223 @@ async fn approvals_and_declines_stream_on(backend: Backend) {
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// The stored run `run_id` as text (its version and its codec text): what "nothing changed"
+/// compares.
+async fn stored_text(store: &Arc<dyn RunStore>, run_id: &str) -> (u64, String) {
+    let stored = load(store, run_id).await;
+    let text = askloop_core::store::codec::encode_state(&stored.state).unwrap();
+    (stored.version, text)
+}
+
+/// Edit, then approve (issue 34), on every route: edited arguments that do not fit the tool
+/// are 400 `invalid_args` with the problems (on `/chat`, its rejection) and change nothing;
+/// fitting ones run the tool, the model's next request tells it, and the audit keeps both.
+async fn issue34_edited_arguments_are_checked_then_run(backend: Backend) {
+    use askloop_core::testing::conformance::support::{Counter, RecordingModel, script};
+
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [{"id": "w1", "name": "count", "args": {"label": "write"}}]}),
+        json!({"text": "Noted."}),
+    ]));
+    let counter = Counter::default();
+    let files = askloop_core::Agent::builder("files")
+        .shared_model(model.clone())
+        .tool(counter.clone())
+        .require_approval_for("count")
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let agents = askloop_core::registry::AgentSet::new().with(files);
+    let server = Server::builder(Arc::new(agents), store.clone()).build();
+    let router = server.router();
+    let (status, chunks, _) = stream(
+        &router,
+        "POST",
+        "/api/agents/files/stream",
+        Some(json!({"messages": "write it"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(types(&chunks).last(), Some(&"tool-call-approval"));
+    let run_id = chunks[0]["runId"].as_str().unwrap().to_owned();
+    let before = stored_text(&store, &run_id).await;
+
+    let bad = json!({"label": 7, "extra": true});
+    for (path, body) in [
+        (
+            "/api/agents/files/approve-tool-call".to_owned(),
+            json!({"runId": run_id, "toolCallId": "w1", "args": bad}),
+        ),
+        (
+            format!("/api/runs/{run_id}/responses"),
+            json!({"responses": [{"toolCallId": "w1", "approved": true, "args": bad}]}),
+        ),
+        (
+            "/api/agents/files/resume-stream".to_owned(),
+            json!({"runId": run_id, "toolCallId": "w1", "resumeData": {"approved": true, "args": bad}}),
+        ),
+    ] {
+        let (status, _, error) = stream(&router, "POST", &path, Some(body), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {error}");
+        assert_eq!(error["code"], "invalid_args", "{path}: {error}");
+        assert_eq!(error["details"]["toolCallId"], "w1", "{path}: {error}");
+        assert_eq!(error["details"]["toolName"], "count", "{path}: {error}");
+        let problems = error["details"]["problems"].as_array().unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|problem| problem.as_str().unwrap().contains("label")),
+            "{path}: {error}"
+        );
+        assert_eq!(stored_text(&store, &run_id).await, before, "{path}");
+    }
+    // Arguments beside a decline are no decision at all.
+    for (path, body) in [
+        (
+            "/api/agents/files/decline-tool-call".to_owned(),
+            json!({"runId": run_id, "toolCallId": "w1", "args": {"label": "x"}}),
+        ),
+        (
+            format!("/api/runs/{run_id}/responses"),
+            json!({"responses": [{"toolCallId": "w1", "approved": false, "args": {"label": "x"}}]}),
+        ),
+    ] {
+        let (status, _, error) = stream(&router, "POST", &path, Some(body), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {error}");
+        assert_eq!(stored_text(&store, &run_id).await, before, "{path}");
+    }
+    assert_eq!(
+        counter.executions.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+
+    // Valid: the tool runs with the edited arguments; the model's call stays as it wrote it.
+    let (status, chunks, error) = stream(
+        &router,
+        "POST",
+        "/api/agents/files/approve-tool-call",
+        Some(json!({"runId": run_id, "toolCallId": "w1", "args": {"label": "archive"}})),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{error}");
+    assert_eq!(types(&chunks).last(), Some(&"finish"));
+    let tool_call = chunks.iter().find(|c| c["type"] == "tool-call").unwrap();
+    assert_eq!(tool_call["payload"]["args"], json!({"label": "write"}));
+    let result = chunks.iter().find(|c| c["type"] == "tool-result").unwrap();
+    assert_eq!(result["payload"]["result"]["label"], "archive", "{result}");
+    assert_eq!(
+        counter.executions.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    let told: Vec<String> = model
+        .last_request()
+        .messages
+        .iter()
+        .flat_map(|message| match message {
+            askloop_core::model::Message::Tool { results } => {
+                results.iter().map(|result| result.content_text()).collect()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(told.len(), 1);
+    assert!(
+        told[0].starts_with(
+            "Note: the person who approved this call changed its arguments from \
+             {\"label\":\"write\"} to {\"label\":\"archive\"}; the tool ran with the changed \
+             arguments. Result: "
+        ),
+        "{told:?}"
+    );
+    let stored = load(&store, &run_id).await.state;
+    let results: Vec<_> = stored
+        .messages()
+        .iter()
+        .flat_map(|message| match message {
+            askloop_core::model::Message::Tool { results } => results.clone(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(
+        results[0].args_edit(),
+        Some(&askloop_core::ArgsEdit::new(
+            json!({"label": "write"}),
+            json!({"label": "archive"})
+        ))
+    );
+
+    // `/chat`: askloop's `args` on the approval; a misfit is the chat's rejection.
+    let body = json!({"id": "chat-edit", "trigger": "submit-message",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]});
+    let (status, _, error) =
+        stream(&router, "POST", "/api/agents/files/chat", Some(body), None).await;
+    assert_eq!(status, StatusCode::OK, "{error}");
+    let (_, listed) = call(&router, "GET", "/api/runs?threadId=chat-edit", None, None).await;
+    let chat_run = listed["runs"][0]["runId"].as_str().unwrap().to_owned();
+    let before = stored_text(&store, &chat_run).await;
+    let answer = |args: Value| {
+        json!({"id": "chat-edit", "trigger": "submit-message", "messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]},
+            {"id": "a1", "role": "assistant", "parts": [{"type": "tool-count", "toolCallId": "w1",
+                "state": "approval-responded", "input": {"label": "write"},
+                "approval": {"id": "w1", "approved": true, "args": args}}]}]})
+    };
+    let (status, chunks, error) = stream(
+        &router,
+        "POST",
+        "/api/agents/files/chat",
+        Some(answer(bad.clone())),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{error}");
+    let rejection = chunks
+        .iter()
+        .find(|chunk| chunk["type"] == "data-askloop-rejection")
+        .unwrap_or_else(|| panic!("{chunks:?}"));
+    let problem = rejection["data"]["problems"]["w1"].as_str().unwrap();
+    assert!(problem.contains("label"), "{rejection}");
+    assert_eq!(stored_text(&store, &chat_run).await, before);
+    let (status, chunks, error) = stream(
+        &router,
+        "POST",
+        "/api/agents/files/chat",
+        Some(answer(json!({"label": "from chat"}))),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{error}");
+    let output = chunks
+        .iter()
+        .find(|chunk| chunk["type"] == "tool-output-available")
+        .unwrap_or_else(|| panic!("{chunks:?}"));
+    assert_eq!(output["output"]["label"], "from chat", "{output}");
+
+    // The OpenAPI document says so.
+    let (status, document) = call(&router, "GET", "/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let schemas = &document["components"]["schemas"];
+    for schema in ["ApprovalRequest", "CallResponseBody"] {
+        assert!(
+            schemas[schema]["properties"]["args"].is_object(),
+            "{schema}: {}",
+            schemas[schema]
+        );
+    }
+    let approve = &document["paths"]["/api/agents/{agentId}/approve-tool-call"]["post"];
+    assert!(
+        approve["responses"]["400"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("invalid_args"),
+        "{approve}"
+    );
 }
 
 async fn batch_responses_cancel_and_continue(backend: Backend) {

@@ -247,8 +247,16 @@ fn message_lines(message: &Message) -> Vec<String> {
             .flat_map(|result| {
                 let mut lines = vec![format!("tool {}", result_summary(result))];
                 lines.extend(result.audit.iter().map(|record| {
+                    // An approval that edited the arguments shows both versions.
+                    let edit = record.args_edit.as_ref().map_or_else(String::new, |edit| {
+                        format!(
+                            ", arguments edited from {} to {}",
+                            one_line(&edit.original.to_string()),
+                            one_line(&edit.edited.to_string())
+                        )
+                    });
                     format!(
-                        "  {} by {} at {} UTC",
+                        "  {} by {} at {} UTC{edit}",
                         record.action.as_str(),
                         record.by.as_deref().map_or_else(
                             || "(not said)".to_owned(),

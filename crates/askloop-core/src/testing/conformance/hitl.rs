@@ -172,6 +172,158 @@ pub(super) async fn approvals_gate_side_effects(store: Arc<dyn RunStore>) {
     );
 }
 
+/// Edit, then approve (issue 34): edited arguments that do not fit the tool's schema are
+/// refused with every problem and change nothing (the stored run is as it was, the tool never
+/// ran); fitting ones run the tool with them, the model is told in the result that the person
+/// changed them and to what, its own call stays as it wrote it, and the audit keeps both.
+pub(super) async fn issue34_edited_arguments_are_checked_then_run(store: Arc<dyn RunStore>) {
+    let model = RecordingModel::new(&script(vec![
+        json!({"toolCalls": [{"id": "k1", "name": "count", "args": {"label": "wipe"}}]}),
+        json!({"text": "Done."}),
+    ]));
+    let counter = Counter::default();
+    let agent = approving_agent(&store, &model, &counter);
+    let stream = agent.stream("clean up");
+    let run_id = stream.run_id().clone();
+    assert_eq!(approvals(&chunks_of(stream).await), ["k1"]);
+    let k1 = ToolCallId::new("k1");
+    let before = store.load_run(&unowned(&run_id)).await.unwrap();
+
+    // Invalid edits, through every door: refused with each problem, nothing stored changes.
+    let error = agent
+        .approve_tool_call_with(&run_id, &k1, json!({"label": 5, "extra": true}))
+        .await
+        .unwrap_err();
+    let ResumeError::InvalidArgs {
+        tool_call_id,
+        tool_name,
+        problems,
+        ..
+    } = &error
+    else {
+        panic!("{error:?}");
+    };
+    assert_eq!((tool_call_id.as_str(), tool_name.as_str()), ("k1", "count"));
+    assert!(
+        problems.iter().any(|problem| problem.contains("label")),
+        "{problems:?}"
+    );
+    assert_eq!(error.code(), "invalid_args");
+    let error = agent
+        .respond(&run_id)
+        .answer(&k1, json!({"approved": true, "args": {}}))
+        .stream()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResumeError::InvalidArgs { .. }),
+        "{error:?}"
+    );
+    let error = agent
+        .respond(&run_id)
+        .answer(&k1, json!({"approved": false, "args": {"label": "x"}}))
+        .stream()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResumeError::InvalidAnswer { .. }),
+        "a decline takes no args: {error:?}"
+    );
+    assert_eq!(store.load_run(&unowned(&run_id)).await.unwrap(), before);
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
+
+    // A valid edit: the tool runs with it.
+    let chunks = chunks_of(
+        agent
+            .respond(&run_id)
+            .by("alice")
+            .approve_with(&k1, json!({"label": "archive"}))
+            .stream()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(has_finish(&chunks));
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
+    let results = tool_results(&chunks);
+    assert_eq!(results[0].0, "k1");
+    assert_eq!(results[0].1, json!({"label": "archive", "count": 1}));
+
+    // The model's next request: its own call as it wrote it, the note in the result.
+    let request = model.last_request();
+    let call_args: Vec<Value> = request
+        .messages
+        .iter()
+        .flat_map(|message| match message {
+            Message::Assistant { parts } => parts
+                .iter()
+                .filter_map(|part| match part {
+                    crate::message::AssistantPart::ToolCall(call) => Some(call.args.to_value()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(call_args, [json!({"label": "wipe"})]);
+    let texts: Vec<String> = request
+        .messages
+        .iter()
+        .flat_map(|message| match message {
+            Message::Tool { results } => results.iter().map(|r| r.content_text()).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [format!(
+            "Note: the person who approved this call changed its arguments from {{\"label\":\"wipe\"}} \
+             to {{\"label\":\"archive\"}}; the tool ran with the changed arguments. Result: {}",
+            results[0].1
+        )]
+    );
+
+    // The audit keeps both versions, stored; the same edited approval again changes nothing.
+    let stored = store.load_run(&unowned(&run_id)).await.unwrap().state;
+    let result = stored
+        .messages()
+        .iter()
+        .find_map(|message| match message {
+            Message::Tool { results } => results.first().cloned(),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(result.audit.len(), 1);
+    assert_eq!(result.audit[0].action, AuditAction::Approve);
+    assert_eq!(result.audit[0].by.as_deref(), Some("alice"));
+    assert_eq!(
+        result.audit[0].args_edit,
+        Some(crate::ArgsEdit::new(
+            json!({"label": "wipe"}),
+            json!({"label": "archive"})
+        ))
+    );
+    assert_eq!(
+        result.answer,
+        Some(json!({"approved": true, "args": {"label": "archive"}}))
+    );
+    let error = agent
+        .approve_tool_call_with(&run_id, &k1, json!({"label": "archive"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ResumeError::AlreadyAnswered {
+                same_answer: true,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
+}
+
 /// Three questions of one step, answered out of order and two of them at the same moment:
 /// each answer lands on its own call, and the model gets the results in call order.
 pub(super) async fn answers_to_several_questions_land_on_their_calls(store: Arc<dyn RunStore>) {

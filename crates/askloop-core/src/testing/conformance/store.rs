@@ -65,6 +65,7 @@ scenarios![
     unfinished_side_effect_is_never_repeated,
     heartbeat_keeps_a_long_run_leased,
     approvals_gate_side_effects,
+    issue34_edited_arguments_are_checked_then_run,
     answers_to_several_questions_land_on_their_calls,
     batch_answers_apply_all_or_none,
     expired_questions_are_swept_once,
