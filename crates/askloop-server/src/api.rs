@@ -217,6 +217,18 @@ pub(crate) struct CallResponseBody {
     pub(crate) reason: Option<String>,
 }
 
+/// `POST /api/runs/{runId}/fork`: fork the run at a question with another answer.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForkRequest {
+    /// The question (a call of the run that suspended for an answer: answered already or
+    /// still waiting, in any step).
+    pub(crate) tool_call_id: String,
+    /// The new answer, checked against the question as a resume's answer is.
+    #[schema(value_type = Object)]
+    pub(crate) resume_data: Value,
+}
+
 /// The query of the routes of one run (`/api/runs/{runId}…`).
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
@@ -245,6 +257,10 @@ pub(crate) struct RunsQuery {
     /// Only runs of this thread.
     #[serde(default)]
     pub(crate) thread_id: Option<String>,
+    /// Only forks of this run (`POST /api/runs/{runId}/fork`): the runs whose `forkedFrom`
+    /// names it.
+    #[serde(default)]
+    pub(crate) forked_from: Option<String>,
     /// The `nextCursor` of the previous page.
     #[serde(default)]
     pub(crate) cursor: Option<String>,
@@ -386,6 +402,20 @@ pub(crate) struct RunSummaryBody {
     pub(crate) updated_at: String,
     /// The calls that wait for a person (suspended runs).
     pub(crate) pending_tool_calls: Vec<PendingCall>,
+    /// Where a fork comes from (`POST /api/runs/{runId}/fork`); absent for a run that was not
+    /// forked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) forked_from: Option<ForkedFromBody>,
+}
+
+/// The run and question a fork comes from.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForkedFromBody {
+    /// The original run.
+    pub(crate) run_id: String,
+    /// Its question that the fork answered anew.
+    pub(crate) tool_call_id: String,
 }
 
 impl RunSummaryBody {
@@ -403,6 +433,10 @@ impl RunSummaryBody {
                 .iter()
                 .map(|call| PendingCall::of(&summary.run_id, call))
                 .collect(),
+            forked_from: summary.forked_from.as_ref().map(|from| ForkedFromBody {
+                run_id: from.run_id.to_string(),
+                tool_call_id: from.tool_call_id.to_string(),
+            }),
         }
     }
 }

@@ -315,6 +315,7 @@ pub(super) fn list_runs(
                 created_at_ms: row.get(5).map_err(backend)?,
                 updated_at_ms: row.get(6).map_err(backend)?,
                 pending: row.get(7).map_err(backend)?,
+                forked_from: row.get(10).map_err(backend)?,
             };
             let current: bool = row.get(8).map_err(backend)?;
             let change_seq: Option<i64> = row.get(9).map_err(backend)?;
@@ -371,10 +372,11 @@ fn older_or_newer(
 
 /// The listed columns (the resource is the scope, `''` read as none), then whether the head is
 /// of the current format and well-formed JSON (checked inside SQLite, without decoding it),
-/// then the change sequence.
+/// then the change sequence, then the head's `forkedFrom` (read only from heads that hold it).
 const LISTED_COLUMNS: &str = "id, thread_id, NULLIF(scope, ''), agent_id, status, \
     created_at_ms, updated_at_ms, pending, substr(head, 1, 19) = ?1 AND json_valid(head), \
-    change_seq";
+    change_seq, CASE WHEN instr(head, '\"forkedFrom\":') > 0 AND json_valid(head) \
+    THEN json_extract(head, '$.forkedFrom') END";
 
 /// The listing statement for `filter` (only the conditions it uses, so that SQLite picks the
 /// index of the filter; one cached statement per combination) and its parameters.
@@ -403,6 +405,13 @@ fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
     }
     if let Some(run_id) = &filter.run_id {
         condition("id = ?", SqlValue::Text(run_id.as_str().to_owned()));
+    }
+    if let Some(original) = &filter.forked_from {
+        condition(
+            "CASE WHEN instr(head, '\"forkedFrom\":') > 0 AND json_valid(head) \
+             THEN json_extract(head, '$.forkedFrom.runId') END = ?",
+            SqlValue::Text(original.as_str().to_owned()),
+        );
     }
     if let Some(after) = filter.changed_after {
         condition("change_seq > ?", SqlValue::Integer(millis(after)));
