@@ -159,7 +159,7 @@ pub struct ToolResult {
     /// another answer ([`crate::Agent::fork`]); not sent to the model. `None` for calls that
     /// never suspended, and for results recorded before askloop kept it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suspension: Option<Suspension>,
+    pub suspension: Option<Box<Suspension>>,
 }
 
 impl ToolResult {

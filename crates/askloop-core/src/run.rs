@@ -299,7 +299,7 @@ impl CallState {
     /// ([`ToolResult::suspension`]).
     pub(crate) fn result_with_question(&self, mut result: ToolResult) -> ToolResult {
         if result.suspension.is_none() {
-            result.suspension = self.suspension().cloned();
+            result.suspension = self.suspension().cloned().map(Box::new);
         }
         result
     }
@@ -703,7 +703,7 @@ impl RunState {
         });
         waiting.or_else(|| {
             self.result_for(tool_call_id)
-                .and_then(|result| result.suspension.as_ref())
+                .and_then(|result| result.suspension.as_deref())
         })
     }
 

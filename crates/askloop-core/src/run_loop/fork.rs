@@ -203,7 +203,7 @@ fn pending_slot(
 /// from its result ([`ToolResult::suspension`]) or from the slot that still waits.
 fn question_of(slot: &CallSlot) -> Option<Suspension> {
     let question = match &slot.state {
-        CallState::Completed { result } => result.suspension.clone(),
+        CallState::Completed { result } => result.suspension.as_deref().cloned(),
         other => other.suspension().cloned(),
     };
     question.map(|question| Suspension {

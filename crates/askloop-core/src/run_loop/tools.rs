@@ -319,7 +319,7 @@ async fn execute(
     suspension: Option<Suspension>,
 ) -> CallState {
     // A resumed call's result keeps the question it answered.
-    let question = suspension.clone();
+    let question = suspension.clone().map(Box::new);
     let failed = |error: ToolError, answer: Option<Value>| {
         let mut result = ToolResult::error(call, error_chain_text(&error));
         result.answer = answer;
