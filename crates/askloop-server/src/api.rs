@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use askloop_core::PendingKind;
+use askloop_core::model::{AssistantPart, Message};
 use askloop_core::store::{RunState, RunSummary};
 use askloop_core::time::rfc3339;
 use askloop_core::wire::PendingCall;
+use askloop_core::{PendingKind, PendingToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -479,6 +480,10 @@ pub(crate) struct RunDetail {
     /// Why it failed (failed runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) failure: Option<FailureBody>,
+    /// Every question the run asked and keeps (answered or waiting), in the pending call's one
+    /// shape: what a fork (`POST /api/runs/{runId}/fork`) answers anew, e.g. the page's
+    /// "Change answer" form.
+    pub(crate) questions: Vec<PendingCall>,
 }
 
 impl RunDetail {
@@ -500,8 +505,27 @@ impl RunDetail {
                 code: failure.code.clone(),
                 message: failure.message.clone(),
             }),
+            questions: asked_questions(state),
         })
     }
+}
+
+/// The questions `state` asked and keeps, in call order, as pending calls.
+fn asked_questions(state: &RunState) -> Vec<PendingCall> {
+    state
+        .messages()
+        .iter()
+        .flat_map(|message| match message {
+            Message::Assistant { parts } => parts.as_slice(),
+            _ => &[],
+        })
+        .filter_map(|part| match part {
+            AssistantPart::ToolCall(call) => state.question(&call.id).map(|question| {
+                PendingCall::of(state.run_id(), &PendingToolCall::new(call, question))
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A call of a suspended run, in the reference framework's shape.

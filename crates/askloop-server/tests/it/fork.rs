@@ -139,6 +139,10 @@ async fn issue34_a_fork_over_http_goes_on_and_leaves_the_original(backend: Backe
         [&json!("docs")],
         "the fork's history holds the new answer only"
     );
+    let questions = detail["questions"].as_array().unwrap();
+    assert_eq!(questions.len(), 1, "{detail}");
+    assert_eq!(questions[0]["toolCallId"], "c1");
+    assert_eq!(questions[0]["payload"]["question"], "Which repo?");
     let (status, detail) = call(
         &router,
         "GET",
