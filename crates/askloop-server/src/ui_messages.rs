@@ -118,3 +118,41 @@ fn push_pending(parts: &mut Vec<Value>, run: &RunState) {
         parts.push(json!({"type": "data-askloop-question", "id": id, "data": question}));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use askloop_core::RunId;
+    use askloop_core::store::codec;
+    use serde_json::json;
+
+    use super::ui_messages;
+
+    /// A fork's messages begin with the history it copied: each exchange is a pair of its own,
+    /// the last keeps the run's ids (issue 34).
+    #[test]
+    fn issue34_a_forks_copied_history_shows_as_its_own_exchanges() {
+        let state = json!({
+            "formatVersion": 2, "runId": "f1", "threadId": "t2", "resourceId": null,
+            "agentId": "assistant", "model": null, "status": "completed", "historyThrough": null,
+            "steps": 2, "pendingStep": null, "usage": {"inputTokens": 0, "outputTokens": 0},
+            "error": null, "createdAtMs": 1, "updatedAtMs": 2,
+            "forkedFrom": {"runId": "r1", "toolCallId": "c1"},
+            "messages": [
+                {"role": "user", "text": "hello"},
+                {"role": "assistant", "parts": [{"type": "text", "text": "Hi."}]},
+                {"role": "user", "text": "go"},
+                {"role": "assistant", "parts": [{"type": "text", "text": "Done."}]}
+            ]
+        });
+        let state = codec::decode_state(&RunId::new("f1"), &state.to_string()).unwrap();
+        let messages = ui_messages(&state);
+        let ids: Vec<&str> = messages
+            .iter()
+            .map(|message| message["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["user-f1", "msg-f1-1", "user-f1-2", "msg-f1"]);
+        assert_eq!(messages[1]["parts"][1]["text"], "Hi.");
+        assert_eq!(messages[3]["parts"][1]["text"], "Done.");
+        assert_eq!(messages[3]["metadata"]["runId"], "f1");
+    }
+}
