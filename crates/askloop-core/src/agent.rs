@@ -234,7 +234,7 @@ impl Agent {
     }
 
     /// Forks `run` at its question `tool_call_id` with another answer: a new run (new
-    /// [`RunId`], new thread) whose conversation is the original's up to the assistant message
+    /// [`crate::RunId`], new thread) whose conversation is the original's up to the assistant message
     /// that asked, continued with `answer` (build with [`Fork::by`], then [`Fork::stream`]).
     /// The question may be answered already or still waiting, in any step of the run; the
     /// original is only read, never changed. The fork records where it comes from
