@@ -401,6 +401,17 @@ export class ChatView {
           const line = document.createElement("div");
           line.className = "tool";
           line.textContent = describeToolPart(part);
+          const runId = (message.metadata as { runId?: string } | undefined)?.runId;
+          if (runId && !this.busy && toolName(part) === "ask_user" && part.state === "output-available") {
+            const change = document.createElement("button");
+            change.type = "button";
+            change.className = "change-answer";
+            change.textContent = "Change answer";
+            change.dataset.testid = "change-answer";
+            const toolCallId = part.toolCallId;
+            change.addEventListener("click", () => void this.changeAnswer(runId, toolCallId));
+            line.append(" ", change);
+          }
           box.append(line);
         }
       }
@@ -416,6 +427,55 @@ export class ChatView {
     log.replaceChildren(...items);
     this.stopButton.hidden = !this.busy;
     this.drawPending();
+  }
+
+  /**
+   * "Change answer": the question `toolCallId` of run `runId`, as it was asked (GET
+   * /api/runs/{runId}'s `questions`), answered anew in a fork of the run (POST
+   * /api/runs/{runId}/fork); the original is not changed, and the chat then shows the fork's
+   * thread, a new one.
+   */
+  private async changeAnswer(runId: string, toolCallId: string): Promise<void> {
+    const path = `/api/runs/${encodeURIComponent(runId)}`;
+    let question: Question | undefined;
+    try {
+      const run = await requestJson<{ questions?: Question[] }>("GET", path);
+      question = run.questions?.find((asked) => asked.toolCallId === toolCallId);
+    } catch (error) {
+      this.status(`Change answer: ${(error as Error).message}`);
+      return;
+    }
+    if (!question) {
+      this.status("This question cannot be answered anew.");
+      return;
+    }
+    const form = renderQuestionForm([question], "Fork with this answer", async (responses) => {
+      const response = responses[0];
+      if (!response || response.kind !== "answer") return null;
+      const reply = await fetch(`${path}/fork`, {
+        method: "POST",
+        headers: { ...authHeaders(), "Content-Type": "application/json", Accept: "text/event-stream" },
+        body: JSON.stringify({ toolCallId, resumeData: response.answer }),
+      });
+      const text = await reply.text();
+      if (!reply.ok) {
+        let message = text;
+        try {
+          message = (JSON.parse(text) as { message?: string }).message ?? text;
+        } catch {
+          // not JSON: the text as it is
+        }
+        return { [toolCallId]: message };
+      }
+      const forkId = /"runId":"([^"]+)"/.exec(text)?.[1];
+      if (!forkId) return { [toolCallId]: "The fork did not start." };
+      const fork = await requestJson<{ threadId: string }>("GET", `/api/runs/${encodeURIComponent(forkId)}`);
+      this.pending.replaceChildren();
+      location.hash = `#/chat/${encodeURIComponent(this.agentId)}/${encodeURIComponent(fork.threadId)}`;
+      return null;
+    });
+    this.pending.replaceChildren(form.element);
+    form.focus();
   }
 
   private drawPending(): void {

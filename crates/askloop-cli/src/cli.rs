@@ -330,6 +330,41 @@ pub(crate) enum RunsCommand {
     /// Expire the questions and approvals whose deadline passed, and let their runs go on
     #[command(after_help = EXIT_STATUS_HELP)]
     Sweep(SweepArgs),
+    /// Fork a run at one of its questions with another answer: a new run (new thread) goes on
+    /// from there; the original is not changed
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Fork(ForkArgs),
+}
+
+/// `askloop runs fork`.
+#[derive(Debug, Args)]
+pub(crate) struct ForkArgs {
+    /// The run to fork
+    #[arg(value_name = "RUN_ID", value_parser = key_id)]
+    pub(crate) run_id: String,
+    /// The run's resource (user or tenant): needed only when runs of several resources use
+    /// this run id
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
+    /// The question to answer anew (answered already or still waiting; `runs show` lists the
+    /// calls)
+    #[arg(long, value_name = "ID", value_parser = id)]
+    pub(crate) tool_call_id: String,
+    /// The new answer as typed, read after the question's resume schema, as `resume --answer`
+    #[arg(long, value_name = "TEXT", conflicts_with_all = ["answer_json", "answer_file"], required_unless_present_any = ["answer_json", "answer_file"])]
+    pub(crate) answer: Vec<String>,
+    /// The new answer as --answer takes it, read from a file (`-` for stdin)
+    #[arg(long, value_name = "PATH", conflicts_with = "answer_json")]
+    pub(crate) answer_file: Option<std::path::PathBuf>,
+    /// The new answer as JSON
+    #[arg(long, value_name = "JSON")]
+    pub(crate) answer_json: Option<String>,
+    /// The model.
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// Print every chunk as one line of JSON (the wire format) and nothing else on stdout
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// A run status as a flag value.

@@ -202,6 +202,7 @@ fn shows_status(command: &Command) -> bool {
         Command::Approve(args) => !args.json,
         Command::Decline(args) => !args.json,
         Command::Runs(RunsCommand::Continue(args)) => !args.json,
+        Command::Runs(RunsCommand::Fork(args)) => !args.json,
         Command::Runs(RunsCommand::Recover(args)) => !args.json && !args.list,
         _ => false,
     }
@@ -242,6 +243,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Runs(RunsCommand::Recover(args)) => {
                 commands::runs::recover(&global, args).await
             }
+            Command::Runs(RunsCommand::Fork(args)) => commands::fork::fork(&global, args).await,
             Command::Model(ModelCommand::Pull { name }) => {
                 commands::model::pull(name.as_deref()).await
             }

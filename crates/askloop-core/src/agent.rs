@@ -233,6 +233,48 @@ impl Agent {
         .await
     }
 
+    /// Forks `run` at its question `tool_call_id` with another answer: a new run (new
+    /// [`crate::RunId`], new thread) whose conversation is the original's up to the assistant message
+    /// that asked, continued with `answer` (build with [`Fork::by`], then [`Fork::stream`]).
+    /// The question may be answered already or still waiting, in any step of the run; the
+    /// original is only read, never changed. The fork records where it comes from
+    /// ([`crate::store::RunState::forked_from`], `forkedFrom`); the original's forks are the runs a
+    /// listing with [`crate::store::RunFilter::forked_from`] finds.
+    ///
+    /// The question waits again in the fork exactly as it was asked (its payload and resume
+    /// schema, without its deadline: it is answered now) and `answer` is checked against it as
+    /// a resume's would be, before anything is written: a refused answer creates nothing. The
+    /// other calls of the question's step keep the results the original recorded (they do not
+    /// run again), and tools the original ran after the question run in the fork only if the
+    /// model calls them again. The fork's messages begin with a copy of the history the
+    /// original saw (its thread's earlier turns), so later turns in the fork's thread see it.
+    ///
+    /// ```no_run
+    /// # async fn demo(agent: &askloop_core::Agent, run: &askloop_core::RunId,
+    /// #   question: &askloop_core::ToolCallId) -> Result<(), askloop_core::ResumeError> {
+    /// let fork = agent
+    ///     .fork(run, question, serde_json::json!("MySQL"))
+    ///     .by("alice")
+    ///     .stream()
+    ///     .await?;
+    /// println!("forked as {}", fork.run_key().run_id);
+    /// # Ok(()) }
+    /// ```
+    pub fn fork(
+        &self,
+        run: impl Into<RunRef>,
+        tool_call_id: &ToolCallId,
+        answer: Value,
+    ) -> Fork<'_> {
+        Fork {
+            agent: self,
+            run: run.into(),
+            tool_call_id: tool_call_id.clone(),
+            answer,
+            by: None,
+        }
+    }
+
     /// Responses to several waiting calls of one run, sent together: build them with
     /// [`Respond::answer`], [`Respond::approve`], [`Respond::decline`] and [`Respond::by`],
     /// then [`Respond::stream`]. All are checked first, then all applied in one commit, or
@@ -502,6 +544,48 @@ impl Respond<'_> {
             self.items,
             self.by,
             self.loaded,
+        )
+        .await?;
+        Ok(run_loop::resume(self.agent.inner.clone(), claim))
+    }
+}
+
+/// A fork of a run at one of its questions, with another answer ([`Agent::fork`]).
+#[must_use]
+#[derive(Debug)]
+pub struct Fork<'a> {
+    agent: &'a Agent,
+    run: RunRef,
+    tool_call_id: ToolCallId,
+    answer: Value,
+    by: Option<String>,
+}
+
+impl Fork<'_> {
+    /// Who gives the new answer, for the fork's audit (a resource id, an API key's name, `cli`).
+    pub fn by(mut self, by: impl Into<String>) -> Self {
+        self.by = Some(by.into());
+        self
+    }
+
+    /// Builds the fork, checks the answer, inserts the fork already claimed (one write), and
+    /// streams it from there: the question's `tool-call` and `tool-result` with the new
+    /// answer, then the model's next step. The stream's [`AgentStream::run_key`] is the fork's.
+    ///
+    /// # Errors
+    /// Before anything is written: [`ResumeError::InvalidId`], [`ResumeError::RunNotFound`],
+    /// [`ResumeError::AmbiguousRun`], [`ResumeError::WrongAgent`],
+    /// [`ResumeError::NotAQuestion`], [`ResumeError::InvalidAnswer`],
+    /// [`ResumeError::ToolUnavailable`], [`ResumeError::InProgress`] or
+    /// [`ResumeError::Interrupted`] (another call of the question's step is still running in
+    /// the original), [`ResumeError::Store`].
+    pub async fn stream(self) -> Result<AgentStream, ResumeError> {
+        let claim = run_loop::claim_fork(
+            &self.agent.inner,
+            &self.run,
+            &self.tool_call_id,
+            self.answer,
+            self.by,
         )
         .await?;
         Ok(run_loop::resume(self.agent.inner.clone(), claim))

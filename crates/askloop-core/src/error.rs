@@ -299,6 +299,17 @@ pub enum ResumeError {
         /// The run that is running in it, if it could be read.
         running_run_id: Option<RunId>,
     },
+    /// A fork ([`crate::Agent::fork`]) named a tool call that is not a question of the run: no
+    /// call of its conversation has this id, or the call never suspended for an answer (or its
+    /// question was recorded before askloop kept questions with their results). Nothing was
+    /// created.
+    #[error("run {run_id} has no question {tool_call_id} to fork from")]
+    NotAQuestion {
+        /// The run.
+        run_id: RunId,
+        /// The id given.
+        tool_call_id: ToolCallId,
+    },
     /// A run or resource id given is refused ([`crate::IdKind::check`]).
     #[error(transparent)]
     InvalidId(#[from] InvalidId),
@@ -333,6 +344,7 @@ impl ResumeError {
             Self::NotCancellable { .. } => "not_cancellable",
             Self::AmbiguousRun { .. } => "ambiguous_run",
             Self::ThreadBusy { .. } => "thread_busy",
+            Self::NotAQuestion { .. } => "not_a_question",
             Self::InvalidId(_) => "invalid_id",
             Self::Store(_) => "store_error",
         }

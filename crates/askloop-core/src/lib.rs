@@ -83,8 +83,8 @@ pub mod time;
 pub mod wire;
 
 pub use agent::{
-    Agent, AgentBuildError, AgentBuilder, DEFAULT_LEASE, DEFAULT_MAX_STEPS, Respond, cancel_run_in,
-    expired_runs,
+    Agent, AgentBuildError, AgentBuilder, DEFAULT_LEASE, DEFAULT_MAX_STEPS, Fork, Respond,
+    cancel_run_in, expired_runs,
 };
 pub use ask_user::{
     AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, SelectionMode,
@@ -101,7 +101,8 @@ pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
 pub use response::CallResponse;
 pub use run::{
-    PendingKind, PendingToolCall, RunFailure, RunStatus, UnknownRunStatus, approval_schema,
+    ForkedFrom, PendingKind, PendingToolCall, RunFailure, RunStatus, UnknownRunStatus,
+    approval_schema,
 };
 pub use run_loop::ExpiredRun;
 pub use store::{RunStore, StoreError};

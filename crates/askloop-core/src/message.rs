@@ -3,7 +3,8 @@
 //! These are askloop's own provider-neutral types. Provider adapters translate them to and from
 //! their wire formats at the edge; they are never a provider's types. Each tool result carries its call's audit trail
 //! ([`AuditRecord`]: who answered, approved or declined, when). They are part of the stored
-//! run format (see `crate::run`): change them only with a format bump.
+//! run format (see `crate::run`): change them only with a format bump, except by an optional field
+//! that older builds may ignore (as [`ToolResult::suspension`]).
 //!
 //! Audit: every person's action on a call ([`AuditRecord`]: answer, approve, decline, expire,
 //! cancel, message; by whom; when; for an approval that edited the arguments, both versions) is
@@ -157,6 +158,13 @@ pub struct ToolResult {
     /// edited the arguments ([`ToolResult::content_text`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit: Vec<AuditRecord>,
+    /// The question the call asked before it got this result (what it showed, the answers it
+    /// accepted, its deadline), for a call that suspended and was then answered, expired,
+    /// cancelled or superseded: kept so that a person can fork the run at this question with
+    /// another answer ([`crate::Agent::fork`]); not sent to the model. `None` for calls that
+    /// never suspended, and for results recorded before askloop kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<Box<Suspension>>,
 }
 
 impl ToolResult {
@@ -169,6 +177,7 @@ impl ToolResult {
             is_error: true,
             answer: None,
             audit: Vec::new(),
+            suspension: None,
         }
     }
 
@@ -182,6 +191,7 @@ impl ToolResult {
             is_error: false,
             answer: None,
             audit: Vec::new(),
+            suspension: None,
         }
     }
 
@@ -211,6 +221,35 @@ impl ToolResult {
     /// of its audit that carries an edit.
     pub fn args_edit(&self) -> Option<&ArgsEdit> {
         args_edit_of(&self.audit)
+    }
+}
+
+/// A suspended tool call's request: the payload shown to whoever answers, and the JSON Schema
+/// answers must match.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Suspension {
+    /// What the tool wants to ask or show (for `ask_user`: `{question, options?, selectionMode?}`).
+    pub payload: Value,
+    /// JSON Schema of the answers this suspension accepts; `None` accepts any JSON value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_schema: Option<Value>,
+    /// When the question expires unanswered, in ms since the Unix epoch (`None`: never). A
+    /// sweep ([`crate::Agent::expire_due`], `askloop runs sweep`) then resolves the call with
+    /// a result telling the model that no answer came in time. Tools that set it also put it
+    /// in the payload as `expiresAt` (RFC 3339) for people and clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Suspension {
+    /// A suspension with this payload, no schema of its own and no deadline.
+    pub fn new(payload: Value) -> Self {
+        Self {
+            payload,
+            resume_schema: None,
+            expires_at_ms: None,
+        }
     }
 }
 

@@ -28,6 +28,13 @@
 //!   sequence included in the run's history (absent or `null`: the thread had no completed run
 //!   when the run started, so the history is empty), and the loop rebuilds the prompt from
 //!   `RunStore::thread_history(thread, historyThrough)` followed by the own messages.
+//! - `forkedFrom` (optional, absent unless the run is a fork): `{"runId", "toolCallId"}`, the
+//!   run and question it was forked from ([`crate::Agent::fork`]). Added without a version bump:
+//!   older builds of format 2 ignore it (and drop it if they rewrite the head). A fork's
+//!   `messages` start with a copy of the original's thread history (its `historyThrough` is
+//!   `null`), because its thread is new: the fork's later turns see that history through it.
+//! - In `messages`, a tool result may carry `suspension` (optional): the question a call asked
+//!   before it got this result, kept so that it can be forked.
 //! - `legacyHistory` (only in states upgraded from format 1): the thread history format 1 had
 //!   copied into the state, used instead of `thread_history`.
 //! - `pendingStep.calls[].state.status` is `completed` (`result`), `suspended` (`suspension`),
@@ -159,6 +166,32 @@ pub struct RunState {
     pub(crate) finish_reason: Option<FinishReason>,
     pub(crate) created_at_ms: u64,
     pub(crate) updated_at_ms: u64,
+    /// The run and question this run was forked from ([`crate::Agent::fork`]); `None` for a
+    /// run that was started, not forked. Set at the insert, never changed.
+    pub(crate) forked_from: Option<ForkedFrom>,
+}
+
+/// Where a forked run comes from: the run and the question (a tool call of that run) at which
+/// a person gave another answer ([`crate::Agent::fork`]). The wire form is
+/// `{"runId": "…", "toolCallId": "…"}` (also in the stored head as `forkedFrom`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ForkedFrom {
+    /// The original run (in the same resource as the fork).
+    pub run_id: RunId,
+    /// The question of the original run that the fork answered anew.
+    pub tool_call_id: ToolCallId,
+}
+
+impl ForkedFrom {
+    /// The fork of run `run_id` at its call `tool_call_id`.
+    pub fn new(run_id: RunId, tool_call_id: ToolCallId) -> Self {
+        Self {
+            run_id,
+            tool_call_id,
+        }
+    }
 }
 
 /// Why a run failed, as recorded.
@@ -286,6 +319,24 @@ impl CallState {
     /// Whether the call waits for a person: an answer (`suspended`) or an approval.
     pub(crate) fn is_waiting(&self) -> bool {
         matches!(self, Self::Suspended { .. } | Self::AwaitingApproval { .. })
+    }
+
+    /// The question of a call that suspended and has no result yet (`suspended`, or
+    /// `resuming` with its answer).
+    pub(crate) fn suspension(&self) -> Option<&Suspension> {
+        match self {
+            Self::Suspended { suspension } | Self::Resuming { suspension, .. } => Some(suspension),
+            _ => None,
+        }
+    }
+
+    /// `result`, keeping the question this call (in this state) asked
+    /// ([`ToolResult::suspension`]).
+    pub(crate) fn result_with_question(&self, mut result: ToolResult) -> ToolResult {
+        if result.suspension.is_none() {
+            result.suspension = self.suspension().cloned().map(Box::new);
+        }
+        result
     }
 }
 
@@ -445,6 +496,10 @@ pub struct RunSummary {
     /// summary's JSON form.
     #[serde(skip)]
     pub change_seq: Option<u64>,
+    /// The run and question this run was forked from, if it is a fork
+    /// ([`RunState::forked_from`]); absent from the JSON form otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
 }
 
 impl RunSummary {
@@ -490,7 +545,13 @@ impl RunState {
             finish_reason: None,
             created_at_ms: now,
             updated_at_ms: now,
+            forked_from: None,
         }
+    }
+
+    /// The run and question this run was forked from, if it is a fork ([`crate::Agent::fork`]).
+    pub fn forked_from(&self) -> Option<&ForkedFrom> {
+        self.forked_from.as_ref()
     }
 
     /// The run's id.
@@ -649,6 +710,7 @@ impl RunState {
             pending: self.pending_tool_calls(),
             first_message: first_message(&self.messages),
             change_seq: None,
+            forked_from: self.forked_from.clone(),
         }
     }
 
@@ -685,6 +747,23 @@ impl RunState {
                 .result_for(tool_call_id)
                 .and_then(|result| expired_at(result, &[])),
         }
+    }
+
+    /// The question call `tool_call_id` of this run asked, as it was asked: the waiting call's
+    /// (pending, or claimed by an answer), else the one its recorded result keeps
+    /// ([`ToolResult::suspension`]). `None` for a call that never suspended, one this run did
+    /// not make, and results recorded before askloop kept questions.
+    pub fn question(&self, tool_call_id: &ToolCallId) -> Option<&Suspension> {
+        let waiting = self.pending_step.as_ref().and_then(|step| {
+            step.calls
+                .iter()
+                .find(|slot| &slot.call.id == tool_call_id)
+                .and_then(|slot| slot.state.suspension())
+        });
+        waiting.or_else(|| {
+            self.result_for(tool_call_id)
+                .and_then(|result| result.suspension.as_deref())
+        })
     }
 
     /// The result this run (not its thread's history) recorded for this call, if any.

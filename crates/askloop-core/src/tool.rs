@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::ids::{RunId, ToolCallId};
+pub use crate::message::Suspension;
 use crate::model::ToolDefinition;
 use crate::schema::{SchemaValidator, schema_of};
 
@@ -21,35 +22,6 @@ pub enum Execution<T> {
     Complete(T),
     /// The call is waiting: the run is committed and suspended until `resume_stream` answers it.
     Suspend(Suspension),
-}
-
-/// A suspended tool call's request: the payload shown to whoever answers, and the JSON Schema
-/// answers must match.
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Suspension {
-    /// What the tool wants to ask or show (for `ask_user`: `{question, options?, selectionMode?}`).
-    pub payload: Value,
-    /// JSON Schema of the answers this suspension accepts; `None` accepts any JSON value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resume_schema: Option<Value>,
-    /// When the question expires unanswered, in ms since the Unix epoch (`None`: never). A
-    /// sweep ([`crate::Agent::expire_due`], `askloop runs sweep`) then resolves the call with
-    /// a result telling the model that no answer came in time. Tools that set it also put it
-    /// in the payload as `expiresAt` (RFC 3339) for people and clients.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at_ms: Option<u64>,
-}
-
-impl Suspension {
-    /// A suspension with this payload, no schema of its own and no deadline.
-    pub fn new(payload: Value) -> Self {
-        Self {
-            payload,
-            resume_schema: None,
-            expires_at_ms: None,
-        }
-    }
 }
 
 /// The context one tool call runs in.

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use askloop_core::PendingKind;
+use askloop_core::model::{AssistantPart, Message};
 use askloop_core::store::{RunState, RunSummary};
 use askloop_core::time::rfc3339;
 use askloop_core::wire::PendingCall;
+use askloop_core::{PendingKind, PendingToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -231,6 +232,18 @@ pub(crate) struct CallResponseBody {
     pub(crate) args: Option<Value>,
 }
 
+/// `POST /api/runs/{runId}/fork`: fork the run at a question with another answer.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForkRequest {
+    /// The question (a call of the run that suspended for an answer: answered already or
+    /// still waiting, in any step).
+    pub(crate) tool_call_id: String,
+    /// The new answer, checked against the question as a resume's answer is.
+    #[schema(value_type = Object)]
+    pub(crate) resume_data: Value,
+}
+
 /// The query of the routes of one run (`/api/runs/{runId}…`).
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
@@ -259,6 +272,10 @@ pub(crate) struct RunsQuery {
     /// Only runs of this thread.
     #[serde(default)]
     pub(crate) thread_id: Option<String>,
+    /// Only forks of this run (`POST /api/runs/{runId}/fork`): the runs whose `forkedFrom`
+    /// names it.
+    #[serde(default)]
+    pub(crate) forked_from: Option<String>,
     /// The `nextCursor` of the previous page.
     #[serde(default)]
     pub(crate) cursor: Option<String>,
@@ -404,6 +421,20 @@ pub(crate) struct RunSummaryBody {
     pub(crate) first_message: Option<String>,
     /// The calls that wait for a person (suspended runs).
     pub(crate) pending_tool_calls: Vec<PendingCall>,
+    /// Where a fork comes from (`POST /api/runs/{runId}/fork`); absent for a run that was not
+    /// forked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) forked_from: Option<ForkedFromBody>,
+}
+
+/// The run and question a fork comes from.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForkedFromBody {
+    /// The original run.
+    pub(crate) run_id: String,
+    /// Its question that the fork answered anew.
+    pub(crate) tool_call_id: String,
 }
 
 impl RunSummaryBody {
@@ -422,6 +453,10 @@ impl RunSummaryBody {
                 .iter()
                 .map(|call| PendingCall::of(&summary.run_id, call))
                 .collect(),
+            forked_from: summary.forked_from.as_ref().map(|from| ForkedFromBody {
+                run_id: from.run_id.to_string(),
+                tool_call_id: from.tool_call_id.to_string(),
+            }),
         }
     }
 }
@@ -464,6 +499,10 @@ pub(crate) struct RunDetail {
     /// Why it failed (failed runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) failure: Option<FailureBody>,
+    /// Every question the run asked and keeps (answered or waiting), in the pending call's one
+    /// shape: what a fork (`POST /api/runs/{runId}/fork`) answers anew, e.g. the page's
+    /// "Change answer" form.
+    pub(crate) questions: Vec<PendingCall>,
 }
 
 impl RunDetail {
@@ -485,8 +524,27 @@ impl RunDetail {
                 code: failure.code.clone(),
                 message: failure.message.clone(),
             }),
+            questions: asked_questions(state),
         })
     }
+}
+
+/// The questions `state` asked and keeps, in call order, as pending calls.
+fn asked_questions(state: &RunState) -> Vec<PendingCall> {
+    state
+        .messages()
+        .iter()
+        .flat_map(|message| match message {
+            Message::Assistant { parts } => parts.as_slice(),
+            _ => &[],
+        })
+        .filter_map(|part| match part {
+            AssistantPart::ToolCall(call) => state.question(&call.id).map(|question| {
+                PendingCall::of(state.run_id(), &PendingToolCall::new(call, question))
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A call of a suspended run, in the reference framework's shape.

@@ -280,7 +280,8 @@ impl From<ResumeError> for ApiError {
             | ResumeError::Ambiguous { .. }
             | ResumeError::DuplicateToolCall { .. }
             | ResumeError::UnnamedInBatch { .. }
-            | ResumeError::EmptyBatch { .. } => StatusCode::BAD_REQUEST,
+            | ResumeError::EmptyBatch { .. }
+            | ResumeError::NotAQuestion { .. } => StatusCode::BAD_REQUEST,
             // The call is gone for good: its deadline passed (RFC 9110: 410 Gone).
             ResumeError::Expired { .. } => StatusCode::GONE,
             ResumeError::InvalidId(invalid) => return Self::bad_request(invalid.to_string()),

@@ -12,34 +12,46 @@ use crate::ui_stream::error_text;
 
 /// The UI messages of one run: the person's message, then one assistant message with every
 /// step (a `step-start` part, text, reasoning and tool parts), its results, and its pending
-/// calls.
+/// calls. A fork's messages begin with the history it copied (several person's messages): each
+/// earlier exchange is a pair of its own (`user-RUN-N`, `msg-RUN-N`), the last one keeps the
+/// run's ids (`user-RUN` when it is the only one, `msg-RUN`).
 pub(crate) fn ui_messages(run: &RunState) -> Vec<Value> {
     let run_id = run.run_id().as_str();
+    let metadata = json!({
+        "runId": run_id,
+        "threadId": run.thread_id().as_str(),
+        "agentId": run.agent_id().as_str(),
+    });
+    let assistant = |id: String, parts: Vec<Value>| json!({"id": id, "role": "assistant", "metadata": metadata.clone(), "parts": parts});
     let mut out = Vec::new();
     let mut parts: Vec<Value> = Vec::new();
+    let mut exchange = 0;
     for message in run.messages() {
         match message {
-            Message::User { text } => out.push(json!({
-                "id": format!("user-{run_id}"),
-                "role": "user",
-                "parts": [{"type": "text", "text": text}],
-            })),
+            Message::User { text } => {
+                if exchange > 0 && !parts.is_empty() {
+                    out.push(assistant(
+                        format!("msg-{run_id}-{exchange}"),
+                        std::mem::take(&mut parts),
+                    ));
+                }
+                exchange += 1;
+                let id = if exchange == 1 {
+                    format!("user-{run_id}")
+                } else {
+                    format!("user-{run_id}-{exchange}")
+                };
+                out.push(
+                    json!({"id": id, "role": "user", "parts": [{"type": "text", "text": text}]}),
+                );
+            }
             Message::Assistant { parts: assistant } => push_step(&mut parts, assistant),
             Message::Tool { results } => apply_results(&mut parts, results),
         }
     }
     push_pending(&mut parts, run);
     if !parts.is_empty() {
-        out.push(json!({
-            "id": format!("msg-{run_id}"),
-            "role": "assistant",
-            "metadata": {
-                "runId": run_id,
-                "threadId": run.thread_id().as_str(),
-                "agentId": run.agent_id().as_str(),
-            },
-            "parts": parts,
-        }));
+        out.push(assistant(format!("msg-{run_id}"), parts));
     }
     out
 }
@@ -104,5 +116,43 @@ fn push_pending(parts: &mut Vec<Value>, run: &RunState) {
         }
         let question = PendingCall::of(run.run_id(), &pending);
         parts.push(json!({"type": "data-askloop-question", "id": id, "data": question}));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use askloop_core::RunId;
+    use askloop_core::store::codec;
+    use serde_json::json;
+
+    use super::ui_messages;
+
+    /// A fork's messages begin with the history it copied: each exchange is a pair of its own,
+    /// the last keeps the run's ids (issue 34).
+    #[test]
+    fn issue34_a_forks_copied_history_shows_as_its_own_exchanges() {
+        let state = json!({
+            "formatVersion": 2, "runId": "f1", "threadId": "t2", "resourceId": null,
+            "agentId": "assistant", "model": null, "status": "completed", "historyThrough": null,
+            "steps": 2, "pendingStep": null, "usage": {"inputTokens": 0, "outputTokens": 0},
+            "error": null, "createdAtMs": 1, "updatedAtMs": 2,
+            "forkedFrom": {"runId": "r1", "toolCallId": "c1"},
+            "messages": [
+                {"role": "user", "text": "hello"},
+                {"role": "assistant", "parts": [{"type": "text", "text": "Hi."}]},
+                {"role": "user", "text": "go"},
+                {"role": "assistant", "parts": [{"type": "text", "text": "Done."}]}
+            ]
+        });
+        let state = codec::decode_state(&RunId::new("f1"), &state.to_string()).unwrap();
+        let messages = ui_messages(&state);
+        let ids: Vec<&str> = messages
+            .iter()
+            .map(|message| message["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["user-f1", "msg-f1-1", "user-f1-2", "msg-f1"]);
+        assert_eq!(messages[1]["parts"][1]["text"], "Hi.");
+        assert_eq!(messages[3]["parts"][1]["text"], "Done.");
+        assert_eq!(messages[3]["metadata"]["runId"], "f1");
     }
 }

@@ -2,6 +2,7 @@
 
 pub(crate) mod approve;
 pub(crate) mod chat;
+pub(crate) mod fork;
 pub(crate) mod keys;
 pub(crate) mod model;
 pub(crate) mod resume;

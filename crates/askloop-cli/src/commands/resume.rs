@@ -156,7 +156,7 @@ async fn ask_pending(
 }
 
 /// An answer as the flags give it, before the question's schema reads it.
-enum Given {
+pub(crate) enum Given {
     /// `--answer` (each one), or the text of `--answer-file`.
     Typed(Vec<String>),
     /// `--answer-json`, parsed.
@@ -168,7 +168,7 @@ enum Given {
 ///
 /// # Errors
 /// Invalid input for JSON that does not parse, or a file that cannot be read.
-fn given_answer(
+pub(crate) fn given_answer(
     typed: Vec<String>,
     file: Option<&std::path::Path>,
     json: Option<String>,

@@ -16,6 +16,7 @@ mod chat;
 mod config;
 #[cfg(all(unix, feature = "test-hooks"))]
 mod crash;
+mod fork;
 mod hitl;
 #[cfg(unix)]
 mod interrupt;

@@ -42,6 +42,15 @@ pub(crate) struct Claim {
 }
 
 impl Claim {
+    /// A run just claimed at `version`, with the calls the claim completed itself.
+    pub(super) fn new(state: RunState, version: u64, resolved: Vec<usize>) -> Self {
+        Self {
+            state,
+            version,
+            resolved,
+        }
+    }
+
     pub(super) fn into_parts(self) -> (RunState, u64, Vec<usize>) {
         (self.state, self.version, self.resolved)
     }
@@ -317,7 +326,7 @@ fn recorded_answer(resolution: &Resolution) -> Option<Value> {
 
 /// The state after applying every resolution to the stored run, and the indexes of the calls
 /// it completed (declined, expired), or why nothing may change.
-fn apply(
+pub(super) fn apply(
     agent: &AgentDefinition,
     stored: &StoredRun,
     items: &[(Option<ToolCallId>, Resolution)],
@@ -488,7 +497,7 @@ fn expire(state: &CallState, call: &ToolCall) -> Result<CallState, ResumeRejecti
     };
     let approval = matches!(state, CallState::AwaitingApproval { .. });
     Ok(CallState::Completed {
-        result: expired_result(call, approval, at),
+        result: state.result_with_question(expired_result(call, approval, at)),
     })
 }
 
@@ -814,6 +823,7 @@ fn settle_unfinished(agent: &AgentDefinition, state: &mut RunState) {
         );
         let mut result = ToolResult::error(&slot.call, OUTCOME_UNKNOWN);
         result.answer = answer;
+        let result = slot.state.result_with_question(result);
         slot.state = CallState::Completed { result };
     }
 }

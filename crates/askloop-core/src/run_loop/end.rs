@@ -54,9 +54,10 @@ fn resolve_waiting(
             continue;
         }
         slot.audit.push(AuditRecord::now(action, by.cloned()));
-        slot.state = CallState::Completed {
-            result: result_of(&slot.call, &slot.state),
-        };
+        let result = slot
+            .state
+            .result_with_question(result_of(&slot.call, &slot.state));
+        slot.state = CallState::Completed { result };
     }
     if let Some(results) = step.results() {
         state.messages.push(Message::Tool { results });

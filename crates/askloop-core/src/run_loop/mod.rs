@@ -21,6 +21,7 @@ mod claim;
 mod close;
 mod emit;
 mod end;
+mod fork;
 mod model_step;
 mod tools;
 mod watch;
@@ -41,6 +42,7 @@ pub(crate) use claim::OUTCOME_UNKNOWN;
 pub(crate) use claim::{Claim, Resolution, claim_continue, claim_resume};
 pub use end::ExpiredRun;
 pub(crate) use end::{cancel_in_store, cancel_run, expired_calls};
+pub(crate) use fork::claim_fork;
 
 use crate::cancel::CancelHandle;
 use crate::chunk::Chunk;
@@ -96,18 +98,7 @@ impl ActiveRun {
         if self.history.is_some() {
             return Ok(());
         }
-        let history = match (&self.state.legacy_history, self.state.history_through) {
-            (Some(legacy), _) => legacy.clone(),
-            (None, None) => Vec::new(),
-            (None, Some(through)) => {
-                self.agent
-                    .store
-                    .thread_history(&self.state.thread_key(), Some(through))
-                    .await?
-                    .messages
-            }
-        };
-        self.history = Some(history);
+        self.history = Some(history_of(self.agent.store.as_ref(), &self.state).await?);
         Ok(())
     }
 
@@ -132,6 +123,27 @@ impl ActiveRun {
         }
         error
     }
+}
+
+/// The thread's earlier messages that `state`'s history holds: the upgraded format-1 copy, or
+/// the thread's history through its `historyThrough` (none when that is `None`).
+///
+/// # Errors
+/// [`StoreError`] when the store fails.
+pub(super) async fn history_of(
+    store: &dyn crate::store::RunStore,
+    state: &RunState,
+) -> Result<Vec<Message>, StoreError> {
+    Ok(match (&state.legacy_history, state.history_through) {
+        (Some(legacy), _) => legacy.clone(),
+        (None, None) => Vec::new(),
+        (None, Some(through)) => {
+            store
+                .thread_history(&state.thread_key(), Some(through))
+                .await?
+                .messages
+        }
+    })
 }
 
 /// Refuses options whose run, thread or resource id does not pass [`crate::IdKind::check`].

@@ -315,9 +315,12 @@ async fn execute(
     answer: Option<Value>,
     suspension: Option<Suspension>,
 ) -> CallState {
+    // A resumed call's result keeps the question it answered.
+    let question = suspension.clone().map(Box::new);
     let failed = |error: ToolError, answer: Option<Value>| {
         let mut result = ToolResult::error(call, error_chain_text(&error));
         result.answer = answer;
+        result.suspension = question.clone();
         CallState::Completed { result }
     };
     let Some(tool) = agent.tool(&call.name) else {
@@ -347,6 +350,7 @@ async fn execute(
                     is_error,
                     answer,
                     audit: Vec::new(),
+                    suspension: question,
                 },
             }
         }

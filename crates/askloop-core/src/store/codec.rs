@@ -18,7 +18,8 @@ use serde_json::Value;
 use crate::ids::{AgentId, ResourceId, RunId, ThreadId};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::run::{
-    CallSlot, CallState, PendingStep, RUN_FORMAT_VERSION, RunFailure, RunState, RunStatus,
+    CallSlot, CallState, ForkedFrom, PendingStep, RUN_FORMAT_VERSION, RunFailure, RunState,
+    RunStatus,
 };
 use crate::store::StoreError;
 use crate::tool::Suspension;
@@ -45,6 +46,8 @@ struct HeadOut<'a> {
     finish_reason: Option<FinishReason>,
     created_at_ms: u64,
     updated_at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forked_from: &'a Option<ForkedFrom>,
 }
 
 impl<'a> HeadOut<'a> {
@@ -66,6 +69,7 @@ impl<'a> HeadOut<'a> {
             finish_reason: state.finish_reason,
             created_at_ms: state.created_at_ms,
             updated_at_ms: state.updated_at_ms,
+            forked_from: &state.forked_from,
         }
     }
 }
@@ -93,6 +97,8 @@ struct HeadIn {
     finish_reason: Option<FinishReason>,
     created_at_ms: u64,
     updated_at_ms: u64,
+    #[serde(default)]
+    forked_from: Option<ForkedFrom>,
 }
 
 impl HeadIn {
@@ -115,6 +121,7 @@ impl HeadIn {
             finish_reason: self.finish_reason,
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
+            forked_from: self.forked_from,
         }
     }
 }
@@ -416,6 +423,7 @@ pub fn upgrade_v1(run_id: &RunId, text: &str) -> Result<RunState, StoreError> {
         finish_reason: v1.finish_reason,
         created_at_ms: v1.created_at_ms,
         updated_at_ms: v1.updated_at_ms,
+        forked_from: None,
     })
 }
 

@@ -89,6 +89,9 @@ pub struct RunFilter {
     pub resource: ResourceFilter,
     /// Only runs with this id (one per resource that uses it): how a bare run id is resolved.
     pub run_id: Option<RunId>,
+    /// Only forks of the run with this id ([`RunSummary::forked_from`]; a fork is in its
+    /// original's resource).
+    pub forked_from: Option<RunId>,
     /// Only runs after this position of the newest-first order (from [`RunPage::next_cursor`]).
     pub cursor: Option<RunCursor>,
     /// At most this many runs; `None` for all.
@@ -149,6 +152,13 @@ impl RunFilter {
         self
     }
 
+    /// Only the forks of run `run_id` ([`crate::Agent::fork`]): the runs whose `forkedFrom`
+    /// names it (with [`RunFilter::resource`], those of the original's resource).
+    pub fn forked_from(mut self, run_id: impl Into<RunId>) -> Self {
+        self.forked_from = Some(run_id.into());
+        self
+    }
+
     /// Continues a listing after this cursor.
     pub fn after(mut self, cursor: RunCursor) -> Self {
         self.cursor = Some(cursor);
@@ -193,6 +203,12 @@ impl RunFilter {
                 .run_id
                 .as_ref()
                 .is_none_or(|run_id| &summary.run_id == run_id)
+            && self.forked_from.as_ref().is_none_or(|original| {
+                summary
+                    .forked_from
+                    .as_ref()
+                    .is_some_and(|from| &from.run_id == original)
+            })
     }
 
     /// Whether a run at this position comes after the cursor (always, without one).

@@ -508,6 +508,7 @@ mod tests {
                     is_error: false,
                     answer: None,
                     audit: Vec::new(),
+                    suspension: None,
                 }],
             },
         ])
@@ -555,6 +556,7 @@ mod tests {
                     is_error: false,
                     answer: None,
                     audit: Vec::new(),
+                    suspension: None,
                 }],
             },
         ])

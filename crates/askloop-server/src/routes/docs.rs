@@ -27,6 +27,7 @@ use crate::error::ErrorBody;
         crate::routes::runs::cancel_run,
         crate::routes::runs::continue_run,
         crate::routes::runs::respond,
+        crate::routes::runs::fork_run,
         crate::routes::runs::reattach,
         crate::routes::inbox::inbox_events,
         crate::routes::chat::post_chat,

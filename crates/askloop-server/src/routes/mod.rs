@@ -58,6 +58,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         )
         .route("/api/runs/{run_id}/continue", post(runs::continue_run))
         .route("/api/runs/{run_id}/responses", post(runs::respond))
+        .route("/api/runs/{run_id}/fork", post(runs::fork_run))
         .route("/api/runs/{run_id}/stream", get(runs::reattach))
         .route("/api/inbox/events", get(inbox::inbox_events))
         .merge(chat::routes());

@@ -7,7 +7,8 @@ use axum::response::Response;
 
 use crate::access::{agent_of_run, listing_scope, may_use_agent, visible_run};
 use crate::api::{
-    CancelledBody, ResponsesRequest, RunDetail, RunList, RunQuery, RunSummaryBody, RunsQuery,
+    CancelledBody, ForkRequest, ResponsesRequest, RunDetail, RunList, RunQuery, RunSummaryBody,
+    RunsQuery,
 };
 use crate::checks::{check_answer, check_edited_args, check_id, check_text, check_tool_call_id};
 use crate::error::{ApiError, ErrorBody};
@@ -63,6 +64,10 @@ pub(crate) async fn list_runs(
     if let Some(thread) = &query.thread_id {
         check_id("threadId", thread)?;
         filter = filter.thread(thread.as_str());
+    }
+    if let Some(original) = &query.forked_from {
+        check_id("forkedFrom", original)?;
+        filter = filter.forked_from(original.as_str());
     }
     let Some(mut filter) = listing_scope(filter, &caller, query.resource_id.as_deref())? else {
         return Ok(Json(RunList {
@@ -239,6 +244,51 @@ pub(crate) async fn respond(
         };
     }
     stream_claim(&state, respond, stored, started, lone_answer).await
+}
+
+/// `POST /api/runs/{runId}/fork`: forks the run at a question with another answer. The fork
+/// is a new run (new id, new thread) of the same resource and agent whose conversation is the
+/// original's up to that question, continued with the new answer; the original is not
+/// changed. The answer is checked before anything is stored: a refused fork creates nothing.
+/// The response is the fork's stream (every chunk names the fork's `runId`); the fork's
+/// `forkedFrom` names the original and the question.
+#[utoipa::path(post, path = "/api/runs/{runId}/fork", tag = "runs",
+    params(("runId" = String, Path, description = "The run to fork"), RunQuery),
+    request_body = ForkRequest,
+    responses(
+        (status = 200, description = "SSE of the fork (a new run: its chunks carry its runId) from the question's new answer on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 400, description = "invalid_answer, not_a_question (no call of the run has this id, or it never asked a question), bad_request", body = ErrorBody),
+        (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 404, description = "run_not_found (also another tenant's run)", body = ErrorBody),
+        (status = 409, description = "in_progress or interrupted (another call of the question's step is still running in the original), ambiguous_run", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+    ))]
+pub(crate) async fn fork_run(
+    state: State,
+    caller: Caller,
+    PathParam(run_id): PathParam<String>,
+    Params(query): Params<RunQuery>,
+    Body(request): Body<ForkRequest>,
+) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
+    let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
+    check_tool_call_id(&request.tool_call_id)?;
+    check_answer(&state, &request.resume_data)?;
+    let agent = agent_of_run(&state, &stored).await?;
+    let id = ToolCallId::new(request.tool_call_id.as_str());
+    let fork = agent
+        .fork(stored.state.key(), &id, request.resume_data)
+        .by(caller.by())
+        .stream()
+        .await
+        .map_err(|error| resume_refused(error, &stored))?;
+    let agent_id = stored.state.agent_id().clone();
+    Ok(sse::chunks_response(
+        state
+            .hub
+            .spawn(fork, &agent_id, StreamKind::Resume(started), None),
+        state.closing.grace_over(),
+    ))
 }
 
 /// The harmless repeat's 200 when every response of `request` is an answer its call already

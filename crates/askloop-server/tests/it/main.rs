@@ -13,6 +13,7 @@ mod cancel;
 mod chat_resume;
 mod connections;
 mod edge;
+mod fork;
 mod inbox;
 mod metrics;
 mod pending_call;

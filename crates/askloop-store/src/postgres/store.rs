@@ -416,6 +416,13 @@ fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> 
     if let Some(agent_id) = &filter.agent_id {
         query.push(" AND agent_id = ").push_bind(agent_id.as_str());
     }
+    if let Some(original) = &filter.forked_from {
+        // The head's top-level `forkedFrom` (the codec writes it only for forks: the text
+        // test skips every other row without parsing it).
+        query
+            .push(" AND CASE WHEN strpos(head, '\"forkedFrom\":') > 0 THEN head::jsonb #>> '{forkedFrom,runId}' END = ")
+            .push_bind(original.as_str());
+    }
     if let Some(after) = filter.changed_after {
         query
             .push(" AND change_seq > ")

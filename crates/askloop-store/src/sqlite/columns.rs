@@ -77,9 +77,11 @@ pub(super) struct ListedColumns {
     pub(super) created_at_ms: i64,
     pub(super) updated_at_ms: i64,
     pub(super) pending: Option<String>,
+    /// The head's `forkedFrom` as JSON text, for a fork.
+    pub(super) forked_from: Option<String>,
 }
 
-/// A summary from a row's columns and its `pending` column.
+/// A summary from a row's columns, its `pending` column and its `forkedFrom`.
 ///
 /// # Errors
 /// [`StoreError::Corrupt`] when the pending column or a column's value does not read.
@@ -93,6 +95,10 @@ pub(super) fn summary(columns: ListedColumns) -> Result<RunSummary, StoreError> 
         Some(text) => serde_json::from_str::<Value>(text).map_err(corrupt)?,
         None => Value::Array(Vec::new()),
     };
+    let forked_from = match &columns.forked_from {
+        Some(text) => serde_json::from_str::<Value>(text).map_err(corrupt)?,
+        None => Value::Null,
+    };
     serde_json::from_value(json!({
         "runId": columns.run_id,
         "agentId": columns.agent_id,
@@ -102,6 +108,7 @@ pub(super) fn summary(columns: ListedColumns) -> Result<RunSummary, StoreError> 
         "createdAtMs": unsigned(columns.created_at_ms),
         "updatedAtMs": unsigned(columns.updated_at_ms),
         "pending": pending,
+        "forkedFrom": forked_from,
     }))
     .map_err(corrupt)
 }
@@ -126,6 +133,7 @@ mod tests {
             created_at_ms: 5,
             updated_at_ms: 6,
             pending: None,
+            forked_from: None,
         })
         .unwrap();
         assert_eq!(summary.run_id.as_str(), "r1");
@@ -145,6 +153,7 @@ mod tests {
             created_at_ms: 5,
             updated_at_ms: 6,
             pending: Some("[{".into()),
+            forked_from: None,
         })
         .unwrap_err();
         assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");

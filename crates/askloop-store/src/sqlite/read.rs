@@ -317,6 +317,7 @@ pub(super) fn list_runs(
                 created_at_ms: row.get(5).map_err(backend)?,
                 updated_at_ms: row.get(6).map_err(backend)?,
                 pending: row.get(7).map_err(backend)?,
+                forked_from: row.get(11).map_err(backend)?,
             };
             let current: bool = row.get(8).map_err(backend)?;
             let change_seq: Option<i64> = row.get(9).map_err(backend)?;
@@ -378,7 +379,8 @@ fn older_or_newer(
 /// then the change sequence, then the run's first message ([`RunSummary::first_message`]):
 /// the text of its message 0 when that is a user message (`{"role":"user","text":…}`, core's
 /// `codec::encode_message`), its first ?2 characters, read inside SQLite by its primary key
-/// (one lookup per listed row, never more of the text); none for a body that is not JSON.
+/// (one lookup per listed row, never more of the text); none for a body that is not JSON;
+/// then the head's `forkedFrom` (read only from heads that hold it).
 ///
 /// [`RunSummary::first_message`]: askloop_core::store::RunSummary::first_message
 const LISTED_COLUMNS: &str = "id, thread_id, NULLIF(scope, ''), agent_id, status, \
@@ -387,7 +389,9 @@ const LISTED_COLUMNS: &str = "id, thread_id, NULLIF(scope, ''), agent_id, status
     (SELECT CASE WHEN json_valid(m.body) THEN \
                 CASE WHEN json_extract(m.body, '$.role') = 'user' \
                      THEN substr(json_extract(m.body, '$.text'), 1, ?2) END END \
-       FROM run_messages m WHERE m.scope = runs.scope AND m.run_id = runs.id AND m.seq = 0)";
+       FROM run_messages m WHERE m.scope = runs.scope AND m.run_id = runs.id AND m.seq = 0), \
+    CASE WHEN instr(head, '\"forkedFrom\":') > 0 AND json_valid(head) \
+    THEN json_extract(head, '$.forkedFrom') END";
 
 /// The listing statement for `filter` (only the conditions it uses, so that SQLite picks the
 /// index of the filter; one cached statement per combination) and its parameters.
@@ -419,6 +423,13 @@ fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
     }
     if let Some(run_id) = &filter.run_id {
         condition("id = ?", SqlValue::Text(run_id.as_str().to_owned()));
+    }
+    if let Some(original) = &filter.forked_from {
+        condition(
+            "CASE WHEN instr(head, '\"forkedFrom\":') > 0 AND json_valid(head) \
+             THEN json_extract(head, '$.forkedFrom.runId') END = ?",
+            SqlValue::Text(original.as_str().to_owned()),
+        );
     }
     if let Some(after) = filter.changed_after {
         condition("change_seq > ?", SqlValue::Integer(millis(after)));

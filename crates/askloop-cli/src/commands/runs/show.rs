@@ -96,6 +96,15 @@ fn show_fields(
     if let Some(resource) = state.resource_id() {
         output.line(&field("resource", resource.as_str()))?;
     }
+    if let Some(from) = state.forked_from() {
+        output.line(&field(
+            "forked",
+            &format!(
+                "from run {} at tool call {}",
+                from.run_id, from.tool_call_id
+            ),
+        ))?;
+    }
     output.line(&field(
         "created",
         &format!("{} UTC", format_time(state.created_at_ms())),

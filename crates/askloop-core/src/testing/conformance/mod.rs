@@ -18,6 +18,7 @@
 
 mod cancel;
 mod changes;
+mod fork;
 mod hitl;
 mod store;
 pub mod support;
@@ -92,6 +93,8 @@ macro_rules! store_conformance_tests {
             issue31_a_tool_result_after_the_cancel_is_not_recorded,
             issue31_changed_runs_are_listed_after_a_cursor,
             issue31_a_watcher_of_the_change_cursor_misses_no_commit,
+            issue34_a_fork_goes_on_with_the_new_answer_and_leaves_the_original,
+            issue34_a_refused_fork_creates_nothing,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

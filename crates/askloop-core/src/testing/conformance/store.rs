@@ -19,6 +19,7 @@ use crate::testing::ScriptedModel;
 use crate::testing::conformance::Scenario;
 use crate::testing::conformance::cancel::*;
 use crate::testing::conformance::changes::*;
+use crate::testing::conformance::fork::*;
 use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::support::*;
 use crate::testing::conformance::tenancy::*;
@@ -85,6 +86,8 @@ scenarios![
     issue31_a_tool_result_after_the_cancel_is_not_recorded,
     issue31_changed_runs_are_listed_after_a_cursor,
     issue31_a_watcher_of_the_change_cursor_misses_no_commit,
+    issue34_a_fork_goes_on_with_the_new_answer_and_leaves_the_original,
+    issue34_a_refused_fork_creates_nothing,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
