@@ -22,3 +22,4 @@ mod socket;
 mod support;
 mod tenancy;
 mod waits;
+mod webhooks;
