@@ -64,7 +64,7 @@ pub use askloop_core::{
     SuspendingError, SuspendingTool, Suspension, ThreadId, ThreadKey, Tool, ToolCallId,
     ToolContext, ToolError, UnknownRunStatus, approval_schema, cancel_run_in, expired_runs,
 };
-pub use askloop_core::{answer, form, model, registry, schema, time, wire};
+pub use askloop_core::{answer, event, form, model, registry, schema, time, wire};
 
 /// Re-exported for implementing [`Tool`]: `#[askloop::async_trait]` on the `impl`.
 pub use async_trait::async_trait;
@@ -81,10 +81,11 @@ pub use serde_json;
 /// stores.
 pub mod store {
     pub use askloop_core::store::{
-        ChangeFeed, InvalidCursor, Lease, ListedRun, MemoryStore, ResourceFilter, RunChange,
-        RunChanges, RunCounts, RunCursor, RunFilter, RunPage, RunState, RunStore, RunSummary,
-        StoreError, StoredRun, ThreadHistory, UnfinishedCall, codec, keys_of_run, notifies,
-        running_run_of,
+        ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId,
+        DeliveryNext, DeliveryStatus, FanOut, InvalidCursor, Lease, ListedRun, MemoryStore,
+        ResourceFilter, RunChange, RunChanges, RunCounts, RunCursor, RunFilter, RunPage, RunState,
+        RunStore, RunSummary, StoreError, StoredEvent, StoredRun, ThreadHistory, UnfinishedCall,
+        codec, keys_of_run, notifies, running_run_of,
     };
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub use askloop_store::{

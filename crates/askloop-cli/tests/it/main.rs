@@ -39,3 +39,5 @@ mod support;
 mod tenancy;
 #[cfg(unix)]
 mod terminal;
+#[cfg(all(unix, feature = "test-hooks"))]
+mod webhooks;
