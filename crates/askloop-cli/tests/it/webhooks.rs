@@ -15,9 +15,12 @@ use crate::support::ASK_THEN_ANSWER;
 /// A Standard Webhooks secret (base64 of 24 bytes).
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
+/// What the receiver got: each request's `webhook-id` and body, in order.
+type Received = Arc<Mutex<Vec<(String, Value)>>>;
+
 /// A receiver on loopback (plain HTTP/1.1, one request per connection): records each request's
 /// `webhook-id` and body, answers 204.
-fn receiver() -> (Arc<Mutex<Vec<(String, Value)>>>, String) {
+fn receiver() -> (Received, String) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let received = Arc::new(Mutex::new(Vec::new()));
