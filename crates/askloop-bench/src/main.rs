@@ -382,19 +382,79 @@ impl TimedStore {
 
 #[async_trait::async_trait]
 impl RunStore for TimedStore {
-    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
-        self.inner.insert_run(state, lease).await
+    async fn insert_run_with_events(
+        &self,
+        state: &RunState,
+        lease: Option<&Lease>,
+        events: &[askloop_core::event::RunEvent],
+    ) -> Result<u64, StoreError> {
+        self.inner
+            .insert_run_with_events(state, lease, events)
+            .await
     }
-    async fn update_run(
+    async fn update_run_with_events(
         &self,
         state: &RunState,
         expected_version: u64,
         lease: Option<&Lease>,
+        events: &[askloop_core::event::RunEvent],
     ) -> Result<u64, StoreError> {
         let started = Instant::now();
-        let result = self.inner.update_run(state, expected_version, lease).await;
+        let result = self
+            .inner
+            .update_run_with_events(state, expected_version, lease, events)
+            .await;
         Self::record(&self.commits, started);
         result
+    }
+    async fn list_events(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<askloop_core::store::StoredEvent>, StoreError> {
+        self.inner.list_events(after_seq, limit).await
+    }
+    async fn unfanned_events(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<askloop_core::store::StoredEvent>, StoreError> {
+        self.inner.unfanned_events(limit).await
+    }
+    async fn fan_out(
+        &self,
+        routes: &[askloop_core::store::FanOut],
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.fan_out(routes, now_ms).await
+    }
+    async fn claim_deliveries(
+        &self,
+        claim: &askloop_core::store::DeliveryClaim,
+    ) -> Result<Vec<askloop_core::store::Delivery>, StoreError> {
+        self.inner.claim_deliveries(claim).await
+    }
+    async fn record_attempt(
+        &self,
+        id: askloop_core::store::DeliveryId,
+        holder: &askloop_core::LeaseHolder,
+        attempt: &askloop_core::store::DeliveryAttempt,
+        next: askloop_core::store::DeliveryNext,
+    ) -> Result<(), StoreError> {
+        self.inner.record_attempt(id, holder, attempt, next).await
+    }
+    async fn list_deliveries(
+        &self,
+        filter: &askloop_core::store::DeliveryFilter,
+    ) -> Result<Vec<askloop_core::store::Delivery>, StoreError> {
+        self.inner.list_deliveries(filter).await
+    }
+    async fn replay_delivery(
+        &self,
+        id: askloop_core::store::DeliveryId,
+        resource: &askloop_core::store::ResourceFilter,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.replay_delivery(id, resource, now_ms).await
     }
     async fn renew_lease(
         &self,

@@ -84,6 +84,44 @@ pub(crate) enum Command {
     /// Make API keys for `askloop serve`
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// List the webhook deliveries of the store's events, and send one again
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
+}
+
+/// `askloop webhooks …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum WebhooksCommand {
+    /// List webhook deliveries, newest first, with their attempts
+    List(WebhooksListArgs),
+    /// Send a delivery again (it becomes pending, due now; the next `askloop serve` round or
+    /// `askloop runs sweep` sends it, with the same webhook-id)
+    Replay(WebhooksReplayArgs),
+}
+
+/// `askloop webhooks list`.
+#[derive(Debug, Args)]
+pub(crate) struct WebhooksListArgs {
+    /// Only deliveries in this status: pending, delivered or failed
+    #[arg(long, value_name = "STATUS")]
+    pub(crate) status: Option<String>,
+    /// Only deliveries of this resource's runs
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
+    /// At most this many
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+    pub(crate) limit: u32,
+    /// One JSON object per line instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `askloop webhooks replay`.
+#[derive(Debug, Args)]
+pub(crate) struct WebhooksReplayArgs {
+    /// The delivery (its id in `askloop webhooks list`)
+    #[arg(value_name = "DELIVERY_ID")]
+    pub(crate) id: u64,
 }
 
 /// More about `askloop serve`, shown at the end of its `--help`.
@@ -327,7 +365,8 @@ pub(crate) enum RunsCommand {
     /// result are resolved as cancelled, and it refuses answers
     #[command(after_help = EXIT_STATUS_HELP)]
     Cancel(CancelArgs),
-    /// Expire the questions and approvals whose deadline passed, and let their runs go on
+    /// Expire the questions and approvals whose deadline passed, and let their runs go on;
+    /// then deliver the due webhooks of askloop.toml's [[webhooks]]
     #[command(after_help = EXIT_STATUS_HELP)]
     Sweep(SweepArgs),
     /// Fork a run at one of its questions with another answer: a new run (new thread) goes on

@@ -34,6 +34,13 @@
 //! hash = "<SHA-256 of the secret, hex>"
 //! resource = "tenant-a"                   # the tenant whose runs the key sees
 //! agents = ["planner"]                    # optional: the agents it may use
+//!
+//! [[webhooks]]                            # `askloop serve` and `askloop runs sweep` deliver
+//! url = "https://hooks.example.com/askloop"
+//! secret = "whsec_…"                      # Standard Webhooks secret (base64 of 24–64 bytes)
+//! events = ["question.raised"]            # optional: default every event
+//! resource = "tenant-a"                   # optional: only this tenant's runs
+//! format = "standard"                     # or "slack" (an incoming-webhook message)
 //! ```
 //!
 //! `max_questions` is the run's question budget: once spent, `ask_user` is no longer offered
@@ -76,6 +83,66 @@ pub(crate) struct Config {
     /// `askloop serve`'s settings.
     #[serde(default)]
     pub(crate) server: ServerConfig,
+    /// Webhook endpoints (`[[webhooks]]`).
+    #[serde(default)]
+    pub(crate) webhooks: Vec<WebhookConfig>,
+}
+
+/// One `[[webhooks]]` table: an endpoint the store's events are delivered to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WebhookConfig {
+    /// Where events are POSTed (`http` or `https`).
+    pub(crate) url: String,
+    /// The signing secret, `whsec_` and base64.
+    pub(crate) secret: String,
+    /// The events sent (all when absent).
+    #[serde(default)]
+    pub(crate) events: Option<Vec<String>>,
+    /// Only the runs of this resource (tenant).
+    #[serde(default)]
+    pub(crate) resource: Option<String>,
+    /// `standard` (default) or `slack`.
+    #[serde(default)]
+    pub(crate) format: Option<String>,
+}
+
+impl Config {
+    /// The `[[webhooks]]` as the server's endpoints.
+    ///
+    /// # Errors
+    /// Invalid input naming the table (1-based) and what is wrong.
+    pub(crate) fn webhooks(&self) -> anyhow::Result<Vec<askloop_server::webhooks::Webhook>> {
+        use askloop_server::webhooks::{Webhook, WebhookFormat};
+        self.webhooks
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                let number = index + 1;
+                let wrap = |error: askloop_server::webhooks::WebhookError| {
+                    invalid(format!("[[webhooks]] number {number}: {error}"))
+                };
+                let mut hook = Webhook::new(&entry.url, &entry.secret).map_err(wrap)?;
+                if let Some(events) = &entry.events {
+                    hook = hook
+                        .events(events.iter().map(String::as_str))
+                        .map_err(wrap)?;
+                }
+                if let Some(resource) = &entry.resource {
+                    askloop_core::IdKind::Resource
+                        .check(resource)
+                        .map_err(|error| {
+                            invalid(format!("[[webhooks]] number {number}: {error}"))
+                        })?;
+                    hook = hook.resource(askloop_core::ResourceId::new(resource.as_str()));
+                }
+                if let Some(format) = &entry.format {
+                    hook = hook.format(format.parse::<WebhookFormat>().map_err(wrap)?);
+                }
+                Ok(hook)
+            })
+            .collect()
+    }
 }
 
 /// The `[server]` table: settings of `askloop serve`.

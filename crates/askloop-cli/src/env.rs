@@ -27,7 +27,19 @@ pub(crate) fn env_value(name: &str) -> Option<String> {
 /// # Errors
 /// Invalid input for a value that is not a number of milliseconds above 0.
 pub(crate) fn lease_from_env() -> anyhow::Result<Option<Duration>> {
-    env_value(LEASE_ENV)
+    millis_from_env(LEASE_ENV)
+}
+
+/// The environment variable holding the first webhook retry backoff in milliseconds (default
+/// 5 s; doubled per attempt up to an hour).
+pub(crate) const WEBHOOK_BACKOFF_ENV: &str = "ASKLOOP_WEBHOOK_BACKOFF_MS";
+/// The environment variable holding how often `askloop serve` delivers due webhooks, in
+/// milliseconds (default 1 s).
+pub(crate) const WEBHOOK_POLL_ENV: &str = "ASKLOOP_WEBHOOK_POLL_MS";
+
+/// A number of milliseconds above 0 from `name`, `None` when unset.
+fn millis_from_env(name: &str) -> anyhow::Result<Option<Duration>> {
+    env_value(name)
         .map(|text| {
             text.trim()
                 .parse::<u64>()
@@ -36,9 +48,25 @@ pub(crate) fn lease_from_env() -> anyhow::Result<Option<Duration>> {
                 .map(Duration::from_millis)
                 .ok_or_else(|| {
                     invalid(format!(
-                        "invalid {LEASE_ENV}: {text:?} (a number of milliseconds, more than 0)"
+                        "invalid {name}: {text:?} (a number of milliseconds, more than 0)"
                     ))
                 })
         })
         .transpose()
+}
+
+/// The webhook retry policy: the server's default, with [`WEBHOOK_BACKOFF_ENV`] and
+/// [`WEBHOOK_POLL_ENV`] when set.
+///
+/// # Errors
+/// Invalid input for a value that is not a number of milliseconds above 0.
+pub(crate) fn webhook_policy() -> anyhow::Result<askloop_server::webhooks::RetryPolicy> {
+    let mut policy = askloop_server::webhooks::RetryPolicy::default();
+    if let Some(backoff) = millis_from_env(WEBHOOK_BACKOFF_ENV)? {
+        policy = policy.first_backoff(backoff);
+    }
+    if let Some(poll) = millis_from_env(WEBHOOK_POLL_ENV)? {
+        policy = policy.poll_interval(poll);
+    }
+    Ok(policy)
 }

@@ -31,7 +31,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, KeysCommand, ModelCommand, RunsCommand};
+use crate::cli::{Cli, Command, KeysCommand, ModelCommand, RunsCommand, WebhooksCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -251,6 +251,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Model(ModelCommand::List) => commands::model::list(),
             Command::Serve(args) => commands::serve::serve(&global, args).await,
             Command::Keys(KeysCommand::New(args)) => commands::keys::new(&args),
+            Command::Webhooks(WebhooksCommand::List(args)) => {
+                commands::webhooks::list(&global, &args).await
+            }
+            Command::Webhooks(WebhooksCommand::Replay(args)) => {
+                commands::webhooks::replay(&global, &args).await
+            }
         }
     })
 }

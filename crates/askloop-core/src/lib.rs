@@ -73,6 +73,7 @@ mod text;
 mod tool;
 
 pub mod answer;
+pub mod event;
 pub mod form;
 pub mod model;
 pub mod registry;

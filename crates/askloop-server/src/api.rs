@@ -642,3 +642,110 @@ pub(crate) struct RepeatNote {
     /// The run's status now (`running`, `suspended`, `completed`, `failed`, `cancelled`).
     pub(crate) status: String,
 }
+
+// ---------------------------------------------------------------- webhooks
+
+/// `GET /api/webhooks/deliveries` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub(crate) struct DeliveriesQuery {
+    /// Only deliveries in this status: `pending`, `delivered` or `failed`.
+    #[serde(default)]
+    pub(crate) status: Option<String>,
+    /// Only deliveries of this resource's runs (a keyed caller sees only its own).
+    #[serde(default)]
+    pub(crate) resource_id: Option<String>,
+    /// The `nextCursor` of the previous page.
+    #[serde(default)]
+    #[param(minimum = 1)]
+    pub(crate) cursor: Option<u64>,
+    /// Page size, 1 to 200 (default 50).
+    #[serde(default)]
+    #[param(minimum = 1, maximum = 200)]
+    pub(crate) limit: Option<u32>,
+}
+
+/// A page of webhook deliveries, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeliveryList {
+    /// The deliveries.
+    pub(crate) deliveries: Vec<DeliveryBody>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) next_cursor: Option<u64>,
+}
+
+/// One event's delivery to one endpoint, with its attempts.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeliveryBody {
+    /// The delivery's id (replay it with this).
+    pub(crate) id: u64,
+    /// The endpoint's name (`hook-` and 12 hex digits of its URL's SHA-256).
+    pub(crate) endpoint: String,
+    /// `pending`, `delivered` or `failed`.
+    pub(crate) status: String,
+    /// When it was created (RFC 3339).
+    pub(crate) created_at: String,
+    /// When it is due next, while pending (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) next_attempt_at: Option<String>,
+    /// Every attempt, oldest first.
+    pub(crate) attempts: Vec<AttemptBody>,
+    /// The event, as endpoints receive it (standard format; `webhook-id` is its `id`).
+    #[schema(value_type = Object)]
+    pub(crate) event: Value,
+}
+
+/// One delivery attempt.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AttemptBody {
+    /// When it was sent (RFC 3339).
+    pub(crate) at: String,
+    /// The HTTP status of the answer; absent when none came.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<u16>,
+    /// From sending to the answer or the error, in milliseconds.
+    pub(crate) latency_ms: u64,
+    /// What went wrong; absent for a 2xx answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+}
+
+/// `POST /api/webhooks/deliveries/{id}/replay`: the delivery is due again.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReplayedBody {
+    /// The delivery.
+    pub(crate) id: u64,
+    /// `pending`.
+    pub(crate) status: String,
+}
+
+impl DeliveryBody {
+    /// The body of `delivery`.
+    pub(crate) fn of(delivery: &askloop_core::store::Delivery) -> Self {
+        let pending = delivery.status == askloop_core::store::DeliveryStatus::Pending;
+        Self {
+            id: delivery.id.0,
+            endpoint: delivery.endpoint.clone(),
+            status: delivery.status.as_str().to_owned(),
+            created_at: rfc3339(delivery.created_at_ms),
+            next_attempt_at: pending.then(|| rfc3339(delivery.next_attempt_ms)),
+            attempts: delivery
+                .attempts
+                .iter()
+                .map(|attempt| AttemptBody {
+                    at: rfc3339(attempt.at_ms),
+                    status: attempt.status,
+                    latency_ms: attempt.latency_ms,
+                    error: attempt.error.clone(),
+                })
+                .collect(),
+            event: serde_json::to_value(&delivery.event).unwrap_or(Value::Null),
+        }
+    }
+}

@@ -27,6 +27,9 @@ pub enum ServerError {
     /// ([`crate::KeyError::DuplicateSecret`]). Nothing was served.
     #[error("the API keys are misconfigured")]
     Keys(#[source] crate::keys::KeyError),
+    /// The webhooks cannot be delivered (their HTTP client could not be built).
+    #[error("the webhooks are misconfigured")]
+    Webhooks(#[from] crate::webhooks::WebhookError),
 }
 
 /// The JSON body of every error response.

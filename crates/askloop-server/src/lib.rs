@@ -148,6 +148,7 @@ mod state;
 mod sweep;
 mod ui_messages;
 mod ui_stream;
+pub mod webhooks;
 
 pub use edge::{AllowListError, AllowedHost, CorsOrigin};
 pub use error::ServerError;

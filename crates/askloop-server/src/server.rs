@@ -18,6 +18,7 @@ use crate::keys::{ApiKey, KeyRing};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::state::AppState;
+use crate::webhooks::{Deliverer, RetryPolicy, Webhook};
 
 /// The askloop HTTP server: agents, a store, keys and limits, shared by every route. Cheap to
 /// clone (an `Arc` inside). Build it with [`Server::builder`].
@@ -54,6 +55,8 @@ pub struct ServerBuilder {
     allowed_hosts: Vec<AllowedHost>,
     cors_origins: Vec<CorsOrigin>,
     sweep_interval: Duration,
+    webhooks: Vec<Webhook>,
+    webhook_policy: RetryPolicy,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -65,6 +68,7 @@ impl std::fmt::Debug for ServerBuilder {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("cors_origins", &self.cors_origins)
             .field("sweep_interval", &self.sweep_interval)
+            .field("webhooks", &self.webhooks)
             .finish_non_exhaustive()
     }
 }
@@ -82,6 +86,8 @@ impl Server {
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
             sweep_interval: Duration::from_secs(5),
+            webhooks: Vec::new(),
+            webhook_policy: RetryPolicy::default(),
         }
     }
 
@@ -117,6 +123,11 @@ impl Server {
             return Err(ServerError::Keys(error.clone()));
         }
         let (stop_sweep, sweep_stopped) = tokio::sync::watch::channel(false);
+        let deliverer = self
+            .state
+            .webhooks
+            .as_ref()
+            .map(|deliverer| tokio::spawn(deliverer.clone().run(sweep_stopped.clone())));
         let sweeper = tokio::spawn(crate::sweep::run(self.state.clone(), sweep_stopped));
         let router = self.router();
         let closing = self.state.closing.clone();
@@ -133,6 +144,9 @@ impl Server {
         .await;
         let _ = stop_sweep.send(true);
         let _ = sweeper.await;
+        if let Some(deliverer) = deliverer {
+            let _ = deliverer.await;
+        }
         if !self.state.hub.wait_idle(SHUTDOWN_GRACE).await {
             tracing::warn!(
                 live = self.state.hub.live_count(),
@@ -146,6 +160,18 @@ impl Server {
     /// whose lease expired. [`Server::serve`] does this every [`ServerBuilder::sweep_interval`].
     pub async fn sweep_once(&self) {
         crate::sweep::sweep_once(&self.state).await;
+    }
+
+    /// Runs one webhook delivery round now (what the background worker does every
+    /// [`RetryPolicy::poll_interval`]); `None` without webhooks.
+    ///
+    /// # Errors
+    /// The store's (see [`Deliverer::deliver_due`]).
+    pub async fn deliver_webhooks_once(
+        &self,
+    ) -> Option<Result<crate::webhooks::Round, askloop_core::StoreError>> {
+        let deliverer = self.state.webhooks.as_ref()?;
+        Some(deliverer.deliver_due().await)
     }
 
     /// How many runs this server drives now (live run tasks).
@@ -194,8 +220,59 @@ impl ServerBuilder {
         self
     }
 
+    /// Webhook endpoints: the store's events are delivered to them by a background worker
+    /// while the server serves ([`crate::webhooks`]). Repeated calls add.
+    pub fn webhooks(mut self, hooks: impl IntoIterator<Item = Webhook>) -> Self {
+        self.webhooks.extend(hooks);
+        self
+    }
+
+    /// How webhook deliveries are timed and retried ([`RetryPolicy::default`] otherwise).
+    pub fn webhook_policy(mut self, policy: RetryPolicy) -> Self {
+        self.webhook_policy = policy;
+        self
+    }
+
     /// The server.
+    ///
+    /// # Errors
+    /// [`ServerError::Webhooks`] when webhooks are configured and their HTTP client cannot be
+    /// built.
+    pub fn try_build(self) -> Result<Server, ServerError> {
+        let webhooks = if self.webhooks.is_empty() {
+            None
+        } else {
+            Some(Deliverer::new(
+                self.store.clone(),
+                self.webhooks.clone(),
+                self.webhook_policy.clone(),
+            )?)
+        };
+        Ok(self.build_with(webhooks))
+    }
+
+    /// The server. With webhooks whose HTTP client cannot be built (TLS setup), they are left
+    /// out and the error is logged; [`ServerBuilder::try_build`] reports it instead.
     pub fn build(self) -> Server {
+        let webhooks = if self.webhooks.is_empty() {
+            None
+        } else {
+            match Deliverer::new(
+                self.store.clone(),
+                self.webhooks.clone(),
+                self.webhook_policy.clone(),
+            ) {
+                Ok(deliverer) => Some(deliverer),
+                Err(error) => {
+                    tracing::error!(error = %askloop_core::error_chain_text(&error), "webhooks disabled");
+                    None
+                }
+            }
+        };
+        self.build_with(webhooks)
+    }
+
+    fn build_with(self, webhooks: Option<Deliverer>) -> Server {
         let store = self.store;
         let metrics = Arc::new(Metrics::default());
         Server {
@@ -210,6 +287,7 @@ impl ServerBuilder {
                 inbox: Inbox::new(store),
                 closing: Closing::default(),
                 metrics,
+                webhooks,
             }),
         }
     }

@@ -14,6 +14,7 @@ use crate::inbox::Inbox;
 use crate::keys::KeyRing;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
+use crate::webhooks::Deliverer;
 
 /// Shared state as the handlers see it.
 pub(crate) type State = axum::extract::State<Arc<AppState>>;
@@ -33,4 +34,6 @@ pub(crate) struct AppState {
     pub(crate) closing: Closing,
     /// `/metrics`' registry; the run hub records stream durations in it.
     pub(crate) metrics: Arc<Metrics>,
+    /// The webhook deliverer, when endpoints are configured.
+    pub(crate) webhooks: Option<Deliverer>,
 }

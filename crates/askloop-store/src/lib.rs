@@ -28,6 +28,7 @@
 mod error;
 mod known;
 mod options;
+mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;

@@ -65,7 +65,7 @@ pub use askloop_core::{
     ThreadKey, Tool, ToolCallId, ToolContext, ToolError, UnknownRunStatus, approval_schema,
     cancel_run_in, expired_runs,
 };
-pub use askloop_core::{answer, form, model, registry, schema, time, wire};
+pub use askloop_core::{answer, event, form, model, registry, schema, time, wire};
 
 /// Re-exported for implementing [`Tool`]: `#[askloop::async_trait]` on the `impl`.
 pub use async_trait::async_trait;
@@ -82,10 +82,11 @@ pub use serde_json;
 /// stores.
 pub mod store {
     pub use askloop_core::store::{
-        ChangeFeed, FIRST_MESSAGE_CHARS, InvalidCursor, Lease, ListedRun, MemoryStore,
-        ResourceFilter, RunChange, RunChanges, RunCounts, RunCursor, RunFilter, RunPage, RunState,
-        RunStore, RunSummary, StoreError, StoredRun, ThreadHistory, UnfinishedCall, codec,
-        keys_of_run, notifies, running_run_of,
+        ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId,
+        DeliveryNext, DeliveryStatus, FIRST_MESSAGE_CHARS, FanOut, InvalidCursor, Lease, ListedRun,
+        MemoryStore, ResourceFilter, RunChange, RunChanges, RunCounts, RunCursor, RunFilter,
+        RunPage, RunState, RunStore, RunSummary, StoreError, StoredEvent, StoredRun, ThreadHistory,
+        UnfinishedCall, codec, keys_of_run, notifies, running_run_of,
     };
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub use askloop_store::{

@@ -9,3 +9,4 @@ pub(crate) mod resume;
 pub(crate) mod run;
 pub(crate) mod runs;
 pub(crate) mod serve;
+pub(crate) mod webhooks;

@@ -85,12 +85,15 @@ async fn serve_with(context: &Context, args: ServeArgs) -> anyhow::Result<ExitCo
     let sweep = registry
         .lease()
         .map_or(SWEEP_INTERVAL, |lease| lease.min(SWEEP_INTERVAL));
+    let webhooks = context.config().config.webhooks()?;
     let server = Server::builder(registry.clone(), context.store.clone())
         .keys(keys)
         .allowed_hosts(allowed_hosts)
         .cors_origins(cors_origins)
         .sweep_interval(sweep)
-        .build();
+        .webhooks(webhooks)
+        .webhook_policy(crate::env::webhook_policy()?)
+        .try_build()?;
     // The first SIGTERM or Ctrl-C stops the server gracefully; a second one ends the process
     // at once (see `Interrupt`).
     let stop = CancelHandle::new();

@@ -49,6 +49,11 @@ impl Crash {
         self.dir.script("script.json", text)
     }
 
+    /// Writes askloop.toml in the test's folder (what every command there reads).
+    pub fn config(&self, text: &str) {
+        self.dir.write("askloop.toml", text);
+    }
+
     /// `askloop --store STORE ARGS` with the short lease, paused at `pause` if given.
     fn command(&self, args: &[&str], pause: Option<&str>) -> Command {
         let mut full = vec!["--store", self.store.as_str()];
@@ -394,6 +399,13 @@ macro_rules! crash_tests {
             #[test]
             fn during_runs_continue() {
                 $crate::crash::during_runs_continue(&$crate::crash::Crash::new($store));
+            }
+
+            #[test]
+            fn issue34_events_committed_before_a_kill_are_delivered_once() {
+                $crate::webhooks::issue34_events_committed_before_a_kill_are_delivered_once(
+                    &$crate::crash::Crash::new($store),
+                );
             }
         }
     };

@@ -40,3 +40,5 @@ mod support;
 mod tenancy;
 #[cfg(unix)]
 mod terminal;
+#[cfg(all(unix, feature = "test-hooks"))]
+mod webhooks;

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
+use crate::event::EventBasis;
 use crate::ids::{IdKind, RunId, RunKey, RunRef, ToolCallId};
 use crate::message::{ArgsEdit, AuditAction, AuditRecord};
 use crate::message::{ToolArgs, ToolCall, ToolResult};
@@ -222,10 +223,14 @@ pub(crate) async fn claim_resume(
             Err(error) => return Err(error),
         };
         let lease = agent.new_lease();
-        match agent
-            .store
-            .update_run(&state, stored.version, Some(&lease))
-            .await
+        match super::commit_update(
+            agent.store.as_ref(),
+            &EventBasis::of(&stored.state),
+            &state,
+            stored.version,
+            Some(&lease),
+        )
+        .await
         {
             Ok(version) => {
                 return Ok(Claim {
@@ -754,16 +759,21 @@ pub(crate) async fn claim_continue(
     if stored.state.status == RunStatus::Failed {
         refuse_if_thread_moved_on(agent.store.as_ref(), &stored.state).await?;
     }
+    let before = EventBasis::of(&stored.state);
     let mut state = stored.state;
     settle_unfinished(agent, &mut state);
     state.status = RunStatus::Running;
     state.error = None;
     state.touch();
     let lease = agent.new_lease();
-    match agent
-        .store
-        .update_run(&state, stored.version, Some(&lease))
-        .await
+    match super::commit_update(
+        agent.store.as_ref(),
+        &before,
+        &state,
+        stored.version,
+        Some(&lease),
+    )
+    .await
     {
         Ok(version) => Ok(Claim {
             state,

@@ -5,6 +5,7 @@
 
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
+use crate::event::EventBasis;
 use crate::ids::{AgentId, ResourceId, RunId, RunKey, RunRef, ThreadKey, ToolCallId};
 use crate::message::{AuditAction, AuditRecord};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult};
@@ -115,6 +116,7 @@ pub(crate) async fn cancel_in_store(
             });
         }
         let version = stored.version;
+        let before = EventBasis::of(&stored.state);
         let mut state = stored.state;
         resolve_waiting(
             &mut state,
@@ -131,7 +133,7 @@ pub(crate) async fn cancel_in_store(
             },
         });
         state.touch();
-        match store.update_run(&state, version, None).await {
+        match super::commit_update(store, &before, &state, version, None).await {
             Ok(_) => return Ok(()),
             Err(StoreError::Conflict { .. }) => continue,
             Err(error) => return Err(map_store_error(&key, error)),
@@ -191,6 +193,7 @@ pub(crate) async fn supersede_waiting_runs(
             if stored.state.status != RunStatus::Suspended {
                 break;
             }
+            let before = EventBasis::of(&stored.state);
             let mut state = stored.state;
             resolve_waiting(
                 &mut state,
@@ -201,7 +204,9 @@ pub(crate) async fn supersede_waiting_runs(
             state.status = RunStatus::Completed;
             state.finish_reason = Some(FinishReason::Superseded);
             state.touch();
-            match agent.store.update_run(&state, stored.version, None).await {
+            match super::commit_update(agent.store.as_ref(), &before, &state, stored.version, None)
+                .await
+            {
                 Ok(_) => break,
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(error) => return Err(error),

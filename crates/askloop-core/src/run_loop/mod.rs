@@ -48,11 +48,12 @@ use crate::cancel::CancelHandle;
 use crate::chunk::Chunk;
 use crate::definition::AgentDefinition;
 use crate::error::{AgentError, error_chain_text};
+use crate::event::{EventBasis, events_of_commit};
 use crate::ids::{IdKind, InvalidId, RunId, RunKey, ThreadId, ThreadKey};
 use crate::message::{Message, Usage};
 use crate::options::RunOptions;
 use crate::run::{RunFailure, RunState, RunStatus};
-use crate::store::{StoreError, ThreadHistory};
+use crate::store::{Lease, RunStore, StoreError, ThreadHistory};
 use crate::stream::AgentStream;
 use close::StepEnd;
 use emit::{Emitter, driven};
@@ -72,6 +73,33 @@ struct ActiveRun {
     /// The calls of the pending step that the claim completed itself (declined, expired),
     /// whose results the stream announces first.
     resolved: Vec<usize>,
+    /// What the events of the next commit are computed against: the stored state's basis.
+    committed: EventBasis,
+}
+
+/// Inserts a new run with the events of its first state: the one way the loop inserts.
+pub(crate) async fn commit_insert(
+    store: &dyn RunStore,
+    state: &RunState,
+    lease: Option<&Lease>,
+) -> Result<u64, StoreError> {
+    let events = events_of_commit(None, state);
+    store.insert_run_with_events(state, lease, &events).await
+}
+
+/// Updates a run (compare-and-swap at `version`) from the stored state `before` to `state`,
+/// with the events of that change ([`events_of_commit`]): the one way the loop updates.
+pub(crate) async fn commit_update(
+    store: &dyn RunStore,
+    before: &EventBasis,
+    state: &RunState,
+    version: u64,
+    lease: Option<&Lease>,
+) -> Result<u64, StoreError> {
+    let events = events_of_commit(Some(before), state);
+    store
+        .update_run_with_events(state, version, lease, &events)
+        .await
 }
 
 impl ActiveRun {
@@ -83,11 +111,15 @@ impl ActiveRun {
         // No renewal while the commit is in flight: a renewal that then conflicts can only mean
         // that another process committed.
         set_leased(&self.leased, None);
-        self.version = self
-            .agent
-            .store
-            .update_run(&self.state, self.version, lease.as_ref())
-            .await?;
+        self.version = commit_update(
+            self.agent.store.as_ref(),
+            &self.committed,
+            &self.state,
+            self.version,
+            lease.as_ref(),
+        )
+        .await?;
+        self.committed = EventBasis::of(&self.state);
         set_leased(&self.leased, lease.is_some().then_some(self.version));
         Ok(())
     }
@@ -203,9 +235,10 @@ pub(crate) fn start(
             );
             let lease = agent.lease_for(&state);
             // Claims the thread's turn (or is refused: then nothing was stored).
-            let version = agent.store.insert_run(&state, lease.as_ref()).await?;
+            let version = commit_insert(agent.store.as_ref(), &state, lease.as_ref()).await?;
             let mut run = ActiveRun {
                 agent,
+                committed: EventBasis::of(&state),
                 state,
                 version,
                 cancel: run_cancel,
@@ -284,6 +317,7 @@ pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
     let cancel = CancelHandle::new();
     let run = ActiveRun {
         agent,
+        committed: EventBasis::of(&state),
         state,
         version,
         cancel: cancel.clone(),

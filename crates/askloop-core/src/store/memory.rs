@@ -10,12 +10,15 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
+use crate::event::RunEvent;
+use crate::ids::LeaseHolder;
 use crate::ids::{RunId, RunKey, ThreadKey};
 use crate::run::{RunState, RunStatus, RunSummary};
 use crate::store::codec::{decode_run, encode_head, encode_new_messages};
 use crate::store::{
-    ChangeFeed, Lease, ListedRun, RunChange, RunChanges, RunFilter, RunPage, RunStore, StoreError,
-    StoredRun, ThreadHistory, notifies,
+    ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
+    DeliveryStatus, FanOut, Lease, ListedRun, ResourceFilter, RunChange, RunChanges, RunFilter,
+    RunPage, RunStore, StoreError, StoredEvent, StoredRun, ThreadHistory, notifies,
 };
 
 /// A [`RunStore`] in memory: the same semantics as the durable stores (keys per resource,
@@ -40,6 +43,10 @@ struct Inner {
     last_completion: u64,
     /// The last change sequence given (see [`RunFilter::changed_after`]).
     last_change: u64,
+    /// The outbox: every event committed, in order, and whether it was fanned out.
+    events: Vec<(StoredEvent, bool)>,
+    /// The deliveries by id, with their claims (holder, until).
+    deliveries: std::collections::BTreeMap<DeliveryId, (Delivery, Option<(LeaseHolder, u64)>)>,
 }
 
 #[derive(Debug)]
@@ -84,6 +91,15 @@ impl MemoryStore {
 }
 
 impl Inner {
+    /// Appends `events` to the outbox (under the lock of their commit).
+    fn write_events(&mut self, events: &[RunEvent]) {
+        for event in events {
+            let seq = self.events.len() as u64 + 1;
+            self.events
+                .push((StoredEvent::new(seq, event.clone()), false));
+        }
+    }
+
     fn next_completion(&mut self) -> u64 {
         self.last_completion += 1;
         self.last_completion
@@ -135,7 +151,12 @@ fn ends(status: RunStatus) -> bool {
 
 #[async_trait]
 impl RunStore for MemoryStore {
-    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+    async fn insert_run_with_events(
+        &self,
+        state: &RunState,
+        lease: Option<&Lease>,
+        events: &[RunEvent],
+    ) -> Result<u64, StoreError> {
         let head = encode_head(state)?;
         let messages = encode_new_messages(state, 0)?;
         let key = state.key();
@@ -160,16 +181,18 @@ impl RunStore for MemoryStore {
                 change_seq,
             },
         );
+        inner.write_events(events);
         drop(inner);
         self.notify(None, state);
         Ok(1)
     }
 
-    async fn update_run(
+    async fn update_run_with_events(
         &self,
         state: &RunState,
         expected_version: u64,
         lease: Option<&Lease>,
+        events: &[RunEvent],
     ) -> Result<u64, StoreError> {
         let head = encode_head(state)?;
         let key = state.key();
@@ -210,6 +233,7 @@ impl RunStore for MemoryStore {
         entry.lease = lease.cloned();
         entry.version += 1;
         let version = entry.version;
+        inner.write_events(events);
         drop(guard);
         self.notify(Some(before), state);
         Ok(version)
@@ -309,6 +333,151 @@ impl RunStore for MemoryStore {
             Some(_) => RunPage::from_changed_rows(runs, filter.limit, horizon),
             None => RunPage::from_rows(runs, filter.limit, Some(horizon)),
         })
+    }
+
+    async fn list_events(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .events
+            .iter()
+            .filter(|(stored, _)| stored.seq > after_seq)
+            .take(limit)
+            .map(|(stored, _)| stored.clone())
+            .collect())
+    }
+
+    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .events
+            .iter()
+            .filter(|(_, fanned)| !fanned)
+            .take(limit)
+            .map(|(stored, _)| stored.clone())
+            .collect())
+    }
+
+    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        for route in routes {
+            let Some((stored, fanned)) = inner
+                .events
+                .iter_mut()
+                .find(|(stored, _)| stored.seq == route.event_seq)
+            else {
+                continue;
+            };
+            *fanned = true;
+            for endpoint in &route.endpoints {
+                let exists = inner.deliveries.values().any(|(delivery, _)| {
+                    delivery.event_seq == route.event_seq && &delivery.endpoint == endpoint
+                });
+                if exists {
+                    continue;
+                }
+                let id = DeliveryId(inner.deliveries.len() as u64 + 1);
+                let delivery = Delivery {
+                    id,
+                    endpoint: endpoint.clone(),
+                    event_seq: stored.seq,
+                    event: stored.event.clone(),
+                    status: DeliveryStatus::Pending,
+                    next_attempt_ms: now_ms,
+                    created_at_ms: now_ms,
+                    attempts: Vec::new(),
+                };
+                inner.deliveries.insert(id, (delivery, None));
+            }
+        }
+        Ok(())
+    }
+
+    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
+        let mut inner = self.lock();
+        let mut due: Vec<&mut (Delivery, Option<(LeaseHolder, u64)>)> = inner
+            .deliveries
+            .values_mut()
+            .filter(|(delivery, held)| {
+                delivery.status == DeliveryStatus::Pending
+                    && delivery.next_attempt_ms <= claim.now_ms
+                    && held
+                        .as_ref()
+                        .is_none_or(|(_, until)| *until <= claim.now_ms)
+            })
+            .collect();
+        due.sort_by_key(|(delivery, _)| (delivery.next_attempt_ms, delivery.id));
+        Ok(due
+            .into_iter()
+            .take(claim.limit)
+            .map(|(delivery, held)| {
+                *held = Some((claim.holder.clone(), claim.until_ms));
+                delivery.clone()
+            })
+            .collect())
+    }
+
+    async fn record_attempt(
+        &self,
+        id: DeliveryId,
+        holder: &LeaseHolder,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let Some((delivery, held)) = inner.deliveries.get_mut(&id) else {
+            return Err(StoreError::DeliveryNotFound { id });
+        };
+        if held.as_ref().is_none_or(|(claimer, _)| claimer != holder) {
+            return Err(StoreError::DeliveryNotHeld { id });
+        }
+        *held = None;
+        delivery.attempts.push(attempt.clone());
+        match next {
+            DeliveryNext::Delivered => delivery.status = DeliveryStatus::Delivered,
+            DeliveryNext::Failed => delivery.status = DeliveryStatus::Failed,
+            DeliveryNext::RetryAt(at_ms) => delivery.next_attempt_ms = at_ms,
+        }
+        Ok(())
+    }
+
+    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .deliveries
+            .values()
+            .rev()
+            .map(|(delivery, _)| delivery)
+            .filter(|delivery| {
+                filter.resource.matches(delivery.event.resource_id())
+                    && filter.status.is_none_or(|status| delivery.status == status)
+                    && filter.before.is_none_or(|before| delivery.id < before)
+            })
+            .take(filter.page_size())
+            .cloned()
+            .collect())
+    }
+
+    async fn replay_delivery(
+        &self,
+        id: DeliveryId,
+        resource: &ResourceFilter,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        match inner.deliveries.get_mut(&id) {
+            Some((delivery, held)) if resource.matches(delivery.event.resource_id()) => {
+                delivery.status = DeliveryStatus::Pending;
+                delivery.next_attempt_ms = now_ms;
+                *held = None;
+                Ok(())
+            }
+            _ => Err(StoreError::DeliveryNotFound { id }),
+        }
     }
 
     async fn watch_changes(&self) -> Option<RunChanges> {

@@ -9,6 +9,7 @@ pub mod codec;
 mod counts;
 mod filter;
 mod memory;
+mod outbox;
 
 use async_trait::async_trait;
 
@@ -17,7 +18,12 @@ pub use changes::{ChangeFeed, RunChange, RunChanges, notifies};
 pub use counts::RunCounts;
 pub use filter::{InvalidCursor, ListedRun, ResourceFilter, RunCursor, RunFilter, RunPage};
 pub use memory::MemoryStore;
+pub use outbox::{
+    Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
+    DeliveryStatus, FanOut, StoredEvent,
+};
 
+use crate::event::RunEvent;
 use crate::ids::{LeaseHolder, RunId, RunKey, ThreadId, ThreadKey};
 use crate::message::Message;
 
@@ -157,6 +163,26 @@ pub enum StoreError {
     /// The store was opened read-only and was asked to write.
     #[error("the store is open read-only")]
     ReadOnly,
+    /// This store does not keep an outbox of events (a store written before webhooks, or a
+    /// wrapper that does not pass the outbox methods on).
+    #[error("this store has no outbox ({operation})")]
+    Unsupported {
+        /// The method asked for.
+        operation: &'static str,
+    },
+    /// No delivery has this id (within the tenant asked for).
+    #[error("delivery {id} not found")]
+    DeliveryNotFound {
+        /// The id asked for.
+        id: DeliveryId,
+    },
+    /// The delivery is no longer claimed by the one recording an attempt (its claim expired
+    /// and another deliverer took it, or it was replayed): nothing was recorded.
+    #[error("delivery {id} is not claimed by this deliverer")]
+    DeliveryNotHeld {
+        /// The delivery.
+        id: DeliveryId,
+    },
     /// The backend failed (I/O, connection, driver).
     #[error("the store failed")]
     Backend {
@@ -268,6 +294,14 @@ const COUNT_PAGE: usize = 500;
 ///   summaries (never whole states: the pending questions' payloads come from the head or a
 ///   column) and never fails because of one bad row: an unreadable run is listed as
 ///   [`ListedRun::Unreadable`], with its key.
+/// - **Events with the commit.** [`RunStore::insert_run_with_events`] and
+///   [`RunStore::update_run_with_events`] append the events given to the store's outbox in the
+///   write's own transaction, in order, each with the next outbox sequence: a write that is
+///   refused (conflict, thread busy, already exists) appends none. The outbox methods
+///   ([`RunStore::list_events`] … [`RunStore::replay_delivery`]) fan them out to webhook
+///   endpoints and track their deliveries; fan-out creates one delivery per endpoint and event
+///   however often it runs, and a claim gives each due delivery to one claimer until its claim
+///   expires or an attempt is recorded.
 /// - Every method either fully happens or leaves the store unchanged; after an error the store
 ///   is as it was before the call. A newer-format row is refused
 ///   ([`StoreError::UnsupportedFormat`]) and left untouched.
@@ -280,7 +314,22 @@ pub trait RunStore: Send + Sync {
     /// [`StoreError::AlreadyExists`] if the key is taken (the same id in another resource is
     /// another run); [`StoreError::ThreadBusy`] for a running run whose thread has a running
     /// run; [`StoreError::Encode`]; [`StoreError::ReadOnly`]; [`StoreError::Backend`].
-    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError>;
+    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+        self.insert_run_with_events(state, lease, &[]).await
+    }
+
+    /// [`RunStore::insert_run`], writing `events` to the outbox in the same transaction (none
+    /// if the insert is refused). The loop commits this way, with the events of
+    /// [`crate::event::events_of_commit`].
+    ///
+    /// # Errors
+    /// As [`RunStore::insert_run`].
+    async fn insert_run_with_events(
+        &self,
+        state: &RunState,
+        lease: Option<&Lease>,
+        events: &[RunEvent],
+    ) -> Result<u64, StoreError>;
 
     /// Compare-and-swap on the version of the run `state.key()`: if it is still at
     /// `expected_version`, writes the head, appends the messages past those stored, sets the
@@ -298,6 +347,22 @@ pub trait RunStore: Send + Sync {
         state: &RunState,
         expected_version: u64,
         lease: Option<&Lease>,
+    ) -> Result<u64, StoreError> {
+        self.update_run_with_events(state, expected_version, lease, &[])
+            .await
+    }
+
+    /// [`RunStore::update_run`], writing `events` to the outbox in the same transaction: a
+    /// refused compare-and-swap writes none.
+    ///
+    /// # Errors
+    /// As [`RunStore::update_run`].
+    async fn update_run_with_events(
+        &self,
+        state: &RunState,
+        expected_version: u64,
+        lease: Option<&Lease>,
+        events: &[RunEvent],
     ) -> Result<u64, StoreError>;
 
     /// Sets the run's lease to `lease` if the run is still at `expected_version`; never bumps
@@ -383,20 +448,136 @@ pub trait RunStore: Send + Sync {
     /// write-ahead log back into the database and removes its `-wal` and `-shm` files). The
     /// default does nothing.
     async fn close(&self) {}
+
+    /// The outbox's events after `after_seq` (0: from the first), in outbox order, at most
+    /// `limit`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] (the default); [`StoreError::Corrupt`]-like
+    /// [`StoreError::Backend`] for an unreadable event.
+    async fn list_events(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let _ = (after_seq, limit);
+        Err(StoreError::Unsupported {
+            operation: "list_events",
+        })
+    }
+
+    /// Up to `limit` events not fanned out yet, oldest first.
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] (the default); [`StoreError::Backend`].
+    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        let _ = limit;
+        Err(StoreError::Unsupported {
+            operation: "unfanned_events",
+        })
+    }
+
+    /// Fans events out, in one transaction: creates a pending delivery, due at `now_ms`, per
+    /// endpoint named (none where one of that endpoint and event exists: fanning out twice, in
+    /// any number of processes, creates each once) and marks each event fanned out.
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] (the default); [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
+    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
+        let _ = (routes, now_ms);
+        Err(StoreError::Unsupported {
+            operation: "fan_out",
+        })
+    }
+
+    /// Claims up to `claim.limit` pending deliveries that are due (`next_attempt_ms <=
+    /// claim.now_ms`) and not claimed by a live claim, oldest due first, for `claim.holder`
+    /// until `claim.until_ms`; returns them. Of several processes claiming at once each
+    /// delivery goes to one.
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] (the default); [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
+    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
+        let _ = claim;
+        Err(StoreError::Unsupported {
+            operation: "claim_deliveries",
+        })
+    }
+
+    /// Records an attempt of delivery `id` by `holder`, which must still claim it, and what
+    /// follows (the status, the next due time); releases the claim.
+    ///
+    /// # Errors
+    /// [`StoreError::DeliveryNotHeld`] when `holder` does not claim it (nothing recorded);
+    /// [`StoreError::DeliveryNotFound`]; [`StoreError::Unsupported`] (the default);
+    /// [`StoreError::ReadOnly`]; [`StoreError::Backend`].
+    async fn record_attempt(
+        &self,
+        id: DeliveryId,
+        holder: &LeaseHolder,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<(), StoreError> {
+        let _ = (id, holder, attempt, next);
+        Err(StoreError::Unsupported {
+            operation: "record_attempt",
+        })
+    }
+
+    /// Deliveries matching `filter`, newest first, with their attempts.
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] (the default); [`StoreError::Backend`].
+    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        let _ = filter;
+        Err(StoreError::Unsupported {
+            operation: "list_deliveries",
+        })
+    }
+
+    /// Makes delivery `id` — only if its event is of a run of `resource` — pending and due at
+    /// `now_ms` again, whatever its status, and drops its claim; its attempts stay. The
+    /// receiver gets the same event id again.
+    ///
+    /// # Errors
+    /// [`StoreError::DeliveryNotFound`] (also for another tenant's delivery);
+    /// [`StoreError::Unsupported`] (the default); [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
+    async fn replay_delivery(
+        &self,
+        id: DeliveryId,
+        resource: &ResourceFilter,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let _ = (id, resource, now_ms);
+        Err(StoreError::Unsupported {
+            operation: "replay_delivery",
+        })
+    }
 }
 
 #[async_trait]
 impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
-    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
-        (**self).insert_run(state, lease).await
+    async fn insert_run_with_events(
+        &self,
+        state: &RunState,
+        lease: Option<&Lease>,
+        events: &[RunEvent],
+    ) -> Result<u64, StoreError> {
+        (**self).insert_run_with_events(state, lease, events).await
     }
-    async fn update_run(
+    async fn update_run_with_events(
         &self,
         state: &RunState,
         expected_version: u64,
         lease: Option<&Lease>,
+        events: &[RunEvent],
     ) -> Result<u64, StoreError> {
-        (**self).update_run(state, expected_version, lease).await
+        (**self)
+            .update_run_with_events(state, expected_version, lease, events)
+            .await
     }
     async fn renew_lease(
         &self,
@@ -427,5 +608,41 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
     }
     async fn close(&self) {
         (**self).close().await;
+    }
+    async fn list_events(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        (**self).list_events(after_seq, limit).await
+    }
+    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        (**self).unfanned_events(limit).await
+    }
+    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
+        (**self).fan_out(routes, now_ms).await
+    }
+    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
+        (**self).claim_deliveries(claim).await
+    }
+    async fn record_attempt(
+        &self,
+        id: DeliveryId,
+        holder: &LeaseHolder,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<(), StoreError> {
+        (**self).record_attempt(id, holder, attempt, next).await
+    }
+    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        (**self).list_deliveries(filter).await
+    }
+    async fn replay_delivery(
+        &self,
+        id: DeliveryId,
+        resource: &ResourceFilter,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        (**self).replay_delivery(id, resource, now_ms).await
     }
 }

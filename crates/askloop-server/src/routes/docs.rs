@@ -35,15 +35,19 @@ use crate::error::ErrorBody;
         crate::routes::chat::get_stream,
         healthz,
         crate::routes::metrics::metrics,
+        crate::routes::webhooks::list_deliveries,
+        crate::routes::webhooks::replay_delivery,
     ),
     components(schemas(ErrorBody, api::StreamRequest, api::ResumeRequest, api::ApprovalRequest,
         api::ResponsesRequest, api::CallResponseBody, api::AgentDetails, api::ToolInfo,
         api::RunList, api::RunSummaryBody, PendingCall, PendingKind, api::RunDetail, api::FailureBody,
         api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody, api::RepeatNote,
-        crate::routes::chat::ChatRequest, crate::routes::chat::UiMessage, crate::routes::chat::ChatMessages)),
+        crate::routes::chat::ChatRequest, crate::routes::chat::UiMessage, crate::routes::chat::ChatMessages,
+        api::DeliveryList, api::DeliveryBody, api::AttemptBody, api::ReplayedBody)),
     tags((name = "agents", description = "The reference framework's agent API"),
          (name = "runs", description = "askloop's runs and inbox"),
-         (name = "chat", description = "The AI SDK's chat transport (`useChat`, `DefaultChatTransport`)")),
+         (name = "chat", description = "The AI SDK's chat transport (`useChat`, `DefaultChatTransport`)"),
+         (name = "webhooks", description = "Webhook deliveries of the runs' events")),
     modifiers(&EdgeResponses)
 )]
 pub(crate) struct ApiDoc;

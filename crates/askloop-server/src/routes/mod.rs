@@ -20,6 +20,7 @@ mod inbox;
 mod metrics;
 mod page;
 mod runs;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -72,6 +73,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/runs", get(runs::list_runs))
         .route("/api/runs/{run_id}", get(runs::get_run))
         .route("/api/runs/{run_id}/cancel", post(runs::cancel_run))
+        .route("/api/webhooks/deliveries", get(webhooks::list_deliveries))
+        .route(
+            "/api/webhooks/deliveries/{id}/replay",
+            post(webhooks::replay_delivery),
+        )
         .route("/healthz", get(docs::healthz))
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(docs::openapi_json))

@@ -23,3 +23,4 @@ mod socket;
 mod support;
 mod tenancy;
 mod waits;
+mod webhooks;

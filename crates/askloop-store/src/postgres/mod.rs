@@ -9,6 +9,7 @@
 
 mod error;
 mod notify;
+mod outbox;
 mod schema;
 mod store;
 mod url;

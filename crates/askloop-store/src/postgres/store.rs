@@ -20,16 +20,19 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, QueryBuilder, Row};
 
+use askloop_core::event::RunEvent;
 use askloop_core::model::Message;
 use askloop_core::store::codec::{decode_run, decode_run_after, encode_head, encode_new_messages};
 use askloop_core::store::{
-    FIRST_MESSAGE_CHARS, Lease, ListedRun, RunChanges, RunCounts, RunFilter, RunPage, RunState,
-    StoredRun, ThreadHistory, notifies,
+    Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
+    FIRST_MESSAGE_CHARS, FanOut, Lease, ListedRun, ResourceFilter, RunChanges, RunCounts,
+    RunFilter, RunPage, RunState, StoredEvent, StoredRun, ThreadHistory, notifies,
 };
 use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, RunStore, StoreError, ThreadKey};
 
+use crate::outbox::encode_events;
 use crate::postgres::error::{backend, map_pg_error};
-use crate::postgres::{PgStore, notify};
+use crate::postgres::{PgStore, notify, outbox};
 
 /// `askloop_update_run`'s (and `askloop_insert_run`'s) answers besides a new version.
 const UPDATE_CONFLICT: i64 = 0;
@@ -37,10 +40,11 @@ const UPDATE_NOT_FOUND: i64 = -1;
 const UPDATE_MESSAGES_GAP: i64 = -2;
 const THREAD_BUSY: i64 = -3;
 
-const INSERT_RUN: &str =
-    "SELECT askloop_insert_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+const INSERT_RUN: &str = "SELECT askloop_insert_run_with_events($1, $2, $3, $4, $5, $6, $7, $8, \
+     $9, $10, $11, $12, $13, $14)";
 
-const UPDATE_RUN: &str = "SELECT askloop_update_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+const UPDATE_RUN: &str = "SELECT askloop_update_run_with_events($1, $2, $3, $4, $5, $6, $7, $8, \
+     $9, $10, $11, $12, $13)";
 
 // The lease alone: the version is the condition, never changed. The second column tells a
 // conflict from a missing run without another round trip (it reads the statement's snapshot,
@@ -101,6 +105,17 @@ fn to_integer(value: usize) -> i32 {
     i32::try_from(value).unwrap_or(i32::MAX)
 }
 
+/// A commit's events as the two arrays the commit functions take: types and bodies.
+fn event_columns(
+    key: &RunKey,
+    events: &[RunEvent],
+) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    Ok(encode_events(key, events)?
+        .into_iter()
+        .map(|event| (event.kind.to_owned(), event.body))
+        .unzip())
+}
+
 /// The lease's two columns.
 fn lease_columns(lease: Option<&Lease>) -> (Option<&str>, Option<i64>) {
     match lease {
@@ -114,9 +129,15 @@ fn lease_columns(lease: Option<&Lease>) -> (Option<&str>, Option<i64>) {
 
 #[async_trait]
 impl RunStore for PgStore {
-    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+    async fn insert_run_with_events(
+        &self,
+        state: &RunState,
+        lease: Option<&Lease>,
+        events: &[RunEvent],
+    ) -> Result<u64, StoreError> {
         let run_id = state.run_id();
         let key = state.key();
+        let (event_types, event_bodies) = event_columns(&key, events)?;
         let messages = encode_new_messages(state, 0)?;
         let (holder, expires) = lease_columns(lease);
         let outcome: i64 = sqlx::query_scalar(INSERT_RUN)
@@ -132,6 +153,8 @@ impl RunStore for PgStore {
             .bind(holder)
             .bind(expires)
             .bind(ends(state.status()))
+            .bind(&event_types)
+            .bind(&event_bodies)
             .fetch_one(&self.pool)
             .await
             .map_err(|error| map_pg_error(run_id, error))?;
@@ -145,14 +168,16 @@ impl RunStore for PgStore {
         Ok(1)
     }
 
-    async fn update_run(
+    async fn update_run_with_events(
         &self,
         state: &RunState,
         expected_version: u64,
         lease: Option<&Lease>,
+        events: &[RunEvent],
     ) -> Result<u64, StoreError> {
         let run_id = state.run_id();
         let key = state.key();
+        let (event_types, event_bodies) = event_columns(&key, events)?;
         let head = encode_head(state)?;
         let (holder, expires) = lease_columns(lease);
         let mut first = self.known.count_at(&key, expected_version).unwrap_or(0);
@@ -173,6 +198,8 @@ impl RunStore for PgStore {
                 .bind(holder)
                 .bind(expires)
                 .bind(ends(state.status()))
+                .bind(&event_types)
+                .bind(&event_bodies)
                 .fetch_one(&self.pool)
                 .await
                 .map_err(|error| map_pg_error(run_id, error))?;
@@ -350,6 +377,49 @@ impl RunStore for PgStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    async fn list_events(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        outbox::list_events(&self.pool, after_seq, limit, false).await
+    }
+
+    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        outbox::list_events(&self.pool, 0, limit, true).await
+    }
+
+    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
+        outbox::fan_out(&self.pool, routes, now_ms).await
+    }
+
+    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
+        outbox::claim(&self.pool, claim).await
+    }
+
+    async fn record_attempt(
+        &self,
+        id: DeliveryId,
+        holder: &LeaseHolder,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<(), StoreError> {
+        outbox::record_attempt(&self.pool, id, holder, attempt, next).await
+    }
+
+    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        outbox::list_deliveries(&self.pool, filter).await
+    }
+
+    async fn replay_delivery(
+        &self,
+        id: DeliveryId,
+        resource: &ResourceFilter,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        outbox::replay(&self.pool, id, resource, now_ms).await
     }
 }
 

@@ -8,6 +8,7 @@
 //!   path;
 //! - `read.rs` — the read pool and every query;
 //! - `columns.rs` — a run's row, encoded on the caller's thread, and summaries from columns;
+//! - `outbox.rs` — the outbox: events written with their commit, webhook deliveries;
 //! - `store.rs` — the [`RunStore`](askloop_core::RunStore) implementation;
 //! - `error.rs` — SQLite's errors mapped to store errors;
 //! - `url.rs` — `sqlite://` store URLs.
@@ -18,6 +19,7 @@
 mod checkpoint;
 mod columns;
 mod error;
+mod outbox;
 mod read;
 mod schema;
 mod store;

@@ -11,11 +11,12 @@ use rusqlite_migration::{HookError, HookResult, M, Migrations};
 use crate::sqlite::columns::{Head, millis};
 
 /// The schema version this build reads and writes.
-pub(super) const SCHEMA_VERSION: i64 = 4;
+pub(super) const SCHEMA_VERSION: i64 = 5;
 
 /// The migrations, in order: version 1 is the format-1 schema, version 2 the first of format
-/// 2 (one namespace of runs), version 3 keys runs and threads by resource, version 4 the current
-/// one (the change order: `change_seq`).
+/// 2 (one namespace of runs), version 3 keys runs and threads by resource, version 4 the change
+/// order (`change_seq`), version 5 the current one (the outbox of events and their webhook
+/// deliveries).
 static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
     Migrations::new(vec![
         M::up(include_str!("../../migrations/sqlite/v1.sql")),
@@ -25,6 +26,7 @@ static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
         ),
         M::up(include_str!("../../migrations/sqlite/v3.sql")),
         M::up(include_str!("../../migrations/sqlite/v4.sql")),
+        M::up(include_str!("../../migrations/sqlite/v5.sql")),
     ])
 });
 

@@ -3,18 +3,29 @@
 
 use async_trait::async_trait;
 
+use askloop_core::event::RunEvent;
 use askloop_core::store::codec;
-use askloop_core::store::{Lease, RunFilter, RunPage, RunState, StoredRun, ThreadHistory};
-use askloop_core::{RunKey, RunStore, StoreError, ThreadKey};
+use askloop_core::store::{
+    Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext, FanOut,
+    Lease, ResourceFilter, RunFilter, RunPage, RunState, StoredEvent, StoredRun, ThreadHistory,
+};
+use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, ThreadKey};
 
+use crate::outbox::{encode_attempt, encode_events, filter_scope};
 use crate::sqlite::SqliteStore;
 use crate::sqlite::columns::{Head, millis};
+use crate::sqlite::outbox::{self, OutboxWrite};
 use crate::sqlite::read;
 use crate::sqlite::writer::Write;
 
 #[async_trait]
 impl RunStore for SqliteStore {
-    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+    async fn insert_run_with_events(
+        &self,
+        state: &RunState,
+        lease: Option<&Lease>,
+        events: &[RunEvent],
+    ) -> Result<u64, StoreError> {
         let writer = self.writer()?;
         let write = Write::Insert {
             key: state.key(),
@@ -23,17 +34,19 @@ impl RunStore for SqliteStore {
             created_at_ms: millis(state.created_at_ms()),
             head: Head::of(state, lease)?,
             messages: codec::encode_new_messages(state, 0)?,
+            events: encode_events(&state.key(), events)?,
         };
         let version = writer.write(write).await?;
         self.inner.known.stored(state, 0, version);
         Ok(version)
     }
 
-    async fn update_run(
+    async fn update_run_with_events(
         &self,
         state: &RunState,
         expected_version: u64,
         lease: Option<&Lease>,
+        events: &[RunEvent],
     ) -> Result<u64, StoreError> {
         let writer = self.writer()?;
         let key = state.key();
@@ -72,6 +85,7 @@ impl RunStore for SqliteStore {
                 state,
                 usize::try_from(stored_count).unwrap_or(usize::MAX),
             )?,
+            events: encode_events(&key, events)?,
         };
         let version = match writer.write(write).await {
             Ok(version) => version,
@@ -155,4 +169,87 @@ impl RunStore for SqliteStore {
     async fn close(&self) {
         SqliteStore::close(self).await;
     }
+
+    async fn list_events(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let (after, limit) = (millis(after_seq), count(limit));
+        self.point_read(|connection| outbox::list_events(connection, after, limit, false))
+    }
+
+    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        let limit = count(limit);
+        self.point_read(|connection| outbox::list_events(connection, 0, limit, true))
+    }
+
+    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
+        let routes = routes
+            .iter()
+            .map(|route| (millis(route.event_seq), route.endpoints.clone()))
+            .collect();
+        let write = OutboxWrite::FanOut {
+            routes,
+            now_ms: millis(now_ms),
+        };
+        self.writer()?.write(Write::Outbox(write)).await.map(|_| ())
+    }
+
+    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
+        let holder = claim.holder.as_str().to_owned();
+        let until_ms = millis(claim.until_ms);
+        let write = OutboxWrite::Claim {
+            holder: holder.clone(),
+            now_ms: millis(claim.now_ms),
+            until_ms,
+            limit: count(claim.limit),
+        };
+        if self.writer()?.write(Write::Outbox(write)).await? == 0 {
+            return Ok(Vec::new());
+        }
+        self.point_read(|connection| outbox::claimed(connection, &holder, until_ms))
+    }
+
+    async fn record_attempt(
+        &self,
+        id: DeliveryId,
+        holder: &LeaseHolder,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<(), StoreError> {
+        let write = OutboxWrite::Attempt {
+            id: millis(id.0),
+            holder: holder.as_str().to_owned(),
+            attempt: encode_attempt(attempt)?,
+            next,
+        };
+        self.writer()?.write(Write::Outbox(write)).await.map(|_| ())
+    }
+
+    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        let scope = filter_scope(&filter.resource);
+        self.inner
+            .readers
+            .with(|connection| outbox::list_deliveries(connection, filter, scope.as_deref()))
+    }
+
+    async fn replay_delivery(
+        &self,
+        id: DeliveryId,
+        resource: &ResourceFilter,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let write = OutboxWrite::Replay {
+            id: millis(id.0),
+            scope: filter_scope(resource),
+            now_ms: millis(now_ms),
+        };
+        self.writer()?.write(Write::Outbox(write)).await.map(|_| ())
+    }
+}
+
+/// A count as SQLite binds it.
+fn count(value: usize) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
 }

@@ -18,9 +18,11 @@ use askloop_core::{RunId, RunKey, StoreError, ThreadId};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
+use crate::outbox::EncodedEvent;
 use crate::sqlite::checkpoint::Checkpointer;
 use crate::sqlite::columns::Head;
 use crate::sqlite::error::{backend, map_sqlite_error};
+use crate::sqlite::outbox::{OutboxWrite, write_events};
 
 /// Most requests committed in one transaction.
 const MAX_BATCH: usize = 512;
@@ -36,6 +38,8 @@ pub(super) enum Write {
         created_at_ms: i64,
         head: Head,
         messages: Vec<String>,
+        /// The commit's events, for the outbox.
+        events: Vec<EncodedEvent>,
     },
     /// A compare-and-swap update: the run must be at `expected_version` and hold
     /// `stored_count` messages; `new_messages` are appended from there.
@@ -45,6 +49,8 @@ pub(super) enum Write {
         stored_count: i64,
         head: Head,
         new_messages: Vec<String>,
+        /// The commit's events, for the outbox (none written if the swap fails).
+        events: Vec<EncodedEvent>,
     },
     /// A lease renewal at `expected_version` (the version does not change).
     Renew {
@@ -53,6 +59,8 @@ pub(super) enum Write {
         holder: String,
         expires_at_ms: i64,
     },
+    /// A write to the outbox (fan-out, claim, attempt, replay).
+    Outbox(OutboxWrite),
 }
 
 /// What a write returns: the run's version after it.
@@ -484,14 +492,14 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
             created_at_ms,
             head,
             messages,
+            events,
         } => insert_run(
             connection,
             key,
-            thread_id,
-            agent_id,
+            (thread_id, agent_id),
             *created_at_ms,
             head,
-            messages,
+            (messages, events),
         ),
         Write::Update {
             key,
@@ -499,13 +507,13 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
             stored_count,
             head,
             new_messages,
+            events,
         } => update_run(
             connection,
             key,
-            *expected_version,
-            *stored_count,
+            (*expected_version, *stored_count),
             head,
-            new_messages,
+            (new_messages, events),
         ),
         Write::Renew {
             key,
@@ -513,6 +521,7 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
             holder,
             expires_at_ms,
         } => renew_lease(connection, key, *expected_version, holder, *expires_at_ms),
+        Write::Outbox(write) => crate::sqlite::outbox::apply(connection, write),
     }
 }
 
@@ -530,11 +539,10 @@ fn completion_seq_if(connection: &Connection, ended: bool) -> rusqlite::Result<O
 fn insert_run(
     connection: &Connection,
     key: &RunKey,
-    thread_id: &str,
-    agent_id: &str,
+    (thread_id, agent_id): (&str, &str),
     created_at_ms: i64,
     head: &Head,
-    messages: &[String],
+    (messages, events): (&[String], &[EncodedEvent]),
 ) -> Result<u64, StoreError> {
     let map = |error| map_sqlite_error(&key.run_id, error);
     if head.status == "running"
@@ -577,6 +585,7 @@ fn insert_run(
         })
         .map_err(map)?;
     append_messages(connection, key, 0, messages).map_err(map)?;
+    write_events(connection, events).map_err(map)?;
     Ok(1)
 }
 
@@ -585,10 +594,9 @@ fn insert_run(
 fn update_run(
     connection: &Connection,
     key: &RunKey,
-    expected_version: i64,
-    stored_count: i64,
+    (expected_version, stored_count): (i64, i64),
     head: &Head,
-    new_messages: &[String],
+    (new_messages, events): (&[String], &[EncodedEvent]),
 ) -> Result<u64, StoreError> {
     let map = |error| map_sqlite_error(&key.run_id, error);
     if head.status == "running"
@@ -636,6 +644,7 @@ fn update_run(
         return cas_failure(connection, key, expected_version);
     }
     append_messages(connection, key, stored_count, new_messages).map_err(map)?;
+    write_events(connection, events).map_err(map)?;
     Ok(u64::try_from(expected_version).unwrap_or(0) + 1)
 }
 

@@ -99,7 +99,18 @@ async fn issue9_a_format1_database_is_upgraded_in_place_and_its_runs_go_on() {
     let shared: Arc<dyn RunStore> = Arc::new(store.clone());
     assert_eq!(
         tables(&path),
-        (4, vec!["run_messages".to_owned(), "runs".to_owned()])
+        (
+            5,
+            [
+                "run_events",
+                "run_messages",
+                "runs",
+                "sqlite_sequence",
+                "webhook_deliveries"
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        )
     );
 
     let page = store.list_runs(&RunFilter::new()).await.unwrap();
@@ -212,7 +223,7 @@ async fn issue9_a_format1_database_opened_read_only_is_refused_and_left_as_it_is
             error,
             OpenError::SchemaVersion {
                 found: 0,
-                supported: 4,
+                supported: 5,
                 ..
             }
         ),
@@ -314,7 +325,18 @@ async fn issue31_a_schema2_database_is_keyed_by_resource_in_place_and_its_runs_g
     let shared: Arc<dyn RunStore> = Arc::new(store.clone());
     assert_eq!(
         tables(&path),
-        (4, vec!["run_messages".to_owned(), "runs".to_owned()])
+        (
+            5,
+            [
+                "run_events",
+                "run_messages",
+                "runs",
+                "sqlite_sequence",
+                "webhook_deliveries"
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        )
     );
 
     // Every run is where its resource puts it, byte for byte as schema 2 held it.

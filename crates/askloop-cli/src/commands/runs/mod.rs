@@ -231,6 +231,38 @@ pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Res
         .await
 }
 
+/// Delivers the due webhooks of askloop.toml's `[[webhooks]]` (for setups without `askloop
+/// serve`): rounds until nothing more is due now (retries due later wait for the next sweep).
+///
+/// # Errors
+/// A bad `[[webhooks]]` table; the store's.
+async fn deliver_webhooks(context: &Context, output: &mut Output) -> anyhow::Result<()> {
+    let hooks = context.config().config.webhooks()?;
+    if hooks.is_empty() {
+        return Ok(());
+    }
+    let deliverer = askloop_server::webhooks::Deliverer::new(
+        context.store.clone(),
+        hooks,
+        crate::env::webhook_policy()?,
+    )?;
+    let (mut delivered, mut failed, mut retrying) = (0, 0, 0);
+    // Each round claims what is due now; a round without attempts ends it.
+    for _ in 0..100 {
+        let round = deliverer.deliver_due().await?;
+        delivered += round.delivered;
+        failed += round.failed;
+        retrying += round.attempts - round.delivered - round.failed;
+        if round.attempts == 0 {
+            break;
+        }
+    }
+    output.note(&format!(
+        "webhooks: {delivered} delivered, {failed} failed, {retrying} attempt(s) to retry later"
+    ))?;
+    Ok(())
+}
+
 /// Runs `askloop runs sweep`: expires every question and approval whose deadline passed (each
 /// call gets a result telling the model no answer — or no decision, and the tool did not run —
 /// came in time, recorded as by `sweep`) and follows each such run to its next question or its
@@ -247,6 +279,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
             let mut output = Output::new(mode);
             if due.is_empty() {
                 output.note("no question or approval has expired")?;
+                deliver_webhooks(context, &mut output).await?;
                 return Ok(ExitCode::SUCCESS);
             }
             let mut failures = Failures::default();
@@ -277,6 +310,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
                 .await;
                 failures.record(&mut output, &run_id, "swept", swept)?;
             }
+            deliver_webhooks(context, &mut output).await?;
             failures.into_exit()
         })
         .await

@@ -20,6 +20,7 @@ mod cancel;
 mod changes;
 mod fork;
 mod hitl;
+mod outbox;
 mod store;
 pub mod support;
 mod tenancy;
@@ -31,9 +32,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::ids::{RunId, RunKey, ThreadKey};
+use crate::event::RunEvent;
+use crate::ids::{LeaseHolder, RunId, RunKey, ThreadKey};
 use crate::store::{
-    Lease, RunFilter, RunPage, RunState, RunStore, StoreError, StoredRun, ThreadHistory,
+    Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext, FanOut,
+    Lease, ResourceFilter, RunFilter, RunPage, RunState, RunStore, StoreError, StoredEvent,
+    StoredRun, ThreadHistory,
 };
 
 /// Expands to one `#[tokio::test]` per store scenario, each on a fresh store made by `$make`
@@ -43,6 +47,9 @@ use crate::store::{
 macro_rules! store_conformance_tests {
     ($make:expr) => {
         $crate::store_conformance_tests!(@all $make;
+            issue34_commits_write_exactly_their_events,
+            issue34_cancel_and_decline_events,
+            issue34_deliveries_are_claimed_once_and_recorded,
             insert_then_load_round_trips,
             load_of_unknown_run_is_not_found,
             insert_of_existing_id_is_refused,
@@ -225,20 +232,32 @@ impl YieldingStore {
 
 #[async_trait]
 impl RunStore for YieldingStore {
-    async fn insert_run(&self, state: &RunState, lease: Option<&Lease>) -> Result<u64, StoreError> {
+    async fn insert_run_with_events(
+        &self,
+        state: &RunState,
+        lease: Option<&Lease>,
+        events: &[RunEvent],
+    ) -> Result<u64, StoreError> {
         tokio::task::yield_now().await;
-        let result = self.inner.insert_run(state, lease).await;
+        let result = self
+            .inner
+            .insert_run_with_events(state, lease, events)
+            .await;
         tokio::task::yield_now().await;
         result
     }
-    async fn update_run(
+    async fn update_run_with_events(
         &self,
         state: &RunState,
         expected_version: u64,
         lease: Option<&Lease>,
+        events: &[RunEvent],
     ) -> Result<u64, StoreError> {
         tokio::task::yield_now().await;
-        let result = self.inner.update_run(state, expected_version, lease).await;
+        let result = self
+            .inner
+            .update_run_with_events(state, expected_version, lease, events)
+            .await;
         tokio::task::yield_now().await;
         result
     }
@@ -286,5 +305,49 @@ impl RunStore for YieldingStore {
     }
     async fn close(&self) {
         self.inner.close().await;
+    }
+    async fn list_events(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        tokio::task::yield_now().await;
+        self.inner.list_events(after_seq, limit).await
+    }
+    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        tokio::task::yield_now().await;
+        self.inner.unfanned_events(limit).await
+    }
+    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
+        tokio::task::yield_now().await;
+        self.inner.fan_out(routes, now_ms).await
+    }
+    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
+        tokio::task::yield_now().await;
+        let result = self.inner.claim_deliveries(claim).await;
+        tokio::task::yield_now().await;
+        result
+    }
+    async fn record_attempt(
+        &self,
+        id: DeliveryId,
+        holder: &LeaseHolder,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<(), StoreError> {
+        tokio::task::yield_now().await;
+        self.inner.record_attempt(id, holder, attempt, next).await
+    }
+    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        self.inner.list_deliveries(filter).await
+    }
+    async fn replay_delivery(
+        &self,
+        id: DeliveryId,
+        resource: &ResourceFilter,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        tokio::task::yield_now().await;
+        self.inner.replay_delivery(id, resource, now_ms).await
     }
 }

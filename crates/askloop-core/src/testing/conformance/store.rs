@@ -21,6 +21,7 @@ use crate::testing::conformance::cancel::*;
 use crate::testing::conformance::changes::*;
 use crate::testing::conformance::fork::*;
 use crate::testing::conformance::hitl::*;
+use crate::testing::conformance::outbox::*;
 use crate::testing::conformance::support::*;
 use crate::testing::conformance::tenancy::*;
 use crate::testing::conformance::waits::*;
@@ -36,6 +37,9 @@ macro_rules! scenarios {
 }
 
 scenarios![
+    issue34_commits_write_exactly_their_events,
+    issue34_cancel_and_decline_events,
+    issue34_deliveries_are_claimed_once_and_recorded,
     insert_then_load_round_trips,
     load_of_unknown_run_is_not_found,
     insert_of_existing_id_is_refused,

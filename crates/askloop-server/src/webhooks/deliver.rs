@@ -1,0 +1,255 @@
+//! [`Deliverer`]: one round of delivery — fan the new events out to the endpoints that want
+//! them, claim the due deliveries, send each (signed), record each attempt and what follows —
+//! and the server's worker that runs rounds until shutdown.
+//!
+//! Several deliverers (servers, `askloop runs sweep`) may share one store: fan-out creates each
+//! delivery once, and a claim gives each due delivery to one deliverer until its claim expires
+//! (a deliverer that died mid-send leaves it to be claimed again: at least once).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use askloop_core::store::{Delivery, DeliveryAttempt, DeliveryClaim, DeliveryNext, FanOut};
+use askloop_core::time::lease_now_ms;
+use askloop_core::{LeaseHolder, RunStore, StoreError, error_chain_text};
+use tokio::sync::watch;
+
+use crate::webhooks::body::body;
+use crate::webhooks::retry::{Answer, jitter, next_step};
+use crate::webhooks::{RetryPolicy, Webhook, WebhookError};
+
+/// Events fanned out per round, at most.
+const FAN_OUT_BATCH: usize = 500;
+/// Deliveries claimed (and sent concurrently) per round, at most.
+const CLAIM_BATCH: usize = 32;
+/// The longest error text recorded with an attempt, in characters.
+const MAX_ERROR_CHARS: usize = 500;
+
+/// What one round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Round {
+    /// Events fanned out.
+    pub fanned_out: usize,
+    /// Attempts made.
+    pub attempts: usize,
+    /// Deliveries delivered.
+    pub delivered: usize,
+    /// Deliveries failed for good.
+    pub failed: usize,
+}
+
+/// Delivers a store's events to webhook endpoints: the server's background worker
+/// ([`crate::ServerBuilder::webhooks`]) and `askloop runs sweep` run its rounds.
+#[derive(Clone)]
+pub struct Deliverer {
+    store: Arc<dyn RunStore>,
+    hooks: Arc<[Webhook]>,
+    policy: RetryPolicy,
+    client: reqwest::Client,
+    holder: LeaseHolder,
+}
+
+impl std::fmt::Debug for Deliverer {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Deliverer")
+            .field("hooks", &self.hooks)
+            .field("policy", &self.policy)
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deliverer {
+    /// A deliverer of `store`'s events to `hooks`, timed by `policy`, claiming as a fresh holder.
+    ///
+    /// # Errors
+    /// [`WebhookError::Client`] when the HTTP client cannot be built.
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        hooks: Vec<Webhook>,
+        policy: RetryPolicy,
+    ) -> Result<Self, WebhookError> {
+        let client = reqwest::Client::builder()
+            .timeout(policy.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("askloop-webhooks/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(WebhookError::Client)?;
+        Ok(Self {
+            store,
+            hooks: hooks.into(),
+            policy,
+            client,
+            holder: LeaseHolder::generate(),
+        })
+    }
+
+    /// The endpoints.
+    pub fn hooks(&self) -> &[Webhook] {
+        &self.hooks
+    }
+
+    /// One round: fans out the events not fanned out yet, then claims the due deliveries and
+    /// sends them, concurrently, recording each attempt. With no endpoint configured it does
+    /// nothing (events wait in the outbox until endpoints exist).
+    ///
+    /// # Errors
+    /// The store's, from fan-out or claiming (an attempt whose recording fails is logged: its
+    /// claim expires and it is sent again).
+    pub async fn deliver_due(&self) -> Result<Round, StoreError> {
+        let mut round = Round::default();
+        if self.hooks.is_empty() {
+            return Ok(round);
+        }
+        loop {
+            let events = self.store.unfanned_events(FAN_OUT_BATCH).await?;
+            if events.is_empty() {
+                break;
+            }
+            let routes: Vec<FanOut> = events
+                .iter()
+                .map(|stored| {
+                    let endpoints = self
+                        .hooks
+                        .iter()
+                        .filter(|hook| hook.wants(&stored.event))
+                        .map(|hook| hook.name().to_owned())
+                        .collect();
+                    FanOut::new(stored.seq, endpoints)
+                })
+                .collect();
+            let now = lease_now_ms();
+            self.store.fan_out(&routes, now).await?;
+            round.fanned_out += events.len();
+            if events.len() < FAN_OUT_BATCH {
+                break;
+            }
+        }
+        let now = lease_now_ms();
+        let claim_for = self.policy.timeout.saturating_mul(2) + Duration::from_secs(30);
+        let until = now.saturating_add(u64::try_from(claim_for.as_millis()).unwrap_or(u64::MAX));
+        let claim = DeliveryClaim::new(self.holder.clone(), now, until, CLAIM_BATCH);
+        let claimed = self.store.claim_deliveries(&claim).await?;
+        let outcomes =
+            futures::future::join_all(claimed.iter().map(|delivery| self.attempt(delivery))).await;
+        for next in outcomes.into_iter().flatten() {
+            round.attempts += 1;
+            match next {
+                DeliveryNext::Delivered => round.delivered += 1,
+                DeliveryNext::Failed => round.failed += 1,
+                _ => {}
+            }
+        }
+        Ok(round)
+    }
+
+    /// Sends `delivery` once and records the attempt; what follows, or `None` when it could
+    /// not be recorded (or its endpoint is no longer configured: it stays claimed until its
+    /// claim expires, for a deliverer that knows it).
+    async fn attempt(&self, delivery: &Delivery) -> Option<DeliveryNext> {
+        let hook = self
+            .hooks
+            .iter()
+            .find(|hook| hook.name() == delivery.endpoint)?;
+        let started = lease_now_ms();
+        let clock = Instant::now();
+        let answer = self.send(hook, delivery).await;
+        let latency_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (answer, attempt) = match answer {
+            Ok(answer) => {
+                let Answer::Status { code, .. } = &answer else {
+                    return None;
+                };
+                let error = (!(200..300).contains(code)).then(|| format!("HTTP {code}"));
+                let attempt = DeliveryAttempt::new(started, Some(*code), latency_ms, error);
+                (answer, attempt)
+            }
+            Err(error) => {
+                let text: String = error.chars().take(MAX_ERROR_CHARS).collect();
+                let attempt = DeliveryAttempt::new(started, None, latency_ms, Some(text));
+                (Answer::NoAnswer, attempt)
+            }
+        };
+        let number = u32::try_from(delivery.attempts.len() + 1).unwrap_or(u32::MAX);
+        let next = next_step(
+            &self.policy,
+            &answer,
+            number,
+            delivery.created_at_ms,
+            lease_now_ms(),
+            jitter(),
+        );
+        match self
+            .store
+            .record_attempt(delivery.id, &self.holder, &attempt, next)
+            .await
+        {
+            Ok(()) => {
+                tracing::debug!(delivery = %delivery.id, endpoint = %hook.name(), status = ?attempt.status, ?next, "webhook attempt");
+                Some(next)
+            }
+            Err(error) => {
+                tracing::warn!(delivery = %delivery.id, error = %error_chain_text(&error), "webhook: recording an attempt failed");
+                None
+            }
+        }
+    }
+
+    /// Sends the delivery's event to `hook`, signed; the answer's status, or the transport
+    /// error as text.
+    async fn send(&self, hook: &Webhook, delivery: &Delivery) -> Result<Answer, String> {
+        let payload = body(&delivery.event, hook.format).map_err(|error| error.to_string())?;
+        let timestamp = i64::try_from(lease_now_ms() / 1000).unwrap_or(i64::MAX);
+        let signer =
+            standardwebhooks::Webhook::new(&hook.secret).map_err(|error| error.to_string())?;
+        let signature = signer
+            .sign(&delivery.event.id, timestamp, &payload)
+            .map_err(|error| error.to_string())?;
+        let response = self
+            .client
+            .post(hook.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(
+                standardwebhooks::HEADER_WEBHOOK_ID,
+                delivery.event.id.as_str(),
+            )
+            .header(
+                standardwebhooks::HEADER_WEBHOOK_TIMESTAMP,
+                timestamp.to_string(),
+            )
+            .header(standardwebhooks::HEADER_WEBHOOK_SIGNATURE, signature)
+            .body(payload)
+            .send()
+            .await
+            .map_err(|error| error_chain_text(&error))?;
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<u64>().ok());
+        Ok(Answer::Status {
+            code: response.status().as_u16(),
+            retry_after,
+        })
+    }
+
+    /// Runs rounds every `poll_interval` until `stop` turns true (the server's worker).
+    pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(self.policy.poll_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let stopped = tokio::select! {
+                _ = ticker.tick() => false,
+                _ = stop.wait_for(|stopped| *stopped) => true,
+            };
+            if stopped {
+                break;
+            }
+            if let Err(error) = self.deliver_due().await {
+                tracing::warn!(error = %error_chain_text(&error), "webhooks: a delivery round failed");
+            }
+        }
+    }
+}
