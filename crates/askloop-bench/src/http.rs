@@ -14,6 +14,14 @@
 //! "concurrency":64,"seconds":…,"cycles_per_s":…,"resume_p50_ms":…,"resume_p99_ms":…,
 //! "stream_p50_ms":…,"stream_p99_ms":…,"rss_after_cycles_mb":…,"suspended_runs":…,
 //! "rss_suspended_mb":…,"peak_rss_mb":…}`.
+//!
+//! With `--webhooks` the started server also has one `[[webhooks]]` endpoint, a receiver in
+//! this process on loopback answering 204 to every delivery (issue 34): the line then adds
+//! `"webhooks":true`, `"webhook_deliveries"` (received while the cycles ran),
+//! `"webhook_deliveries_per_s"` (those over the cycles' seconds), `"webhook_events"` (what the
+//! cycles caused: three per cycle, `question.raised`, `question.answered`, `run.completed`),
+//! `"webhook_drain_s"` (from the end of the cycles until all of them had arrived, `null` if not
+//! within 120 s) and `"webhook_duplicates"` (deliveries of a `webhook-id` already received).
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -57,6 +65,10 @@ pub(crate) struct HttpArgs {
     /// Runs left suspended after the cycles, before the memory is read.
     #[arg(long, default_value_t = 10_000)]
     suspended: usize,
+    /// Give the started server a webhook endpoint (a receiver in this process) and report
+    /// the deliveries (not with `--url`).
+    #[arg(long)]
+    webhooks: bool,
 }
 
 /// The scripted model of the started server: the first step asks, the second answers.
@@ -86,6 +98,13 @@ impl Drop for Started {
 
 /// Runs the benchmark and prints its line.
 pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
+    if args.webhooks && args.url.is_some() {
+        bail!("--webhooks starts its own server: not with --url");
+    }
+    let receiver = match args.webhooks {
+        true => Some(crate::receiver::Receiver::start().await?),
+        false => None,
+    };
     let (base, pid, server_name, store_label, sync_label, _started) = match &args.url {
         Some(url) => (
             url.trim_end_matches('/').to_owned(),
@@ -96,7 +115,9 @@ pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
             None,
         ),
         None => {
-            let (started, base, store) = start_server(&args.askloop, args.store.as_deref())?;
+            let hook = receiver.as_ref().map(|receiver| receiver.url.clone());
+            let (started, base, store) =
+                start_server_with(&args.askloop, args.store.as_deref(), hook.as_deref())?;
             let pid = started.child.id();
             let (kind, sync) = describe_store(&store);
             (
@@ -122,6 +143,7 @@ pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
     bench.cycle().await.context("the first cycle failed")?;
 
     let done = Arc::new(AtomicUsize::new(0));
+    let received_before = receiver.as_ref().map_or(0, |receiver| receiver.received());
     let started_at = Instant::now();
     let mut clients = Vec::with_capacity(args.concurrency);
     for _ in 0..args.concurrency {
@@ -145,6 +167,15 @@ pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
         }
     }
     let seconds = started_at.elapsed().as_secs_f64();
+    let hooks = match &receiver {
+        // The first cycle's three events, then three per measured cycle.
+        Some(receiver) => Some(
+            receiver
+                .report(received_before, seconds, 3 * (streams.len() + 1))
+                .await,
+        ),
+        None => None,
+    };
     let rss_after_cycles =
         pid.and_then(|pid| crate::process_memory_mb(&pid.to_string()).map(|memory| memory.0));
 
@@ -156,9 +187,7 @@ pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
         None => (None, None),
     };
 
-    println!(
-        "{}",
-        json!({
+    let mut line = json!({
             "bench": "http",
             "server": server_name,
             "store": store_label,
@@ -175,8 +204,12 @@ pub(crate) async fn run(args: HttpArgs) -> anyhow::Result<()> {
             "suspended_runs": args.suspended,
             "rss_suspended_mb": rss_suspended.map(round),
             "peak_rss_mb": peak.map(round),
-        })
-    );
+    });
+    if let (Some(hooks), Some(object)) = (hooks, line.as_object_mut()) {
+        object.insert("webhooks".into(), json!(true));
+        object.extend(hooks);
+    }
+    println!("{line}");
     Ok(())
 }
 
@@ -187,7 +220,26 @@ pub(crate) fn start_server(
     askloop: &Path,
     store: Option<&str>,
 ) -> anyhow::Result<(Started, String, String)> {
+    start_server_with(askloop, store, None)
+}
+
+/// [`start_server`], with one `[[webhooks]]` endpoint at `webhook` when given (its
+/// askloop.toml in the server's scratch folder).
+fn start_server_with(
+    askloop: &Path,
+    store: Option<&str>,
+    webhook: Option<&str>,
+) -> anyhow::Result<(Started, String, String)> {
     let dir = tempfile::tempdir()?;
+    if let Some(url) = webhook {
+        std::fs::write(
+            dir.path().join("askloop.toml"),
+            format!(
+                "[[webhooks]]\nurl = \"{url}\"\nsecret = \"{}\"\n",
+                crate::receiver::SECRET
+            ),
+        )?;
+    }
     let script = dir.path().join("script.json");
     std::fs::write(&script, SCRIPT)?;
     let store = match store {

@@ -45,6 +45,7 @@ mod connections;
 mod http;
 mod inbox_streams;
 mod local;
+mod receiver;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

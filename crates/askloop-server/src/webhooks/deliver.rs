@@ -37,6 +37,16 @@ pub struct Round {
     pub delivered: usize,
     /// Deliveries failed for good.
     pub failed: usize,
+    /// Deliveries claimed (each attempted once).
+    pub claimed: usize,
+}
+
+impl Round {
+    /// Whether the round did as much as one round may (a full batch fanned out or claimed):
+    /// more may be waiting, so the worker goes on at once instead of waiting for its tick.
+    pub fn was_full(&self) -> bool {
+        self.fanned_out >= FAN_OUT_BATCH || self.claimed >= CLAIM_BATCH
+    }
 }
 
 /// Delivers a store's events to webhook endpoints: the server's background worker
@@ -132,6 +142,7 @@ impl Deliverer {
         let until = now.saturating_add(u64::try_from(claim_for.as_millis()).unwrap_or(u64::MAX));
         let claim = DeliveryClaim::new(self.holder.clone(), now, until, CLAIM_BATCH);
         let claimed = self.store.claim_deliveries(&claim).await?;
+        round.claimed = claimed.len();
         let outcomes =
             futures::future::join_all(claimed.iter().map(|delivery| self.attempt(delivery))).await;
         for next in outcomes.into_iter().flatten() {
@@ -247,8 +258,17 @@ impl Deliverer {
             if stopped {
                 break;
             }
-            if let Err(error) = self.deliver_due().await {
-                tracing::warn!(error = %error_chain_text(&error), "webhooks: a delivery round failed");
+            // Rounds back to back while each finds a full batch (a backlog under load), then
+            // the next tick.
+            loop {
+                match self.deliver_due().await {
+                    Ok(round) if round.was_full() && !*stop.borrow() => {}
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::warn!(error = %error_chain_text(&error), "webhooks: a delivery round failed");
+                        break;
+                    }
+                }
             }
         }
     }
