@@ -10,12 +10,13 @@ use askloop_core::{
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
+use unicode_width::UnicodeWidthStr as _;
 
 use crate::cli::{GlobalArgs, ListArgs};
 use crate::command_line::CommandLine;
 use crate::context::{Access, Context};
 use crate::exit::invalid_because;
-use crate::format::{compact_json, format_time, truncate};
+use crate::format::{compact_json, escape_controls, format_time, truncate};
 use crate::output::{Mode, Output};
 
 /// One row of `runs list --json`: the run's summary (its pending calls in the one wire shape of a
@@ -167,7 +168,8 @@ async fn first_messages(context: &Context, runs: &[ListedRun]) -> Vec<String> {
 }
 
 /// The text of the first user message of `messages`, its white space (newlines too) made
-/// single spaces, cut to [`MESSAGE_WIDTH`] characters.
+/// single spaces and its control characters escaped ([`escape_controls`]), then cut to
+/// [`MESSAGE_WIDTH`] columns: cut after escaping, so the column keeps its width.
 fn first_message(messages: &[Message]) -> String {
     messages
         .iter()
@@ -175,7 +177,7 @@ fn first_message(messages: &[Message]) -> String {
             Message::User { text } => Some(text.split_whitespace().collect::<Vec<_>>().join(" ")),
             _ => None,
         })
-        .map(|text| truncate(&text, MESSAGE_WIDTH))
+        .map(|text| truncate(&escape_controls(&text), MESSAGE_WIDTH))
         .unwrap_or_default()
 }
 
@@ -222,7 +224,7 @@ fn table_lines(runs: &[ListedRun], messages: &[String]) -> Vec<String> {
     let widths: Vec<usize> = (0..5)
         .map(|column| {
             rows.iter()
-                .map(|row| row[column].chars().count())
+                .map(|row| row[column].width())
                 .max()
                 .unwrap_or(0)
         })
@@ -231,7 +233,9 @@ fn table_lines(runs: &[ListedRun], messages: &[String]) -> Vec<String> {
         .map(|row| {
             let mut line = String::new();
             for (column, width) in widths.iter().enumerate() {
-                line.push_str(&format!("{:<width$}  ", row[column]));
+                // Padded by display width: a wide character takes two columns.
+                line.push_str(&row[column]);
+                line.push_str(&" ".repeat(width - row[column].width() + 2));
             }
             line.push_str(&row[5]);
             line.trim_end().to_owned()
