@@ -223,6 +223,13 @@ pub fn repeats_recorded_answer(
     if same(normalize_answer(schema.as_ref(), answer.clone())) {
         return true;
     }
+    // The recorded own words, given as a plain string (even one that reads as an option's
+    // number, e.g. own words "99").
+    if let Value::String(text) = answer
+        && answered_with(state, tool_call_id, &serde_json::json!({"other": text.trim()}))
+    {
+        return true;
+    }
     let typed: Option<Vec<&str>> = match answer {
         Value::String(text) => Some(vec![text.as_str()]),
         Value::Array(items) => items.iter().map(Value::as_str).collect(),

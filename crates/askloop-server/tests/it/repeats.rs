@@ -144,6 +144,7 @@ async fn own_words_repeated_as_a_plain_string_are_the_same_answer(backend: Backe
         json!(" Porto, slowly "),
         json!({"other": "Porto, slowly"}),
     ] {
+        // (each repeat of the own words recorded by the first answer)
         let (status, note) = call(
             &router,
             "POST",
