@@ -384,9 +384,12 @@ function choiceControl(id: string, field: FormField, allowOther: boolean): Contr
     inputs: () => [...choices.map((c) => c.input), ...(other ? [other.input, other.text] : [])],
     read() {
       const picked: unknown[] = choices.filter((c) => c.input.checked).map((c) => c.choice.value);
-      if (other?.input.checked) {
-        const text = other.text.value;
-        if (text.trim() === "") return { ok: false, problem: "Write your own answer, or pick a choice." };
+      // Own words typed as white space only unpick "Other" (see the input listener) but are
+      // still an attempt at them: ask for the words, not for a choice.
+      const blankOwnWords = other !== null && other.text.value !== "" && other.text.value.trim() === "";
+      if (other?.input.checked || (blankOwnWords && picked.length === 0)) {
+        const text = other?.text.value ?? "";
+        if (text.trim() === "") return { ok: false, problem: "Type your own answer (it is empty), or pick a choice." };
         picked.push({ other: text });
       }
       if (picked.length === 0) return { ok: false, problem: multi ? "Choose at least one." : "Choose one." };

@@ -275,7 +275,10 @@ impl Context {
         let stored = self.load_stored(run).await?;
         let live = stored.lease.as_ref().is_some_and(|lease| lease.is_live());
         let status = match stored.state.status() {
-            RunStatus::Running if live => "another process is running it now".to_owned(),
+            RunStatus::Running if live => match &stored.lease {
+                Some(lease) => self.lease_note(run, lease.expires_at_ms),
+                None => "another process is running it now".to_owned(),
+            },
             RunStatus::Running => {
                 format!("the process that took it stopped before finishing: run `{continue_run}`")
             }
@@ -293,6 +296,18 @@ impl Context {
              nothing changed; {status}"
         )?;
         Ok(())
+    }
+
+    /// What a live lease of `run` ending at `expires_at_ms` (ms since the Unix epoch) means for
+    /// a person: the process that took the run holds it until then (true whether that process
+    /// lives or was killed), and `runs continue` works from then if it stopped.
+    pub(crate) fn lease_note(&self, run: &RunKey, expires_at_ms: u64) -> String {
+        format!(
+            "the process that took it holds the run until {} UTC (renewed while it lives); if \
+             that process stopped, `{}` works from then",
+            format_time(expires_at_ms),
+            self.command("runs continue").run(run)
+        )
     }
 
     /// What to do about a thread whose turn `running` runs: wait, cancel it, or continue it

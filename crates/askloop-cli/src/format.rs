@@ -7,6 +7,7 @@ use askloop_core::form::{Field, FieldKind};
 use askloop_core::model::ToolResult;
 use askloop_core::{PendingToolCall, is_blank};
 use serde_json::Value;
+use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
 
 /// Whether printing `c` raw could drive the terminal rather than show text: C0 controls
 /// (ESC, CR, BEL, backspace, …) except newline and tab, DEL, C1 controls (U+0080 to U+009F,
@@ -258,16 +259,25 @@ fn thousands(number: usize) -> String {
     grouped
 }
 
-/// The text cut to `max` characters, with `…` when cut; newlines become spaces.
+/// The text cut to `max` columns of a terminal (display width: a wide character counts two),
+/// with `…` when cut; newlines become spaces.
 pub(crate) fn truncate(text: &str, max: usize) -> String {
     let flat = text.replace('\n', " ");
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-        cut.push('…');
-        cut
+    if flat.width() <= max {
+        return flat;
     }
+    let mut cut = String::new();
+    let mut used = 0;
+    for c in flat.chars() {
+        let width = c.width().unwrap_or(0);
+        if used + width > max.saturating_sub(1) {
+            break;
+        }
+        used += width;
+        cut.push(c);
+    }
+    cut.push('…');
+    cut
 }
 
 /// A tool result in one line, for people: its `content` text (or compact JSON), and whether

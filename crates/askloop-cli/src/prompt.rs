@@ -8,6 +8,7 @@ use askloop_core::PendingToolCall;
 use askloop_core::answer::answer_from_inputs;
 use askloop_core::form::{Choice, Field, FieldKind, Property};
 use inquire::list_option::ListOption;
+use inquire::ui::{Color, RenderConfig, Styled};
 use inquire::validator::Validation;
 use inquire::{Confirm, CustomUserError, InquireError, MultiSelect, Select, Text};
 use serde_json::Value;
@@ -124,6 +125,7 @@ fn help(keys: Option<&str>, call: &PendingToolCall) -> String {
 /// has none). An object's heading (the question, or the tool and its payload) is printed
 /// first, then one prompt per property.
 fn ask_on_terminal(call: &PendingToolCall, output: &mut Output) -> anyhow::Result<Value> {
+    set_prompt_look();
     let question = question_of(call);
     let field = question
         .field
@@ -143,6 +145,15 @@ fn ask_on_terminal(call: &PendingToolCall, output: &mut Output) -> anyhow::Resul
         output.line(&message)?;
     }
     Ok(ask_field(&message, &field, call)?)
+}
+
+/// Sets how inquire draws every prompt of askloop: Esc shows `<left for later>` after the
+/// question (the question waits for a later answer; inquire's `<canceled>` reads as if the run
+/// was cancelled).
+fn set_prompt_look() {
+    inquire::set_global_render_config(RenderConfig::default().with_canceled_prompt_indicator(
+        Styled::new("<left for later>").with_fg(Color::DarkYellow),
+    ));
 }
 
 /// Asks for `field` with `message`: a select, a multi-select, a confirm, a text input that
@@ -444,6 +455,7 @@ const APPROVAL_CHOICES: [&str; 3] = ["Allow", "Edit the arguments, then allow", 
 /// reason for the model). The answer is the reference framework's approval data,
 /// `{"approved": …, "reason"?: …}`, with askloop's `args` for edited arguments.
 fn ask_approval_on_terminal(call: &PendingToolCall) -> Result<Value, InquireError> {
+    set_prompt_look();
     let message = approval_line(call);
     let choice = Select::new(&format!("{message} - allow it?"), APPROVAL_CHOICES.to_vec())
         .with_help_message(&help(Select::<&str>::DEFAULT_HELP_MESSAGE, call))

@@ -274,6 +274,7 @@ impl ConfigRegistry {
     async fn build(&self, definition: &AgentDefinition, spec: &Spec) -> anyhow::Result<Agent> {
         ensure_available(spec.parsed()).await?;
         status::set(Phase::LoadingModel);
+        self.hooks.at_model_load().await;
         let model = status::observe(self.hooks.wrap_model(build_model(spec).await?));
         let mcp = self.mcp_of(definition).await?;
         let extra = self.hooks.tools();

@@ -46,18 +46,38 @@ pub enum AnswerError {
         count: usize,
     },
     /// The input is no label, no label's number, and no label ignoring case.
-    #[error("{input:?} is not one of the labels {} or their numbers 1 to {}", quoted(labels), labels.len())]
+    #[error("{input:?} is not one of the labels {} or their numbers 1 to {}{}", quoted(labels), labels.len(), own_words_welcome(*own_words))]
     UnknownLabel {
         /// The input.
         input: String,
         /// Every label, in order.
         labels: Vec<String>,
+        /// Whether the question also takes the person's own words (`{"other": "…"}`).
+        own_words: bool,
+    },
+    /// The input is a bare whole number that is no option's number (nor a label): a number is
+    /// read as an option's number, never silently as the person's own words.
+    #[error("there is no option {input}: the options are 1 to {count}{}", number_as_own_words(input, *own_words))]
+    NoSuchOption {
+        /// The input, trimmed (ASCII digits only).
+        input: String,
+        /// How many options there are.
+        count: usize,
+        /// Whether the question also takes the person's own words (`{"other": "…"}`).
+        own_words: bool,
+    },
+    /// The input for a select is blank (empty or only whitespace).
+    #[error("the answer is empty; choose a label or its number{}", own_words_welcome(*own_words))]
+    Blank {
+        /// Whether the question also takes the person's own words (`{"other": "…"}`).
+        own_words: bool,
     },
     /// The input matches several labels ignoring case.
     #[error(
-        "{input:?} matches several labels ({}); give one exactly: {}",
+        "{input:?} matches several labels ({}); give one exactly: {}{}",
         quoted(matches),
-        quoted(labels)
+        quoted(labels),
+        own_words_welcome(*own_words)
     )]
     AmbiguousLabel {
         /// The input.
@@ -66,6 +86,8 @@ pub enum AnswerError {
         matches: Vec<String>,
         /// Every label, in order.
         labels: Vec<String>,
+        /// Whether the question also takes the person's own words (`{"other": "…"}`).
+        own_words: bool,
     },
     /// A multi-select names the same choice twice.
     #[error("{label:?} is chosen twice; name each label once")]
@@ -91,6 +113,28 @@ pub enum AnswerError {
         /// Each problem, in words.
         problems: Vec<String>,
     },
+}
+
+/// The end of a refusal of a question that takes the person's own words: they are welcome.
+fn own_words_welcome(own_words: bool) -> &'static str {
+    if own_words {
+        "; your own words are welcome too (any text that names no label)"
+    } else {
+        ""
+    }
+}
+
+/// The end of [`AnswerError::NoSuchOption`]: how to give the number as the person's own words,
+/// when the question takes them.
+fn number_as_own_words(input: &str, own_words: bool) -> String {
+    if own_words {
+        format!(
+            "; to give {input:?} as your own words, answer {}",
+            serde_json::json!({"other": input})
+        )
+    } else {
+        String::new()
+    }
 }
 
 fn quoted(labels: &[String]) -> String {
@@ -160,8 +204,10 @@ pub fn answered_with(state: &RunState, tool_call_id: &ToolCallId, answer: &Value
 /// Whether `answer` to call `tool_call_id`, which is no longer pending, repeats the answer the
 /// run recorded for it: the same JSON, or the same once read as its question reads answers (a
 /// label's number or a label in another case is that label: [`normalize_answer`] with
-/// [`answered_question_schema`]). The one rule for repeats of every front end: a repeat is a
-/// harmless note, a different answer is refused.
+/// [`answered_question_schema`]; a string, or an array of strings, read as typed input is the
+/// same too, so a plain string equal to the recorded own words `{"other": "…"}` repeats them).
+/// The one rule for repeats of every front end: a repeat is a harmless note, a different
+/// answer is refused.
 pub fn repeats_recorded_answer(
     state: &RunState,
     tool_call_id: &ToolCallId,
@@ -171,8 +217,29 @@ pub fn repeats_recorded_answer(
         return true;
     }
     let schema = answered_question_schema(state, tool_call_id);
-    normalize_answer(schema.as_ref(), answer.clone())
-        .is_ok_and(|normalized| answered_with(state, tool_call_id, &normalized))
+    let same = |read: Result<Value, AnswerError>| {
+        read.is_ok_and(|normalized| answered_with(state, tool_call_id, &normalized))
+    };
+    if same(normalize_answer(schema.as_ref(), answer.clone())) {
+        return true;
+    }
+    // The recorded own words, given as a plain string (even one that reads as an option's
+    // number, e.g. own words "99").
+    if let Value::String(text) = answer
+        && answered_with(
+            state,
+            tool_call_id,
+            &serde_json::json!({"other": text.trim()}),
+        )
+    {
+        return true;
+    }
+    let typed: Option<Vec<&str>> = match answer {
+        Value::String(text) => Some(vec![text.as_str()]),
+        Value::Array(items) => items.iter().map(Value::as_str).collect(),
+        _ => None,
+    };
+    typed.is_some_and(|inputs| same(answer_from_inputs(schema.as_ref(), &inputs)))
 }
 
 /// `answer` (JSON given as such, e.g. `--answer-json`) with every string it holds for a select
@@ -270,7 +337,8 @@ impl Field {
     /// by commas. When the field takes the person's own words, a part that names no label is
     /// such words, and a line none of whose parts names a label is one answer in them.
     fn parse_selection(&self, choices: &[Choice], input: &str) -> Result<Value, AnswerError> {
-        if let Ok(choice) = resolve(choices, input) {
+        let own_words = self.takes_own_words();
+        if let Ok(choice) = resolve(choices, input, own_words) {
             return selection(choices, vec![choice.value.clone()]);
         }
         if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(input) {
@@ -280,8 +348,11 @@ impl Field {
             .split(',')
             .filter(|part| !part.trim().is_empty())
             .collect();
-        let own_words = self.takes_own_words();
-        if own_words && !parts.iter().any(|part| resolve(choices, part).is_ok()) {
+        if own_words
+            && !parts
+                .iter()
+                .any(|part| resolve(choices, part, own_words).is_ok())
+        {
             return item(choices, input, true).map(|value| Value::Array(vec![value]));
         }
         let mut picked = Vec::with_capacity(parts.len());
@@ -297,11 +368,14 @@ impl Field {
     /// As [`normalize_answer`].
     pub fn normalize(&self, value: Value) -> Result<Value, AnswerError> {
         match (&self.kind, value) {
-            (FieldKind::Select { choices }, value) => Ok(pick(choices, value)?),
+            (FieldKind::Select { choices }, value) => {
+                Ok(pick(choices, value, self.takes_own_words())?)
+            }
             (FieldKind::MultiSelect { choices }, Value::Array(items)) => {
+                let own_words = self.takes_own_words();
                 let mut picked = Vec::with_capacity(items.len());
                 for item in items {
-                    let value = pick(choices, item)?;
+                    let value = pick(choices, item, own_words)?;
                     if picked.contains(&value) {
                         return Err(AnswerError::Repeated {
                             label: label_of(choices, &value),
@@ -326,12 +400,13 @@ impl Field {
 
 /// A JSON value given for a select: a choice's value as it is, else a string resolved as typed
 /// input; anything else (a number too: JSON says what it means) is left for the schema check.
-fn pick(choices: &[Choice], value: Value) -> Result<Value, AnswerError> {
+/// `own_words`: whether the question takes the person's own words (said in refusals).
+fn pick(choices: &[Choice], value: Value, own_words: bool) -> Result<Value, AnswerError> {
     if choices.iter().any(|choice| choice.value == value) {
         return Ok(value);
     }
     match &value {
-        Value::String(input) => Ok(resolve(choices, input)?.value.clone()),
+        Value::String(input) => Ok(resolve(choices, input, own_words)?.value.clone()),
         _ => Ok(value),
     }
 }
@@ -364,15 +439,16 @@ fn selection(choices: &[Choice], picked: Vec<Value>) -> Result<Value, AnswerErro
     Ok(Value::Array(values))
 }
 
-/// The value `input` gives one item of a select: the choice it names; else, with `own_words`
-/// and input that is not blank, the person's own words `{"other": "<input, trimmed>"}`.
+/// The value `input` gives one item of a select: the choice it names; else, with `own_words`,
+/// the person's own words `{"other": "<input, trimmed>"}` (never a blank input or a bare
+/// number: [`resolve`] refuses those).
 ///
 /// # Errors
 /// As [`resolve`] (an unknown label only without `own_words`).
 fn item(choices: &[Choice], input: &str, own_words: bool) -> Result<Value, AnswerError> {
-    match resolve(choices, input) {
+    match resolve(choices, input, own_words) {
         Ok(choice) => Ok(choice.value.clone()),
-        Err(AnswerError::UnknownLabel { .. }) if own_words && !is_blank(input) => {
+        Err(AnswerError::UnknownLabel { .. }) if own_words => {
             Ok(serde_json::json!({"other": input.trim()}))
         }
         Err(error) => Err(error),
@@ -381,9 +457,21 @@ fn item(choices: &[Choice], input: &str, own_words: bool) -> Result<Value, Answe
 
 /// The choice `input` names: its exact label; else its label ignoring surrounding spaces; else
 /// its number (from 1); else its label ignoring case, when only one matches.
-fn resolve<'a>(choices: &'a [Choice], input: &str) -> Result<&'a Choice, AnswerError> {
+///
+/// # Errors
+/// [`AnswerError::Blank`] for blank input that is no label, [`AnswerError::NoSuchOption`] for
+/// a bare whole number that is no option's number, [`AnswerError::AmbiguousLabel`],
+/// [`AnswerError::UnknownLabel`]; each says whether `own_words` are welcome.
+fn resolve<'a>(
+    choices: &'a [Choice],
+    input: &str,
+    own_words: bool,
+) -> Result<&'a Choice, AnswerError> {
     if let Some(choice) = choices.iter().find(|choice| choice.label == input) {
         return Ok(choice);
+    }
+    if is_blank(input) {
+        return Err(AnswerError::Blank { own_words });
     }
     let trimmed = input.trim();
     let same: Vec<&Choice> = choices
@@ -406,14 +494,21 @@ fn resolve<'a>(choices: &'a [Choice], input: &str) -> Result<&'a Choice, AnswerE
     let labels = || choices.iter().map(|choice| choice.label.clone()).collect();
     match matches.as_slice() {
         [choice] => Ok(choice),
+        [] if trimmed.bytes().all(|byte| byte.is_ascii_digit()) => Err(AnswerError::NoSuchOption {
+            input: trimmed.to_owned(),
+            count: choices.len(),
+            own_words,
+        }),
         [] => Err(AnswerError::UnknownLabel {
             input: trimmed.to_owned(),
             labels: labels(),
+            own_words,
         }),
         several => Err(AnswerError::AmbiguousLabel {
             input: trimmed.to_owned(),
             matches: several.iter().map(|choice| choice.label.clone()).collect(),
             labels: labels(),
+            own_words,
         }),
     }
 }
@@ -454,7 +549,7 @@ mod tests {
         let error = answer(&schema, &["3"]).unwrap_err();
         assert_eq!(
             error.to_string(),
-            r#""3" is not one of the labels "Main", "docs" or their numbers 1 to 2"#
+            "there is no option 3: the options are 1 to 2"
         );
         assert_eq!(
             answer(&schema, &["a", "b"]),
@@ -518,10 +613,10 @@ mod tests {
         assert_eq!(answer(&single, &["bob"]), Ok(json!("Bob")));
         assert_eq!(answer(&single, &["2"]), Ok(json!("Bob")));
         assert_eq!(answer(&single, &[" Maria "]), Ok(json!({"other": "Maria"})));
-        assert!(matches!(
+        assert_eq!(
             answer(&single, &["  "]),
-            Err(AnswerError::UnknownLabel { .. })
-        ));
+            Err(AnswerError::Blank { own_words: true })
+        );
         let several = json!({"type": "array", "items": own(json!({"type": "string",
             "enum": ["food", "hiking"]})), "minItems": 1, "uniqueItems": true});
         assert!(Field::from_schema(&several).takes_own_words());
@@ -554,6 +649,80 @@ mod tests {
             answer(&multi(), &["eu, mars"]),
             Err(AnswerError::UnknownLabel { .. })
         ));
+    }
+
+    /// A pick-one schema taking the person's own words, as `ask_user` with `allow_other` makes.
+    fn own_words_question(labels: &[&str]) -> Value {
+        json!({"anyOf": [{"type": "string", "enum": labels}, {"type": "object",
+            "properties": {"other": {"type": "string", "minLength": 1}},
+            "required": ["other"], "additionalProperties": false}]})
+    }
+
+    #[test]
+    fn issue33_a_bare_number_is_an_options_number_never_silently_own_words() {
+        let seven = own_words_question(&["a", "b", "c", "d", "e", "f", "g"]);
+        let error = answer(&seven, &["99"]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            r#"there is no option 99: the options are 1 to 7; to give "99" as your own words, answer {"other":"99"}"#
+        );
+        assert!(matches!(
+            answer(&seven, &[" 0 "]),
+            Err(AnswerError::NoSuchOption { .. })
+        ));
+        assert_eq!(answer(&seven, &["7"]), Ok(json!("g")));
+        // Own words holding a number are still own words.
+        assert_eq!(
+            answer(&seven, &["99 red balloons"]),
+            Ok(json!({"other": "99 red balloons"}))
+        );
+        // A label that is literally the number wins.
+        let literal = own_words_question(&["1", "99"]);
+        assert_eq!(answer(&literal, &["99"]), Ok(json!("99")));
+        // Without own words the refusal is the same kind, without the hint.
+        let labels_only = json!({"type": "string", "enum": ["Main", "docs"]});
+        assert_eq!(
+            answer(&labels_only, &["3"]).unwrap_err().to_string(),
+            "there is no option 3: the options are 1 to 2"
+        );
+        // In a pick-several too, item by item.
+        let several = json!({"type": "array", "items": own_words_question(&["food", "hiking"]),
+            "minItems": 1, "uniqueItems": true});
+        assert!(matches!(
+            answer(&several, &["food, 99"]),
+            Err(AnswerError::NoSuchOption { .. })
+        ));
+        assert!(matches!(
+            answer(&several, &["99"]),
+            Err(AnswerError::NoSuchOption { .. })
+        ));
+    }
+
+    #[test]
+    fn issue33_a_blank_answer_to_a_pick_one_is_empty_and_own_words_are_welcome() {
+        let question = own_words_question(&["alpha", "beta", "gamma", "GAMMA"]);
+        for blank in ["", "   ", "\t"] {
+            assert_eq!(
+                answer(&question, &[blank]).unwrap_err().to_string(),
+                "the answer is empty; choose a label or its number; your own words are welcome \
+                 too (any text that names no label)",
+                "{blank:?}"
+            );
+        }
+        let ambiguous = answer(&question, &["Gamma"]).unwrap_err().to_string();
+        assert!(
+            ambiguous.ends_with("your own words are welcome too (any text that names no label)"),
+            "{ambiguous}"
+        );
+        let labels_only = json!({"type": "string", "enum": ["Main", "docs"]});
+        assert_eq!(
+            answer(&labels_only, &[" "]).unwrap_err().to_string(),
+            "the answer is empty; choose a label or its number"
+        );
+        assert_eq!(
+            answer(&labels_only, &["x"]).unwrap_err().to_string(),
+            r#""x" is not one of the labels "Main", "docs" or their numbers 1 to 2"#
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use askloop_core::answer::{
-    answer_from_inputs, answered_question_schema, answered_with, normalize_answer,
+    AnswerError, answer_from_inputs, answered_question_schema, answered_with, normalize_answer,
 };
 use askloop_core::store::RunState;
 use askloop_core::{ResumeError, RunKey, RunStatus, ToolCallId};
@@ -75,7 +75,7 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
                     context.already_answered(&run, &tool_call_id).await?;
                     return Ok(ExitCode::SUCCESS);
                 }
-                Err(error) => return Err(refusal(context, &run, error)),
+                Err(error) => return Err(refusal(context, &run, error).await),
             };
             session.follow(stream, Origin::Stored).await?;
             Ok(ExitCode::SUCCESS)
@@ -216,8 +216,9 @@ fn without_final_newline(mut text: String) -> String {
 
 /// The JSON answer `given` makes for the call it goes to (the one named, else the only
 /// pending one), read with that call's resume schema in the answer forms of
-/// [`askloop_core::answer`]. For a call that is not pending (the core then refuses the resume
-/// and says why) typed text is a JSON string.
+/// [`askloop_core::answer`]. For a named call that is not pending, the text (or JSON) as it was
+/// when its question's forms do not read it: the core then refuses the resume and says why
+/// (already answered, unknown call), the call's state before the answer's form.
 ///
 /// # Errors
 /// Invalid input for an unknown or ambiguous label, or input the schema does not take.
@@ -241,21 +242,50 @@ fn answer_for(
     let schema = call
         .and_then(|call| call.resume_schema.as_ref())
         .or(answered_schema.as_ref());
-    let answer = match given {
-        Given::Typed(inputs) => answer_from_inputs(schema, &inputs),
-        Given::Json(value) => normalize_answer(schema, value),
+    let (answer, raw) = match given {
+        Given::Typed(inputs) => {
+            let raw = match inputs.as_slice() {
+                [one] => Value::String(one.clone()),
+                _ => Value::from(inputs.clone()),
+            };
+            (answer_from_inputs(schema, &inputs), raw)
+        }
+        Given::Json(value) => (normalize_answer(schema, value.clone()), value),
     };
-    answer.map_err(|error| match call {
-        Some(call) => invalid(format!(
-            "invalid answer for {} call {}: {error}",
-            call.tool_name, call.tool_call_id
-        )),
-        None => invalid(format!("invalid answer: {error}")),
-    })
+    match (answer, call) {
+        (Ok(answer), _) => Ok(answer),
+        (Err(error), Some(call)) => {
+            // The flag that gives a number as the person's own words.
+            let flag = match &error {
+                AnswerError::NoSuchOption {
+                    input,
+                    own_words: true,
+                    ..
+                } => format!(" (--answer-json '{}')", serde_json::json!({"other": input})),
+                _ => String::new(),
+            };
+            Err(invalid(format!(
+                "invalid answer for {} call {}: {error}{flag}",
+                call.tool_name, call.tool_call_id
+            )))
+        }
+        // The call's state comes before the answer's form: a call that is not pending (answered
+        // already, or no call of the run) is refused as such by the core, whatever was typed.
+        (Err(_), None) if tool_call_id.is_some() => Ok(raw),
+        (Err(error), None) => Err(invalid(format!("invalid answer: {error}"))),
+    }
 }
 
-/// A refused resume of `run`, with a hint where a flag fixes it.
-fn refusal(context: &Context, run: &RunKey, error: ResumeError) -> anyhow::Error {
+/// A refused resume of `run`, with a hint where a flag fixes it; another answer claimed first
+/// by a process that still holds the run says until when, and what works from then.
+async fn refusal(context: &Context, run: &RunKey, error: ResumeError) -> anyhow::Error {
+    if let ResumeError::Conflict { .. } = &error
+        && let Ok(stored) = context.load_stored(run).await
+        && let Some(lease) = stored.lease.as_ref().filter(|lease| lease.is_live())
+    {
+        let line = format!("{error}; {}", context.lease_note(run, lease.expires_at_ms));
+        return anyhow::Error::new(error).context(line);
+    }
     match &error {
         ResumeError::Ambiguous { .. } | ResumeError::UnknownToolCall { .. } => {
             invalid(format!("{error}; pass one with --tool-call-id"))

@@ -38,7 +38,15 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
     .await?;
     context
         .run(async |context| {
-            let agent = context.agent_for_new_run(&args.agent).await?;
+            // Ctrl-C while the model loads ends the process at once: say that nothing started.
+            let interrupt = crate::interrupt::Interrupt::get();
+            interrupt.set_farewell(Some(format!(
+                "stopped before the run started; nothing was stored; run it again with `{}`",
+                again(context, &args, &prompt)
+            )));
+            let agent = context.agent_for_new_run(&args.agent).await;
+            interrupt.set_farewell(None);
+            let agent = agent?;
             let mut options = RunOptions::new().by("cli");
             options.thread_id = args.thread.map(ThreadId::new);
             options.resource_id = args.resource.map(ResourceId::new);
@@ -49,4 +57,22 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
             Ok(ExitCode::SUCCESS)
         })
         .await
+}
+
+/// The command that starts this run again: the same store, config, agent, model, thread,
+/// resource, output format and prompt.
+fn again(context: &Context, args: &RunArgs, prompt: &str) -> crate::command_line::CommandLine {
+    let mut command = context
+        .command("run")
+        .agent(&args.agent)
+        .model(context.model_flag.as_deref())
+        .flag("--thread", args.thread.as_deref())
+        .flag("--resource", args.resource.as_deref());
+    if args.json {
+        command = command.raw("--json");
+    }
+    if prompt.starts_with('-') {
+        command = command.raw("--");
+    }
+    command.arg(prompt)
 }

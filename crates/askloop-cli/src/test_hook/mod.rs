@@ -7,7 +7,8 @@
 //! - `before-commit`: just before the Nth update of a run is sent to the store (claims
 //!   included; the insert of a new run is not counted);
 //! - `after-commit`: just after the Nth update is stored, before anything else happens;
-//! - `model-stream`: after the first event of the Nth model call, while the model streams.
+//! - `model-stream`: after the first event of the Nth model call, while the model streams;
+//! - `model-load`: while the model is being loaded, before the run starts (`N` is ignored).
 //!
 //! `N` defaults to 1. On reaching it the process prints `askloop-test: paused at POINT#N` on
 //! stderr and waits forever (the run's lease is still renewed, as by a live process).
@@ -74,6 +75,13 @@ impl TestHooks {
         }
     }
 
+    /// Waits forever when the pause point is the model's load.
+    pub(crate) async fn at_model_load(self) {
+        if let Some(pause) = self.pause {
+            pause.at_model_load().await;
+        }
+    }
+
     /// The tools every agent gets besides its own: `test_pay` when asked for.
     pub(crate) fn tools(self) -> Vec<Arc<dyn DynTool>> {
         if self.tools {
@@ -104,6 +112,10 @@ impl TestHooks {
     pub(crate) fn wrap_model(self, model: Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {
         model
     }
+
+    /// Nothing to wait for.
+    #[allow(clippy::unused_async)]
+    pub(crate) async fn at_model_load(self) {}
 
     /// No extra tools.
     pub(crate) fn tools(self) -> Vec<Arc<dyn DynTool>> {

@@ -21,6 +21,7 @@ enum Point {
     BeforeCommit,
     AfterCommit,
     ModelStream,
+    ModelLoad,
 }
 
 /// A pause point and how many times to pass it first.
@@ -53,6 +54,7 @@ impl Pause {
             "before-commit" => Point::BeforeCommit,
             "after-commit" => Point::AfterCommit,
             "model-stream" => Point::ModelStream,
+            "model-load" => Point::ModelLoad,
             _ => return Err(invalid(format!("invalid {PAUSE_ENV}: {text:?}"))),
         };
         Ok(Some(Self { point, nth }))
@@ -66,7 +68,7 @@ impl Pause {
                 pause: self,
                 commits: AtomicUsize::new(0),
             }),
-            Point::ModelStream => store,
+            Point::ModelStream | Point::ModelLoad => store,
         }
     }
 
@@ -79,6 +81,13 @@ impl Pause {
                 calls: AtomicUsize::new(0),
             }),
             _ => model,
+        }
+    }
+
+    /// Waits forever here when the pause point is the model's load.
+    pub(crate) async fn at_model_load(self) {
+        if self.point == Point::ModelLoad {
+            pause_here("model-load").await;
         }
     }
 }

@@ -276,6 +276,29 @@ pub fn after_a_resume_claimed_the_call(crash: &Crash) {
         same.stderr.contains("already answered with this answer"),
         "{same:#?}"
     );
+    // Issue 33: true whether the process lives or was killed: it holds the run until its
+    // lease ends, and `runs continue` works from then.
+    assert!(
+        same.stderr.contains("holds the run until")
+            && same.stderr.contains("runs continue")
+            && same.stderr.contains("works from then")
+            && !same.stderr.contains("running it now"),
+        "{same:#?}"
+    );
+    let other = crash
+        .run(&[
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "c1",
+            "--answer",
+            "docs",
+        ])
+        .code(1);
+    assert!(
+        other.stderr.contains("holds the run until") && other.stderr.contains("works from then"),
+        "{other:#?}"
+    );
     crash.wait_for_expiry(&run_id);
     // Another answer: the process that took the first one stopped; what to run.
     let other = crash

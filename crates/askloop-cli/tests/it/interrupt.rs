@@ -110,3 +110,43 @@ fn issue_9_sigterm_and_sighup_end_a_run_as_cleanly_as_ctrl_c() {
         assert_eq!(out.stdout, "Hello there.\n", "{signal}");
     }
 }
+
+/// Issue 33: Ctrl-C while the model loads ("Loading the model… 6s") says the run had not
+/// started, that nothing was stored, and the command to run it again; exit 130.
+#[test]
+fn issue33_ctrl_c_while_the_model_loads_says_nothing_was_stored_and_how_to_run_again() {
+    use std::io::{BufRead, BufReader, Read};
+
+    let dir = TestDir::new();
+    let spec = dir.script("text.json", JUST_TEXT);
+    let store = dir.store_url();
+    let mut command = dir.command(&["--store", &store, "run", "--model", &spec, "Plan a trip"]);
+    command.env("ASKLOOP_TEST_PAUSE_AT", "model-load");
+    command.stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("paused at model-load") {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "{seen}");
+        seen.push_str(&line);
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    stderr.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}");
+    assert!(
+        seen.contains("stopped before the run started; nothing was stored; run it again with `"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains(" run --model ") && seen.contains("'Plan a trip'`"),
+        "{seen}"
+    );
+    let runs = dir.run(&["runs", "list", "--json"]).success().json();
+    assert_eq!(runs, serde_json::json!([]), "nothing was stored");
+}

@@ -335,3 +335,68 @@ fn an_answer_file_is_read_without_its_final_newline() {
         missing.stderr
     );
 }
+
+/// One pick-one question taking own words, with seven options, two alike ignoring case.
+const SEVEN_OPTIONS: &str = r#"{"steps":[
+  {"toolCalls":[{"id":"q1","name":"ask_user","args":{"question":"Which?","options":[
+    {"label":"alpha"},{"label":"beta"},{"label":"gamma"},{"label":"Gamma"},{"label":"delta"},
+    {"label":"epsilon"},{"label":"zeta"}]}}]},
+  {"text":"Done."}
+]}"#;
+
+#[test]
+fn issue33_findings_a_number_out_of_range_a_blank_answer_and_the_call_state_first() {
+    let dir = TestDir::new();
+    let spec = dir.script("seven.json", SEVEN_OPTIONS);
+    let run_id = dir.start_suspended(&spec);
+    let resume = |answer: &str| {
+        dir.run(&[
+            "resume",
+            &run_id,
+            "--tool-call-id",
+            "q1",
+            "--answer",
+            answer,
+        ])
+    };
+    // A: a number that is no option's number is refused, saying how to give it as own words.
+    let out = resume("99").code(2);
+    assert!(
+        out.stderr
+            .contains("there is no option 99: the options are 1 to 7"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(r#"--answer-json '{"other":"99"}'"#),
+        "{}",
+        out.stderr
+    );
+    // B: a blank answer is empty, and own words are welcome.
+    for blank in ["", "   ", "\t"] {
+        let out = resume(blank).code(2);
+        assert!(out.stderr.contains("the answer is empty"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("own words are welcome"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert_eq!(dir.show(&run_id)["status"], "suspended");
+    // C: once answered, an ambiguous label is refused as already answered.
+    dir.run(&[
+        "resume",
+        &run_id,
+        "--tool-call-id",
+        "q1",
+        "--answer-json",
+        r#"{"other":"99"}"#,
+    ])
+    .success();
+    assert_eq!(tool_results(&dir.show(&run_id)).len(), 1);
+    let out = resume("GAMMA").code(2);
+    assert!(out.stderr.contains("already answered"), "{}", out.stderr);
+    assert!(!out.stderr.contains("matches several"), "{}", out.stderr);
+    // D: the own words again as plain text are the same answer.
+    resume("99").success();
+}

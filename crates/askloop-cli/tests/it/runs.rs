@@ -177,3 +177,37 @@ fn issue33_runs_list_shows_each_runs_first_message_on_one_line() {
         "{listed}"
     );
 }
+
+#[test]
+fn issue33_runs_list_cuts_the_message_after_escaping_so_columns_align() {
+    let dir = TestDir::new();
+    let spec = dir.script("ask.json", crate::support::ASK_THEN_ANSWER);
+    let escapes = format!("{}clear me{}", "\u{1b}[2J".repeat(6), "\u{7}".repeat(5));
+    dir.run(&["run", "--model", &spec, &escapes]).success();
+    dir.run(&[
+        "run",
+        "--model",
+        &spec,
+        "旅行の計画を立てて、リスボンへの三日間の旅を手伝ってください",
+    ])
+    .success();
+    dir.run(&["run", "--model", &spec, "Plan a trip"]).success();
+    let table = dir.run(&["runs", "list"]).success().stdout;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    // The QUESTION column starts at the same terminal column on every line.
+    let question_column = |line: &str| {
+        let at = line
+            .find("Which repo?")
+            .or_else(|| line.find("QUESTION"))
+            .unwrap();
+        unicode_width::UnicodeWidthStr::width(&line[..at])
+    };
+    let header = question_column(lines[0]);
+    for line in &lines[1..] {
+        assert_eq!(question_column(line), header, "{table}");
+    }
+    // The escaped message is cut to 40 columns, the cut after the escapes.
+    assert!(lines[3].contains(r"\u{1b}[2J"), "{table}");
+    assert!(!lines[3].contains('\u{1b}'), "{table}");
+}

@@ -643,7 +643,11 @@ fn refuse_answered(
     let already_answered = |recorded: Option<&Value>| ResumeError::AlreadyAnswered {
         run_id: run_id.clone(),
         tool_call_id: id.clone(),
-        same_answer: recorded == Some(answer),
+        // The same JSON, or the recorded answer read as its question reads answers (a number,
+        // another case, own words as a plain string).
+        same_answer: recorded.is_some_and(|recorded| {
+            recorded == answer || crate::answer::repeats_recorded_answer(state, id, answer)
+        }),
     };
     // A call that has its result says how it got it: expired, or answered.
     let completed = |recorded: Option<&Value>| match state.expired_at_ms(id) {

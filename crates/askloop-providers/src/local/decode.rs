@@ -19,6 +19,13 @@ use crate::local::tokenizer::{LocalTokenizer, TextAssembler};
 pub(crate) trait EventSink {
     /// Delivers one event.
     fn send(&mut self, event: ModelEvent) -> bool;
+
+    /// Whether the consumer is gone (e.g. the stream was dropped on Ctrl-C), asked before
+    /// every token, so decoding stops within one token even while it sends nothing (a tool
+    /// call is sent whole at its end). `false` when the sink cannot tell.
+    fn gone(&self) -> bool {
+        false
+    }
 }
 
 impl<F: FnMut(ModelEvent) -> bool> EventSink for F {
@@ -123,6 +130,9 @@ impl<'a> Decoder<'a> {
         sink: &mut dyn EventSink,
     ) -> Result<Option<FinishReason>, LocalModelError> {
         while self.output_tokens < self.max_tokens {
+            if sink.gone() {
+                return Ok(None);
+            }
             let Some(tokens) = self.next_tokens(&mut logits)? else {
                 return Ok(Some(FinishReason::Stop));
             };

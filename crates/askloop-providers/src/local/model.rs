@@ -11,6 +11,7 @@ use candle_core::quantized::gguf_file;
 use llguidance::ParserFactory;
 use llguidance::toktrie::InferenceCapabilities;
 
+use crate::local::decode::EventSink;
 use crate::local::error::LocalModelError;
 use crate::local::generate::{self, Engine, Session};
 use crate::local::grammar;
@@ -136,15 +137,33 @@ impl LocalModel {
         request: &ModelRequest,
         mut on_event: impl FnMut(ModelEvent) -> bool,
     ) -> Result<(), LocalModelError> {
+        generate::generate(&self.engine(), request, &mut on_event)
+    }
+
+    /// Runs one request on the calling thread, sending each event to `sender`; stops within
+    /// one token once the receiver is dropped ([`ChannelSink`]), even while nothing is sent.
+    ///
+    /// # Errors
+    /// As [`LocalModel::generate_blocking`].
+    fn generate_to_channel(
+        &self,
+        request: &ModelRequest,
+        sender: &EventSender,
+    ) -> Result<(), LocalModelError> {
+        generate::generate(&self.engine(), request, &mut ChannelSink(sender))
+    }
+
+    /// What a call runs on: this model's network, tokenizer, grammar factory, session and
+    /// prompt cache.
+    fn engine(&self) -> Engine<'_> {
         let inner = &self.inner;
-        let engine = Engine {
+        Engine {
             network: &inner.network,
             tokenizer: &inner.tokenizer,
             factory: &inner.factory,
             session: &inner.session,
             prompt_cache: inner.prompt_cache.as_ref(),
-        };
-        generate::generate(&engine, request, &mut on_event)
+        }
     }
 
     fn request_error(&self, error: LocalModelError) -> ModelError {
@@ -208,6 +227,23 @@ fn load_model(path: &Path) -> Result<LoadedModel, LocalModelError> {
     })
 }
 
+/// The sending end of a model call's events.
+type EventSender = tokio::sync::mpsc::Sender<Result<ModelEvent, ModelError>>;
+
+/// The events of a call run on a blocking thread, sent to the stream's channel: gone as soon
+/// as the stream (the receiver) is dropped, which stops decoding within one token.
+struct ChannelSink<'a>(&'a EventSender);
+
+impl EventSink for ChannelSink<'_> {
+    fn send(&mut self, event: ModelEvent) -> bool {
+        self.0.blocking_send(Ok(event)).is_ok()
+    }
+
+    fn gone(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
 #[async_trait]
 impl LanguageModel for LocalModel {
     fn provider(&self) -> &str {
@@ -225,8 +261,7 @@ impl LanguageModel for LocalModel {
         let (sender, receiver) = tokio::sync::mpsc::channel(64);
         let model = self.clone();
         tokio::task::spawn_blocking(move || {
-            let result =
-                model.generate_blocking(&request, |event| sender.blocking_send(Ok(event)).is_ok());
+            let result = model.generate_to_channel(&request, &sender);
             if let Err(error) = result {
                 let _ = sender.blocking_send(Err(model.request_error(error)));
             }
@@ -308,5 +343,74 @@ mod tests {
         assert_eq!(fourth.from_disk, 0);
         assert_eq!(fourth.logits, first.logits);
         assert!(stored.load(network.config()).is_some());
+    }
+
+    /// A sink whose consumer goes away as soon as the tool call is announced: counts the
+    /// tokens decoded after that (one `gone` question each) and the events still sent.
+    #[derive(Default)]
+    struct LeavesAtTheAnnounce {
+        announced: bool,
+        asked_after: std::cell::Cell<usize>,
+        events_after: usize,
+    }
+
+    impl EventSink for LeavesAtTheAnnounce {
+        fn send(&mut self, event: ModelEvent) -> bool {
+            if self.announced {
+                self.events_after += 1;
+            }
+            if matches!(event, ModelEvent::ToolCallDelta { .. }) {
+                self.announced = true;
+            }
+            true
+        }
+
+        fn gone(&self) -> bool {
+            if self.announced {
+                self.asked_after.set(self.asked_after.get() + 1);
+            }
+            self.announced
+        }
+    }
+
+    #[test]
+    fn issue33_decoding_a_tool_call_stops_within_one_token_once_the_consumer_is_gone() {
+        use askloop_core::model::{Message, ModelSettings, ToolChoice, ToolDefinition};
+
+        let model = small_model();
+        let book = ToolDefinition {
+            name: "book_table".into(),
+            description: "Book a restaurant table.".into(),
+            input_schema: serde_json::json!({"type": "object", "properties": {
+                "restaurant": {"type": "string", "minLength": 1},
+                "requests": {"type": "array", "items": {"type": "string"}}},
+                "required": ["restaurant", "requests"]}),
+        };
+        let request = ModelRequest::new(vec![Message::user("Book a table for a dinner date")])
+            .with_tools(vec![book])
+            .with_settings(
+                ModelSettings::new()
+                    .with_seed(7)
+                    .with_max_tokens(200)
+                    .with_tool_choice(ToolChoice::Tool("book_table".into())),
+            );
+        let mut sink = LeavesAtTheAnnounce::default();
+        generate::generate(&model.engine(), &request, &mut sink).unwrap();
+        assert!(sink.announced, "the call was announced");
+        // Asked once, before the next token: nothing more decoded, nothing more sent.
+        assert_eq!(sink.asked_after.get(), 1);
+        assert_eq!(
+            sink.events_after, 0,
+            "no tool call and no finish after it left"
+        );
+    }
+
+    #[tokio::test]
+    async fn issue33_a_dropped_stream_is_gone_for_the_decoder() {
+        let (sender, receiver) = tokio::sync::mpsc::channel(1);
+        let sink = ChannelSink(&sender);
+        assert!(!sink.gone());
+        drop(receiver);
+        assert!(sink.gone());
     }
 }

@@ -99,3 +99,72 @@ async fn an_identical_repeat_is_a_harmless_note_and_another_answer_409(backend: 
         assert_eq!(error["code"], "already_answered");
     }
 }
+
+on_both_stores!(own_words_repeated_as_a_plain_string_are_the_same_answer);
+
+/// Own words recorded as `{"other": "…"}`, repeated as the plain string they hold (or again as
+/// own words): the harmless note, not 409; other words stay refused.
+async fn own_words_repeated_as_a_plain_string_are_the_same_answer(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    // The assistant, its question taking the person's own words.
+    let assistant = askloop_core::Agent::builder("assistant")
+        .model(askloop_core::testing::ScriptedModel::from_json(ASK_SCRIPT).unwrap())
+        .tool(askloop_core::AskUser::new().allow_other(true))
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let agents = askloop_core::registry::AgentSet::new().with(assistant);
+    let server =
+        askloop_server::Server::builder(std::sync::Arc::new(agents), store.clone()).build();
+    let router = server.router();
+    let (status, chunks, _) = stream(
+        &router,
+        "POST",
+        "/api/agents/assistant/stream",
+        Some(json!({"messages": "Summarize"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let run_id = chunks[0]["runId"].as_str().unwrap().to_owned();
+    let resume = |data: Value| json!({"runId": run_id, "toolCallId": "c1", "resumeData": data});
+    let (status, chunks, _) = stream(
+        &router,
+        "POST",
+        "/api/agents/assistant/resume-stream",
+        Some(resume(json!({"other": "Porto, slowly"}))),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{chunks:?}");
+    assert_eq!(types(&chunks).last(), Some(&"finish"));
+    for repeat in [
+        json!("Porto, slowly"),
+        json!(" Porto, slowly "),
+        json!({"other": "Porto, slowly"}),
+    ] {
+        // (each repeat of the own words recorded by the first answer)
+        let (status, note) = call(
+            &router,
+            "POST",
+            "/api/agents/assistant/resume-stream",
+            Some(resume(repeat.clone())),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{repeat}: {note}");
+        let text = note["note"].as_str().unwrap();
+        assert!(text.contains("already answered with this answer"), "{text}");
+    }
+    let (status, error) = call(
+        &router,
+        "POST",
+        "/api/agents/assistant/resume-stream",
+        Some(resume(json!("Lisbon"))),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{error}");
+    assert_eq!(error["code"], "already_answered");
+}

@@ -8,12 +8,13 @@ use askloop_core::{
 };
 use serde::Serialize;
 use serde_json::Value;
+use unicode_width::UnicodeWidthStr as _;
 
 use crate::cli::{GlobalArgs, ListArgs};
 use crate::command_line::CommandLine;
 use crate::context::{Access, Context};
 use crate::exit::invalid_because;
-use crate::format::{compact_json, format_time, truncate};
+use crate::format::{compact_json, escape_controls, format_time, truncate};
 use crate::output::{Mode, Output};
 
 /// One row of `runs list --json`: the run's summary (its pending calls in the one wire shape of a
@@ -142,15 +143,16 @@ fn list_filter(args: &ListArgs) -> anyhow::Result<RunFilter> {
 const MESSAGE_WIDTH: usize = 40;
 
 /// A run's first message as the table shows it ([`RunSummary::first_message`], which the
-/// listing carries): its white space (newlines too) made single spaces, cut to
-/// [`MESSAGE_WIDTH`] characters; empty when the run has none.
+/// listing carries): its white space (newlines too) made single spaces and its control
+/// characters escaped ([`escape_controls`]), then cut to [`MESSAGE_WIDTH`] columns — cut after
+/// escaping, so the column keeps its width; empty when the run has none.
 fn message_cell(summary: &RunSummary) -> String {
     summary
         .first_message
         .as_deref()
         .map(|text| {
             truncate(
-                &text.split_whitespace().collect::<Vec<_>>().join(" "),
+                &escape_controls(&text.split_whitespace().collect::<Vec<_>>().join(" ")),
                 MESSAGE_WIDTH,
             )
         })
@@ -198,7 +200,7 @@ fn table_lines(runs: &[ListedRun]) -> Vec<String> {
     let widths: Vec<usize> = (0..5)
         .map(|column| {
             rows.iter()
-                .map(|row| row[column].chars().count())
+                .map(|row| row[column].width())
                 .max()
                 .unwrap_or(0)
         })
@@ -207,7 +209,9 @@ fn table_lines(runs: &[ListedRun]) -> Vec<String> {
         .map(|row| {
             let mut line = String::new();
             for (column, width) in widths.iter().enumerate() {
-                line.push_str(&format!("{:<width$}  ", row[column]));
+                // Padded by display width: a wide character takes two columns.
+                line.push_str(&row[column]);
+                line.push_str(&" ".repeat(width - row[column].width() + 2));
             }
             line.push_str(&row[5]);
             line.trim_end().to_owned()
