@@ -496,15 +496,15 @@ impl RunStore for MemoryStore {
             .filter(|(delivery, _)| delivery.status == DeliveryStatus::Pending)
             .map(|(delivery, _)| delivery.event_seq)
             .collect();
-        let doomed: std::collections::HashSet<u64> = inner
+        let mut old: Vec<(u64, u64)> = inner
             .events
             .iter()
-            .filter(|(stored, fanned)| {
-                fanned.is_some_and(|at| at < older_than_ms) && !busy.contains(&stored.seq)
-            })
-            .take(limit)
-            .map(|(stored, _)| stored.seq)
+            .filter_map(|(stored, fanned)| fanned.map(|at| (at, stored.seq)))
+            .filter(|(at, seq)| *at < older_than_ms && !busy.contains(seq))
             .collect();
+        old.sort_unstable();
+        let doomed: std::collections::HashSet<u64> =
+            old.into_iter().take(limit).map(|(_, seq)| seq).collect();
         inner
             .events
             .retain(|(stored, _)| !doomed.contains(&stored.seq));

@@ -539,8 +539,9 @@ pub trait RunStore: Send + Sync {
     }
 
     /// Deletes up to `limit` events fanned out before `older_than_ms` (ms since the Unix epoch)
-    /// none of whose deliveries is pending (all delivered or failed, or none at all), oldest
-    /// first, with their deliveries, in one transaction; returns how many events it deleted.
+    /// none of whose deliveries is pending (all delivered or failed, or none at all), earliest
+    /// fanned out first (then by sequence), with their deliveries, in one transaction; returns
+    /// how many events it deleted (sequences and delivery ids are never reused).
     /// An event not fanned out yet, or with a pending delivery, is never deleted. The bounded
     /// retention of the outbox: deliverers call it each round.
     ///
