@@ -110,10 +110,8 @@ impl Deliverer {
     /// logged: its claim expires and it is sent again).
     pub async fn deliver_due(&self) -> Result<Round, StoreError> {
         match self.fan_out_and_send().await {
-            Err(StoreError::Unsupported { .. }) if self.hooks.is_empty() => {
-                return Ok(Round::default());
-            }
-            Err(error) => return Err(error),
+            Err(StoreError::Unsupported { .. }) if self.hooks.is_empty() => Ok(Round::default()),
+            Err(error) => Err(error),
             Ok(mut round) => {
                 let cutoff = lease_now_ms().saturating_sub(millis(self.policy.retention));
                 round.pruned = self.store.prune_outbox(cutoff, PRUNE_BATCH).await?;
@@ -181,9 +179,7 @@ impl Deliverer {
         else {
             let attempt =
                 DeliveryAttempt::new(lease_now_ms(), None, 0, Some(UNKNOWN_ENDPOINT.to_owned()));
-            return self
-                .record(delivery, &attempt, DeliveryNext::Failed)
-                .await;
+            return self.record(delivery, &attempt, DeliveryNext::Failed).await;
         };
         let started = lease_now_ms();
         let clock = Instant::now();

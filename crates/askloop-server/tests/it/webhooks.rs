@@ -384,10 +384,7 @@ async fn issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned(backend
     )
     .await;
     deliver_until(&hooked, &receiver, |got| got.len() == 1).await;
-    let pending = store
-        .list_deliveries(&DeliveryFilter::new())
-        .await
-        .unwrap();
+    let pending = store.list_deliveries(&DeliveryFilter::new()).await.unwrap();
     assert_eq!(pending.len(), 1, "{pending:#?}");
     assert_eq!(pending[0].status, DeliveryStatus::Pending);
 
@@ -400,9 +397,19 @@ async fn issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned(backend
             == DeliveryStatus::Failed
     })
     .await;
-    let (status, body) = call(&without.router(), "GET", "/api/webhooks/deliveries", None, None).await;
+    let (status, body) = call(
+        &without.router(),
+        "GET",
+        "/api/webhooks/deliveries",
+        None,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let attempts = body["deliveries"][0]["attempts"].as_array().unwrap().clone();
+    let attempts = body["deliveries"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(attempts.len(), 2, "{body}");
     assert_eq!(attempts[0]["status"], 503);
     assert_eq!(attempts[1]["status"], Value::Null);
@@ -412,7 +419,11 @@ async fn issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned(backend
         assert_eq!(round.attempts, 0, "never claimed again: {round:?}");
     }
     assert_eq!(receiver.received().len(), 1, "never sent");
-    assert_eq!(store.list_events(0, 100).await.unwrap().len(), 1, "kept a week");
+    assert_eq!(
+        store.list_events(0, 100).await.unwrap().len(),
+        1,
+        "kept a week"
+    );
 
     // Past the retention the event and its finished delivery are deleted.
     let pruning = bare_server(&store, Duration::ZERO);
@@ -452,7 +463,11 @@ async fn issue34_without_webhooks_events_are_fanned_out_to_nobody_and_pruned(bac
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.list_events(0, 10).await.unwrap().len(), 1, "kept a week");
+    assert_eq!(
+        store.list_events(0, 10).await.unwrap().len(),
+        1,
+        "kept a week"
+    );
     let pruning = bare_server(&store, Duration::ZERO);
     eventually("the event is pruned", || async {
         let round = pruning.deliver_webhooks_once().await.unwrap().unwrap();

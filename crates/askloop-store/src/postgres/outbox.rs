@@ -130,9 +130,9 @@ pub(super) async fn fan_out(
     )
     .bind(&fanned)
     .bind(big(now_ms))
-        .execute(&mut *transaction)
-        .await
-        .map_err(backend)?;
+    .execute(&mut *transaction)
+    .await
+    .map_err(backend)?;
     transaction.commit().await.map_err(backend)
 }
 

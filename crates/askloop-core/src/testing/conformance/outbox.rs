@@ -372,9 +372,7 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
 /// cutoff whose deliveries are all finished (delivered, failed, or none), with their
 /// deliveries; events with a pending delivery, events fanned out later and events not fanned
 /// out stay; new events never reuse a pruned sequence.
-pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(
-    store: Arc<dyn RunStore>,
-) {
+pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: Arc<dyn RunStore>) {
     let agent = asking_agent(
         &store,
         &script(vec![
@@ -428,11 +426,14 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(
 
     let cutoff = late;
     assert_eq!(store.prune_outbox(cutoff, 2).await.unwrap(), 2, "the limit");
-    let remaining = |events: Vec<StoredEvent>| -> Vec<u64> {
-        events.iter().map(|event| event.seq).collect()
-    };
+    let remaining =
+        |events: Vec<StoredEvent>| -> Vec<u64> { events.iter().map(|event| event.seq).collect() };
     let left = remaining(all_events(&store).await);
-    assert_eq!(left[..3], [seqs[2], seqs[3], seqs[4]], "oldest first: {left:?}");
+    assert_eq!(
+        left[..3],
+        [seqs[2], seqs[3], seqs[4]],
+        "oldest first: {left:?}"
+    );
     assert_eq!(left.len(), 4, "the unfanned event stays: {left:?}");
     assert_eq!(store.prune_outbox(cutoff, 1000).await.unwrap(), 1);
     let left = remaining(all_events(&store).await);
@@ -471,11 +472,13 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(
     let left = all_events(&store).await;
     assert_eq!(left.len(), 1, "only the unfanned event: {left:#?}");
     assert!(left[0].seq > seqs[4]);
-    assert!(store
-        .list_deliveries(&DeliveryFilter::new())
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        store
+            .list_deliveries(&DeliveryFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     chunks_of(agent.stream("after pruning")).await;
     let newest = all_events(&store).await;
     assert!(
