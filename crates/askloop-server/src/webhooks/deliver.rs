@@ -103,7 +103,8 @@ impl Deliverer {
     /// deliveries and sends them, concurrently, recording each attempt (a delivery to an
     /// endpoint no longer configured is failed: [`UNKNOWN_ENDPOINT`]), then prunes up to 1000
     /// events fanned out longer than [`RetryPolicy::retention`] ago whose deliveries are all
-    /// finished. With no endpoint configured and a store without an outbox it does nothing.
+    /// finished (nothing when the store cannot prune). With no endpoint configured and a store
+    /// without an outbox it does nothing.
     ///
     /// # Errors
     /// The store's, from fan-out, claiming or pruning (an attempt whose recording fails is
@@ -114,7 +115,12 @@ impl Deliverer {
             Err(error) => Err(error),
             Ok(mut round) => {
                 let cutoff = lease_now_ms().saturating_sub(millis(self.policy.retention));
-                round.pruned = self.store.prune_outbox(cutoff, PRUNE_BATCH).await?;
+                round.pruned = match self.store.prune_outbox(cutoff, PRUNE_BATCH).await {
+                    // A store (or wrapper) that keeps an outbox but cannot prune it: delivery
+                    // goes on; its outbox grows as before.
+                    Err(StoreError::Unsupported { .. }) => 0,
+                    pruned => pruned?,
+                };
                 if round.pruned > 0 {
                     tracing::debug!(pruned = round.pruned, "webhooks: old events pruned");
                 }
