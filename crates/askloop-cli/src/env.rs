@@ -37,6 +37,10 @@ pub(crate) const WEBHOOK_BACKOFF_ENV: &str = "ASKLOOP_WEBHOOK_BACKOFF_MS";
 /// milliseconds (default 1 s).
 pub(crate) const WEBHOOK_POLL_ENV: &str = "ASKLOOP_WEBHOOK_POLL_MS";
 
+/// The environment variable holding how long finished webhook events are kept, in hours
+/// (default 168: 7 days; 0 prunes them at the next round).
+pub(crate) const WEBHOOK_RETENTION_ENV: &str = "ASKLOOP_WEBHOOK_RETENTION_HOURS";
+
 /// A number of milliseconds above 0 from `name`, `None` when unset.
 fn millis_from_env(name: &str) -> anyhow::Result<Option<Duration>> {
     env_value(name)
@@ -55,11 +59,11 @@ fn millis_from_env(name: &str) -> anyhow::Result<Option<Duration>> {
         .transpose()
 }
 
-/// The webhook retry policy: the server's default, with [`WEBHOOK_BACKOFF_ENV`] and
-/// [`WEBHOOK_POLL_ENV`] when set.
+/// The webhook retry policy: the server's default, with [`WEBHOOK_BACKOFF_ENV`],
+/// [`WEBHOOK_POLL_ENV`] and [`WEBHOOK_RETENTION_ENV`] when set.
 ///
 /// # Errors
-/// Invalid input for a value that is not a number of milliseconds above 0.
+/// Invalid input for a value that is not a number of milliseconds above 0 (or of hours).
 pub(crate) fn webhook_policy() -> anyhow::Result<askloop_server::webhooks::RetryPolicy> {
     let mut policy = askloop_server::webhooks::RetryPolicy::default();
     if let Some(backoff) = millis_from_env(WEBHOOK_BACKOFF_ENV)? {
@@ -67,6 +71,14 @@ pub(crate) fn webhook_policy() -> anyhow::Result<askloop_server::webhooks::Retry
     }
     if let Some(poll) = millis_from_env(WEBHOOK_POLL_ENV)? {
         policy = policy.poll_interval(poll);
+    }
+    if let Some(text) = env_value(WEBHOOK_RETENTION_ENV) {
+        let hours = text.trim().parse::<u64>().map_err(|_| {
+            invalid(format!(
+                "invalid {WEBHOOK_RETENTION_ENV}: {text:?} (a number of hours)"
+            ))
+        })?;
+        policy = policy.retention(Duration::from_secs(hours.saturating_mul(3600)));
     }
     Ok(policy)
 }

@@ -511,6 +511,11 @@ mod tests {
         assert!(
             parse_line_answer(&single, "3")
                 .unwrap_err()
+                .contains("there is no option 3: the options are 1 to 2")
+        );
+        assert!(
+            parse_line_answer(&single, "master")
+                .unwrap_err()
                 .contains(r#""main", "docs""#)
         );
         let multi = call(

@@ -163,7 +163,8 @@ impl Server {
     }
 
     /// Runs one webhook delivery round now (what the background worker does every
-    /// [`RetryPolicy::poll_interval`]); `None` without webhooks.
+    /// [`RetryPolicy::poll_interval`]; with no endpoint configured it fans events out to nobody
+    /// and prunes); `None` when the HTTP client could not be built.
     ///
     /// # Errors
     /// The store's (see [`Deliverer::deliver_due`]).
@@ -221,7 +222,9 @@ impl ServerBuilder {
     }
 
     /// Webhook endpoints: the store's events are delivered to them by a background worker
-    /// while the server serves ([`crate::webhooks`]). Repeated calls add.
+    /// while the server serves ([`crate::webhooks`]). Repeated calls add. Without any, the
+    /// worker still runs: it marks events fanned out (to nobody) and prunes the outbox
+    /// ([`RetryPolicy::retention`]).
     pub fn webhooks(mut self, hooks: impl IntoIterator<Item = Webhook>) -> Self {
         self.webhooks.extend(hooks);
         self
@@ -239,14 +242,18 @@ impl ServerBuilder {
     /// [`ServerError::Webhooks`] when webhooks are configured and their HTTP client cannot be
     /// built.
     pub fn try_build(self) -> Result<Server, ServerError> {
-        let webhooks = if self.webhooks.is_empty() {
-            None
-        } else {
-            Some(Deliverer::new(
-                self.store.clone(),
-                self.webhooks.clone(),
-                self.webhook_policy.clone(),
-            )?)
+        let deliverer = Deliverer::new(
+            self.store.clone(),
+            self.webhooks.clone(),
+            self.webhook_policy.clone(),
+        );
+        let webhooks = match deliverer {
+            Ok(deliverer) => Some(deliverer),
+            Err(error) if self.webhooks.is_empty() => {
+                tracing::warn!(error = %askloop_core::error_chain_text(&error), "outbox pruning disabled");
+                None
+            }
+            Err(error) => return Err(error.into()),
         };
         Ok(self.build_with(webhooks))
     }
@@ -254,19 +261,15 @@ impl ServerBuilder {
     /// The server. With webhooks whose HTTP client cannot be built (TLS setup), they are left
     /// out and the error is logged; [`ServerBuilder::try_build`] reports it instead.
     pub fn build(self) -> Server {
-        let webhooks = if self.webhooks.is_empty() {
-            None
-        } else {
-            match Deliverer::new(
-                self.store.clone(),
-                self.webhooks.clone(),
-                self.webhook_policy.clone(),
-            ) {
-                Ok(deliverer) => Some(deliverer),
-                Err(error) => {
-                    tracing::error!(error = %askloop_core::error_chain_text(&error), "webhooks disabled");
-                    None
-                }
+        let webhooks = match Deliverer::new(
+            self.store.clone(),
+            self.webhooks.clone(),
+            self.webhook_policy.clone(),
+        ) {
+            Ok(deliverer) => Some(deliverer),
+            Err(error) => {
+                tracing::error!(error = %askloop_core::error_chain_text(&error), "webhooks disabled");
+                None
             }
         };
         self.build_with(webhooks)

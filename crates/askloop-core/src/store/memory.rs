@@ -43,8 +43,13 @@ struct Inner {
     last_completion: u64,
     /// The last change sequence given (see [`RunFilter::changed_after`]).
     last_change: u64,
-    /// The outbox: every event committed, in order, and whether it was fanned out.
-    events: Vec<(StoredEvent, bool)>,
+    /// The outbox: every event committed and not pruned, in order, and when it was fanned out
+    /// (`None`: not yet).
+    events: Vec<(StoredEvent, Option<u64>)>,
+    /// The last outbox sequence given (pruning never reuses one).
+    last_event_seq: u64,
+    /// The last delivery id given.
+    last_delivery_id: u64,
     /// The deliveries by id, with their claims (holder, until).
     deliveries: std::collections::BTreeMap<DeliveryId, (Delivery, Option<(LeaseHolder, u64)>)>,
 }
@@ -94,9 +99,10 @@ impl Inner {
     /// Appends `events` to the outbox (under the lock of their commit).
     fn write_events(&mut self, events: &[RunEvent]) {
         for event in events {
-            let seq = self.events.len() as u64 + 1;
+            self.last_event_seq += 1;
+            let seq = self.last_event_seq;
             self.events
-                .push((StoredEvent::new(seq, event.clone()), false));
+                .push((StoredEvent::new(seq, event.clone()), None));
         }
     }
 
@@ -355,7 +361,7 @@ impl RunStore for MemoryStore {
         Ok(inner
             .events
             .iter()
-            .filter(|(_, fanned)| !fanned)
+            .filter(|(_, fanned)| fanned.is_none())
             .take(limit)
             .map(|(stored, _)| stored.clone())
             .collect())
@@ -372,7 +378,7 @@ impl RunStore for MemoryStore {
             else {
                 continue;
             };
-            *fanned = true;
+            fanned.get_or_insert(now_ms);
             for endpoint in &route.endpoints {
                 let exists = inner.deliveries.values().any(|(delivery, _)| {
                     delivery.event_seq == route.event_seq && &delivery.endpoint == endpoint
@@ -380,7 +386,8 @@ impl RunStore for MemoryStore {
                 if exists {
                     continue;
                 }
-                let id = DeliveryId(inner.deliveries.len() as u64 + 1);
+                inner.last_delivery_id += 1;
+                let id = DeliveryId(inner.last_delivery_id);
                 let delivery = Delivery {
                     id,
                     endpoint: endpoint.clone(),
@@ -478,6 +485,33 @@ impl RunStore for MemoryStore {
             }
             _ => Err(StoreError::DeliveryNotFound { id }),
         }
+    }
+
+    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let busy: std::collections::HashSet<u64> = inner
+            .deliveries
+            .values()
+            .filter(|(delivery, _)| delivery.status == DeliveryStatus::Pending)
+            .map(|(delivery, _)| delivery.event_seq)
+            .collect();
+        let mut old: Vec<(u64, u64)> = inner
+            .events
+            .iter()
+            .filter_map(|(stored, fanned)| fanned.map(|at| (at, stored.seq)))
+            .filter(|(at, seq)| *at < older_than_ms && !busy.contains(seq))
+            .collect();
+        old.sort_unstable();
+        let doomed: std::collections::HashSet<u64> =
+            old.into_iter().take(limit).map(|(_, seq)| seq).collect();
+        inner
+            .events
+            .retain(|(stored, _)| !doomed.contains(&stored.seq));
+        inner
+            .deliveries
+            .retain(|_, (delivery, _)| !doomed.contains(&delivery.event_seq));
+        Ok(doomed.len() as u64)
     }
 
     async fn watch_changes(&self) -> Option<RunChanges> {

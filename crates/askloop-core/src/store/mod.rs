@@ -301,7 +301,8 @@ const COUNT_PAGE: usize = 500;
 ///   ([`RunStore::list_events`] … [`RunStore::replay_delivery`]) fan them out to webhook
 ///   endpoints and track their deliveries; fan-out creates one delivery per endpoint and event
 ///   however often it runs, and a claim gives each due delivery to one claimer until its claim
-///   expires or an attempt is recorded.
+///   expires or an attempt is recorded; [`RunStore::prune_outbox`] deletes old fanned-out
+///   events whose deliveries are all finished.
 /// - Every method either fully happens or leaves the store unchanged; after an error the store
 ///   is as it was before the call. A newer-format row is refused
 ///   ([`StoreError::UnsupportedFormat`]) and left untouched.
@@ -537,6 +538,23 @@ pub trait RunStore: Send + Sync {
         })
     }
 
+    /// Deletes up to `limit` events fanned out before `older_than_ms` (ms since the Unix epoch)
+    /// none of whose deliveries is pending (all delivered or failed, or none at all), earliest
+    /// fanned out first (then by sequence), with their deliveries, in one transaction; returns
+    /// how many events it deleted (sequences and delivery ids are never reused).
+    /// An event not fanned out yet, or with a pending delivery, is never deleted. The bounded
+    /// retention of the outbox: deliverers call it each round.
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] (the default); [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
+    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
+        let _ = (older_than_ms, limit);
+        Err(StoreError::Unsupported {
+            operation: "prune_outbox",
+        })
+    }
+
     /// Makes delivery `id` — only if its event is of a run of `resource` — pending and due at
     /// `now_ms` again, whatever its status, and drops its claim; its attempts stay. The
     /// receiver gets the same event id again.
@@ -644,5 +662,8 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
         now_ms: u64,
     ) -> Result<(), StoreError> {
         (**self).replay_delivery(id, resource, now_ms).await
+    }
+    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
+        (**self).prune_outbox(older_than_ms, limit).await
     }
 }

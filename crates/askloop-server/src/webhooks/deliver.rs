@@ -1,6 +1,7 @@
 //! [`Deliverer`]: one round of delivery — fan the new events out to the endpoints that want
-//! them, claim the due deliveries, send each (signed), record each attempt and what follows —
-//! and the server's worker that runs rounds until shutdown.
+//! them (to nobody when none does), claim the due deliveries, send each (signed), record each
+//! attempt and what follows, prune the old finished events — and the server's worker that runs
+//! rounds until shutdown.
 //!
 //! Several deliverers (servers, `askloop runs sweep`) may share one store: fan-out creates each
 //! delivery once, and a claim gives each due delivery to one deliverer until its claim expires
@@ -15,7 +16,7 @@ use askloop_core::{LeaseHolder, RunStore, StoreError, error_chain_text};
 use tokio::sync::watch;
 
 use crate::webhooks::body::body;
-use crate::webhooks::retry::{Answer, jitter, next_step};
+use crate::webhooks::retry::{Answer, jitter, millis, next_step};
 use crate::webhooks::{RetryPolicy, Webhook, WebhookError};
 
 /// Events fanned out per round, at most.
@@ -24,6 +25,10 @@ const FAN_OUT_BATCH: usize = 500;
 const CLAIM_BATCH: usize = 32;
 /// The longest error text recorded with an attempt, in characters.
 const MAX_ERROR_CHARS: usize = 500;
+/// Events pruned per round, at most.
+const PRUNE_BATCH: usize = 1000;
+/// The error recorded for a claimed delivery whose endpoint this deliverer does not know.
+pub(crate) const UNKNOWN_ENDPOINT: &str = "endpoint no longer configured";
 
 /// What one round did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,6 +42,8 @@ pub struct Round {
     pub delivered: usize,
     /// Deliveries failed for good.
     pub failed: usize,
+    /// Old finished events deleted (with their deliveries).
+    pub pruned: u64,
     /// Deliveries claimed (each attempted once).
     pub claimed: usize,
 }
@@ -101,18 +108,40 @@ impl Deliverer {
         &self.hooks
     }
 
-    /// One round: fans out the events not fanned out yet, then claims the due deliveries and
-    /// sends them, concurrently, recording each attempt. With no endpoint configured it does
-    /// nothing (events wait in the outbox until endpoints exist).
+    /// One round: fans out the events not fanned out yet (with no endpoint configured, or none
+    /// that wants an event, to nobody: the event counts as fanned out), claims the due
+    /// deliveries and sends them, concurrently, recording each attempt (a delivery to an
+    /// endpoint no longer configured is failed: [`UNKNOWN_ENDPOINT`]), then prunes up to 1000
+    /// events fanned out longer than [`RetryPolicy::retention`] ago whose deliveries are all
+    /// finished (nothing when the store cannot prune). With no endpoint configured and a store
+    /// without an outbox it does nothing.
     ///
     /// # Errors
-    /// The store's, from fan-out or claiming (an attempt whose recording fails is logged: its
-    /// claim expires and it is sent again).
+    /// The store's, from fan-out, claiming or pruning (an attempt whose recording fails is
+    /// logged: its claim expires and it is sent again).
     pub async fn deliver_due(&self) -> Result<Round, StoreError> {
-        let mut round = Round::default();
-        if self.hooks.is_empty() {
-            return Ok(round);
+        match self.fan_out_and_send().await {
+            Err(StoreError::Unsupported { .. }) if self.hooks.is_empty() => Ok(Round::default()),
+            Err(error) => Err(error),
+            Ok(mut round) => {
+                let cutoff = lease_now_ms().saturating_sub(millis(self.policy.retention));
+                round.pruned = match self.store.prune_outbox(cutoff, PRUNE_BATCH).await {
+                    // A store (or wrapper) that keeps an outbox but cannot prune it: delivery
+                    // goes on; its outbox grows as before.
+                    Err(StoreError::Unsupported { .. }) => 0,
+                    pruned => pruned?,
+                };
+                if round.pruned > 0 {
+                    tracing::debug!(pruned = round.pruned, "webhooks: old events pruned");
+                }
+                Ok(round)
+            }
         }
+    }
+
+    /// Fans out what is new, then claims and sends what is due.
+    async fn fan_out_and_send(&self) -> Result<Round, StoreError> {
+        let mut round = Round::default();
         loop {
             let events = self.store.unfanned_events(FAN_OUT_BATCH).await?;
             if events.is_empty() {
@@ -139,7 +168,7 @@ impl Deliverer {
         }
         let now = lease_now_ms();
         let claim_for = self.policy.timeout.saturating_mul(2) + Duration::from_secs(30);
-        let until = now.saturating_add(u64::try_from(claim_for.as_millis()).unwrap_or(u64::MAX));
+        let until = now.saturating_add(millis(claim_for));
         let claim = DeliveryClaim::new(self.holder.clone(), now, until, CLAIM_BATCH);
         let claimed = self.store.claim_deliveries(&claim).await?;
         round.claimed = claimed.len();
@@ -157,13 +186,18 @@ impl Deliverer {
     }
 
     /// Sends `delivery` once and records the attempt; what follows, or `None` when it could
-    /// not be recorded (or its endpoint is no longer configured: it stays claimed until its
-    /// claim expires, for a deliverer that knows it).
+    /// not be recorded. A delivery to an endpoint no longer configured is not sent: it fails,
+    /// with an attempt saying so ([`UNKNOWN_ENDPOINT`]).
     async fn attempt(&self, delivery: &Delivery) -> Option<DeliveryNext> {
-        let hook = self
+        let Some(hook) = self
             .hooks
             .iter()
-            .find(|hook| hook.name() == delivery.endpoint)?;
+            .find(|hook| hook.name() == delivery.endpoint)
+        else {
+            let attempt =
+                DeliveryAttempt::new(lease_now_ms(), None, 0, Some(UNKNOWN_ENDPOINT.to_owned()));
+            return self.record(delivery, &attempt, DeliveryNext::Failed).await;
+        };
         let started = lease_now_ms();
         let clock = Instant::now();
         let answer = self.send(hook, delivery).await;
@@ -192,13 +226,24 @@ impl Deliverer {
             lease_now_ms(),
             jitter(),
         );
+        self.record(delivery, &attempt, next).await
+    }
+
+    /// Records `attempt` of `delivery` and what follows (`next`, or `None` when recording
+    /// failed: logged, the claim expires and the delivery is claimed again).
+    async fn record(
+        &self,
+        delivery: &Delivery,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Option<DeliveryNext> {
         match self
             .store
-            .record_attempt(delivery.id, &self.holder, &attempt, next)
+            .record_attempt(delivery.id, &self.holder, attempt, next)
             .await
         {
             Ok(()) => {
-                tracing::debug!(delivery = %delivery.id, endpoint = %hook.name(), status = ?attempt.status, ?next, "webhook attempt");
+                tracing::debug!(delivery = %delivery.id, endpoint = %delivery.endpoint, status = ?attempt.status, error = ?attempt.error, ?next, "webhook attempt");
                 Some(next)
             }
             Err(error) => {

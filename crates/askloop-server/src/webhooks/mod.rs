@@ -8,8 +8,8 @@
 //!   [`WebhookFormat`], [`RetryPolicy`], [`WebhookError`];
 //! - `body.rs` — what an endpoint receives: the event JSON, or a Slack incoming-webhook message;
 //! - `retry.rs` — what follows an attempt (delivered, retried when, failed);
-//! - `deliver.rs` — [`Deliverer`]: fan-out, claims, sending, recording; the server's background
-//!   worker and `askloop runs sweep` both use it.
+//! - `deliver.rs` — [`Deliverer`]: fan-out, claims, sending, recording, pruning; the server's
+//!   background worker and `askloop runs sweep` both use it.
 //!
 //! Receivers must dedupe by `webhook-id` (the event's id): an event may arrive more than once
 //! (a deliverer that dies after sending and before recording; a replay).
@@ -234,8 +234,8 @@ fn check_secret(secret: &str) -> Result<(), WebhookError> {
 
 /// How deliveries are timed: the request timeout, the backoff between attempts (doubling from
 /// `first_backoff` up to `max_backoff`, each with jitter: a random 50–100 % of it), how long
-/// an event is retried before it is failed (`window`, from its fan-out), and how often the
-/// worker looks for due deliveries.
+/// an event is retried before it is failed (`window`, from its fan-out), how often the
+/// worker looks for due deliveries, and how long finished events are kept (`retention`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryPolicy {
@@ -249,6 +249,10 @@ pub struct RetryPolicy {
     pub window: Duration,
     /// How often the server's worker delivers what is due (default 1 s).
     pub poll_interval: Duration,
+    /// How long an event is kept after its fan-out (default 7 days): then, once none of its
+    /// deliveries is pending, each round deletes it and its deliveries (at most 1000 events a
+    /// round; `askloop webhooks list` and replays no longer see them).
+    pub retention: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -259,6 +263,7 @@ impl Default for RetryPolicy {
             max_backoff: Duration::from_secs(3600),
             window: Duration::from_secs(24 * 3600),
             poll_interval: Duration::from_secs(1),
+            retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -296,6 +301,13 @@ impl RetryPolicy {
     #[must_use]
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
+        self
+    }
+
+    /// With this retention of finished events (from their fan-out).
+    #[must_use]
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
         self
     }
 }

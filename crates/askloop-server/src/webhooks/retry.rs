@@ -65,7 +65,8 @@ fn backoff(policy: &RetryPolicy, attempt: u32, jitter: f64) -> Duration {
     capped.mul_f64(0.5 + jitter.clamp(0.0, 1.0) / 2.0)
 }
 
-fn millis(duration: Duration) -> u64 {
+/// A duration in milliseconds (saturating).
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 

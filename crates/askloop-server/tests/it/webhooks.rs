@@ -1,13 +1,15 @@
 //! Webhooks (issue 34): a local receiver gets exactly the committed events, signed as Standard
 //! Webhooks; one that fails three times is retried until it takes the event, each attempt
 //! recorded and listed; two servers on one store deliver each event once; listing and replay
-//! are tenant-scoped.
+//! are tenant-scoped; a removed endpoint's deliveries fail (once, recorded); without webhooks
+//! events are fanned out to nobody; old finished events are pruned.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use askloop_core::store::{DeliveryFilter, DeliveryStatus};
 use askloop_server::webhooks::{RetryPolicy, Webhook};
 use askloop_server::{ApiKey, Server};
 use axum::http::{HeaderMap, StatusCode};
@@ -24,6 +26,8 @@ on_both_stores!(
     issue34_a_receiver_that_fails_three_times_is_retried_until_it_takes_the_event,
     issue34_two_servers_on_one_store_deliver_each_event_once,
     issue34_deliveries_are_listed_and_replayed_per_tenant,
+    issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned,
+    issue34_without_webhooks_events_are_fanned_out_to_nobody_and_pruned,
 );
 
 /// One request the receiver got.
@@ -97,6 +101,15 @@ fn hooked_server(store: &Arc<dyn askloop_core::RunStore>, url: &str, keys: Vec<A
                 .first_backoff(Duration::from_millis(20))
                 .max_backoff(Duration::from_millis(80)),
         )
+        .try_build()
+        .unwrap()
+}
+
+/// A server over `store` without webhooks, keeping finished events for `retention`.
+fn bare_server(store: &Arc<dyn askloop_core::RunStore>, retention: Duration) -> Server {
+    let hold = Hold::default();
+    Server::builder(Arc::new(agents(store, &hold)), store.clone())
+        .webhook_policy(RetryPolicy::default().retention(retention))
         .try_build()
         .unwrap()
 }
@@ -354,4 +367,112 @@ async fn issue34_deliveries_are_listed_and_replayed_per_tenant(backend: Backend)
         receiver.received().len() == 2
     })
     .await;
+}
+
+async fn issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    // The endpoint fails its first attempt: its delivery waits for a retry.
+    let (receiver, url) = Receiver::start(1).await;
+    let hooked = hooked_server(&store, &url, Vec::new());
+    stream(
+        &hooked.router(),
+        "POST",
+        "/api/agents/assistant/stream",
+        Some(json!({"messages": "Summarize my project"})),
+        None,
+    )
+    .await;
+    deliver_until(&hooked, &receiver, |got| got.len() == 1).await;
+    let pending = store.list_deliveries(&DeliveryFilter::new()).await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:#?}");
+    assert_eq!(pending[0].status, DeliveryStatus::Pending);
+
+    // The endpoint is removed (a server without it, keeping events a week): its delivery is
+    // failed with an attempt saying why, not sent, and not claimed again.
+    let without = bare_server(&store, Duration::from_secs(7 * 24 * 3600));
+    eventually("the delivery fails", || async {
+        without.deliver_webhooks_once().await.unwrap().unwrap();
+        store.list_deliveries(&DeliveryFilter::new()).await.unwrap()[0].status
+            == DeliveryStatus::Failed
+    })
+    .await;
+    let (status, body) = call(
+        &without.router(),
+        "GET",
+        "/api/webhooks/deliveries",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let attempts = body["deliveries"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(attempts.len(), 2, "{body}");
+    assert_eq!(attempts[0]["status"], 503);
+    assert_eq!(attempts[1]["status"], Value::Null);
+    assert_eq!(attempts[1]["error"], "endpoint no longer configured");
+    for _ in 0..3 {
+        let round = without.deliver_webhooks_once().await.unwrap().unwrap();
+        assert_eq!(round.attempts, 0, "never claimed again: {round:?}");
+    }
+    assert_eq!(receiver.received().len(), 1, "never sent");
+    assert_eq!(
+        store.list_events(0, 100).await.unwrap().len(),
+        1,
+        "kept a week"
+    );
+
+    // Past the retention the event and its finished delivery are deleted.
+    let pruning = bare_server(&store, Duration::ZERO);
+    eventually("the event is pruned", || async {
+        pruning.deliver_webhooks_once().await.unwrap().unwrap();
+        store.list_events(0, 100).await.unwrap().is_empty()
+    })
+    .await;
+    assert!(
+        store
+            .list_deliveries(&DeliveryFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn issue34_without_webhooks_events_are_fanned_out_to_nobody_and_pruned(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let server = bare_server(&store, Duration::from_secs(7 * 24 * 3600));
+    stream(
+        &server.router(),
+        "POST",
+        "/api/agents/assistant/stream",
+        Some(json!({"messages": "Summarize my project"})),
+        None,
+    )
+    .await;
+    let round = server.deliver_webhooks_once().await.unwrap().unwrap();
+    assert_eq!((round.fanned_out, round.attempts, round.pruned), (1, 0, 0));
+    assert!(store.unfanned_events(10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_deliveries(&DeliveryFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.list_events(0, 10).await.unwrap().len(),
+        1,
+        "kept a week"
+    );
+    let pruning = bare_server(&store, Duration::ZERO);
+    eventually("the event is pruned", || async {
+        let round = pruning.deliver_webhooks_once().await.unwrap().unwrap();
+        round.pruned == 1
+    })
+    .await;
+    assert!(store.list_events(0, 10).await.unwrap().is_empty());
 }

@@ -1,6 +1,6 @@
 //! The outbox in PostgreSQL: reads of events and deliveries, fan-out, claims (`FOR UPDATE
 //! SKIP LOCKED`, so several processes on one database each take different deliveries),
-//! attempts and replays, one statement each (the fan-out one transaction). The events
+//! attempts, replays and pruning, one statement each (the fan-out one transaction). The events
 //! themselves are written by the commit functions (`0004_outbox.sql`).
 
 use askloop_core::store::{
@@ -124,11 +124,15 @@ pub(super) async fn fan_out(
     .execute(&mut *transaction)
     .await
     .map_err(backend)?;
-    sqlx::query("UPDATE run_events SET fanned_out = TRUE WHERE seq = ANY($1)")
-        .bind(&fanned)
-        .execute(&mut *transaction)
-        .await
-        .map_err(backend)?;
+    sqlx::query(
+        "UPDATE run_events SET fanned_out = TRUE, \
+         fanned_out_at_ms = COALESCE(fanned_out_at_ms, $2) WHERE seq = ANY($1)",
+    )
+    .bind(&fanned)
+    .bind(big(now_ms))
+    .execute(&mut *transaction)
+    .await
+    .map_err(backend)?;
     transaction.commit().await.map_err(backend)
 }
 
@@ -225,4 +229,36 @@ pub(super) async fn replay(
         return Err(StoreError::DeliveryNotFound { id });
     }
     Ok(())
+}
+
+/// Deletes up to `limit` events fanned out before `older_than_ms` none of whose deliveries is
+/// pending, earliest fanned out first, with their deliveries, in one statement; returns how
+/// many events. Events another pruner has locked are skipped; a delivery a concurrent replay
+/// made pending is kept, and then its event's deletion fails the foreign key: the statement
+/// changes nothing and the next round tries again.
+pub(super) async fn prune(
+    pool: &PgPool,
+    older_than_ms: u64,
+    limit: usize,
+) -> Result<u64, StoreError> {
+    let pruned = sqlx::query(
+        "WITH doomed AS ( \
+           SELECT e.seq FROM run_events e \
+            WHERE e.fanned_out_at_ms < $1 \
+              AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d \
+                               WHERE d.event_seq = e.seq AND d.status = 'pending') \
+            ORDER BY e.fanned_out_at_ms, e.seq LIMIT $2 \
+            FOR UPDATE SKIP LOCKED), \
+         gone AS ( \
+           DELETE FROM webhook_deliveries d USING doomed \
+            WHERE d.event_seq = doomed.seq AND d.status <> 'pending') \
+         DELETE FROM run_events e USING doomed WHERE e.seq = doomed.seq",
+    )
+    .bind(big(older_than_ms))
+    .bind(big(limit as u64))
+    .execute(pool)
+    .await
+    .map_err(backend)?
+    .rows_affected();
+    Ok(pruned)
 }

@@ -421,6 +421,10 @@ impl RunStore for PgStore {
     ) -> Result<(), StoreError> {
         outbox::replay(&self.pool, id, resource, now_ms).await
     }
+
+    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
+        outbox::prune(&self.pool, older_than_ms, limit).await
+    }
 }
 
 impl PgStore {

@@ -1,5 +1,5 @@
 //! The outbox in SQLite: events written with their commit (`write_events`, in the writer's
-//! transaction), fan-out, claims, attempts and replays (writes of the writer thread,
+//! transaction), fan-out, claims, attempts, replays and pruning (writes of the writer thread,
 //! [`OutboxWrite`]), and the reads of events and deliveries.
 
 use askloop_core::StoreError;
@@ -38,6 +38,9 @@ pub(super) enum OutboxWrite {
         scope: Option<String>,
         now_ms: i64,
     },
+    /// Deletes up to `limit` events fanned out before `older_than_ms` without a pending
+    /// delivery, with their deliveries (returns how many events).
+    Prune { older_than_ms: i64, limit: i64 },
 }
 
 /// Appends a commit's events to the outbox (inside the commit's transaction).
@@ -83,6 +86,10 @@ pub(super) fn apply(connection: &Connection, write: &OutboxWrite) -> Result<u64,
             attempt,
             next,
         } => record_attempt(connection, *id, holder, attempt, *next),
+        OutboxWrite::Prune {
+            older_than_ms,
+            limit,
+        } => prune(connection, *older_than_ms, *limit),
         OutboxWrite::Replay { id, scope, now_ms } => {
             let updated = connection
                 .prepare_cached(
@@ -115,7 +122,10 @@ fn fan_out(
         )
         .map_err(backend)?;
     let mut mark = connection
-        .prepare_cached("UPDATE run_events SET fanned_out = 1 WHERE seq = ?1")
+        .prepare_cached(
+            "UPDATE run_events SET fanned_out = 1, \
+             fanned_out_at_ms = COALESCE(fanned_out_at_ms, ?2) WHERE seq = ?1",
+        )
         .map_err(backend)?;
     let mut created = 0;
     for (seq, endpoints) in routes {
@@ -124,9 +134,38 @@ fn fan_out(
                 .execute(params![endpoint, now_ms, seq])
                 .map_err(backend)? as u64;
         }
-        mark.execute(params![seq]).map_err(backend)?;
+        mark.execute(params![seq, now_ms]).map_err(backend)?;
     }
     Ok(created)
+}
+
+/// Deletes up to `limit` events fanned out before `older_than_ms` none of whose deliveries is
+/// pending, earliest fanned out first, with their deliveries; returns how many events.
+fn prune(connection: &Connection, older_than_ms: i64, limit: i64) -> Result<u64, StoreError> {
+    let seqs: Vec<i64> = connection
+        .prepare_cached(
+            "SELECT e.seq FROM run_events e WHERE e.fanned_out_at_ms < ?1 \
+             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d \
+                              WHERE d.event_seq = e.seq AND d.status = 'pending') \
+             ORDER BY e.fanned_out_at_ms, e.seq LIMIT ?2",
+        )
+        .and_then(|mut select| {
+            select
+                .query_map(params![older_than_ms, limit], |row| row.get(0))?
+                .collect()
+        })
+        .map_err(backend)?;
+    let mut deliveries = connection
+        .prepare_cached("DELETE FROM webhook_deliveries WHERE event_seq = ?1")
+        .map_err(backend)?;
+    let mut events = connection
+        .prepare_cached("DELETE FROM run_events WHERE seq = ?1")
+        .map_err(backend)?;
+    for seq in &seqs {
+        deliveries.execute(params![seq]).map_err(backend)?;
+        events.execute(params![seq]).map_err(backend)?;
+    }
+    Ok(seqs.len() as u64)
 }
 
 fn record_attempt(

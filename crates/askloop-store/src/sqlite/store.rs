@@ -247,6 +247,14 @@ impl RunStore for SqliteStore {
         };
         self.writer()?.write(Write::Outbox(write)).await.map(|_| ())
     }
+
+    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
+        let write = OutboxWrite::Prune {
+            older_than_ms: millis(older_than_ms),
+            limit: count(limit),
+        };
+        self.writer()?.write(Write::Outbox(write)).await
+    }
 }
 
 /// A count as SQLite binds it.

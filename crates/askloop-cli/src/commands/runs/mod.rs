@@ -233,14 +233,13 @@ pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Res
 
 /// Delivers the due webhooks of askloop.toml's `[[webhooks]]` (for setups without `askloop
 /// serve`): rounds until nothing more is due now (retries due later wait for the next sweep).
+/// Without webhooks it still fans the events out (to nobody) and prunes the old ones.
 ///
 /// # Errors
 /// A bad `[[webhooks]]` table; the store's.
 async fn deliver_webhooks(context: &Context, output: &mut Output) -> anyhow::Result<()> {
     let hooks = context.config().config.webhooks()?;
-    if hooks.is_empty() {
-        return Ok(());
-    }
+    let configured = !hooks.is_empty();
     let deliverer = askloop_server::webhooks::Deliverer::new(
         context.store.clone(),
         hooks,
@@ -256,6 +255,9 @@ async fn deliver_webhooks(context: &Context, output: &mut Output) -> anyhow::Res
         if round.attempts == 0 {
             break;
         }
+    }
+    if !configured {
+        return Ok(());
     }
     output.note(&format!(
         "webhooks: {delivered} delivered, {failed} failed, {retrying} attempt(s) to retry later"

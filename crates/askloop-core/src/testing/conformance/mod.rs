@@ -50,6 +50,7 @@ macro_rules! store_conformance_tests {
             issue34_commits_write_exactly_their_events,
             issue34_cancel_and_decline_events,
             issue34_deliveries_are_claimed_once_and_recorded,
+            issue34_prune_keeps_pending_and_deletes_old_finished,
             insert_then_load_round_trips,
             load_of_unknown_run_is_not_found,
             insert_of_existing_id_is_refused,
@@ -349,5 +350,8 @@ impl RunStore for YieldingStore {
     ) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
         self.inner.replay_delivery(id, resource, now_ms).await
+    }
+    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
+        self.inner.prune_outbox(older_than_ms, limit).await
     }
 }

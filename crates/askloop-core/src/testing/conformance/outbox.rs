@@ -1,7 +1,7 @@
 //! The outbox scenarios (issue 34): a committed change writes exactly its events in its own
 //! transaction, a refused one writes none; deliveries are fanned out once per endpoint and
 //! event, claimed by one deliverer at a time, their attempts recorded, listed per tenant and
-//! replayed.
+//! replayed; pruning deletes old finished events only, a bounded batch at a time.
 
 use std::sync::Arc;
 
@@ -366,4 +366,123 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
     ));
     let kind = replayed[0].event.kind;
     assert_eq!(kind, RunEventKind::QuestionRaised);
+}
+
+/// Pruning deletes, oldest first and at most `limit` a call, the events fanned out before the
+/// cutoff whose deliveries are all finished (delivered, failed, or none), with their
+/// deliveries; events with a pending delivery, events fanned out later and events not fanned
+/// out stay; new events never reuse a pruned sequence.
+pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: Arc<dyn RunStore>) {
+    let agent = asking_agent(
+        &store,
+        &script(vec![
+            json!({"toolCalls": [ask("q1", json!({"question": "Why?"}))]}),
+        ]),
+    );
+    for _ in 0..5 {
+        chunks_of(agent.stream("hello")).await;
+    }
+    let events = store.unfanned_events(100).await.unwrap();
+    assert_eq!(events.len(), 5, "{events:#?}");
+    let seqs: Vec<u64> = events.iter().map(|event| event.seq).collect();
+    // Events 0 and 1: to nobody. 2: delivered to "a", failed to "b". 3: delivered to "a",
+    // pending to "b". 4: fanned out late, delivered.
+    let old = 1_000_000;
+    let late = 5_000_000;
+    let routes = vec![
+        FanOut::new(seqs[0], vec![]),
+        FanOut::new(seqs[1], vec![]),
+        FanOut::new(seqs[2], vec!["a".into(), "b".into()]),
+        FanOut::new(seqs[3], vec!["a".into(), "b".into()]),
+    ];
+    store.fan_out(&routes, old).await.unwrap();
+    store
+        .fan_out(&[FanOut::new(seqs[4], vec!["a".into()])], late)
+        .await
+        .unwrap();
+    let holder = LeaseHolder::new("pruner");
+    let claimed = store
+        .claim_deliveries(&DeliveryClaim::new(holder.clone(), late, late + 60_000, 10))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 5, "{claimed:#?}");
+    for delivery in &claimed {
+        let pending = delivery.event_seq == seqs[3] && delivery.endpoint == "b";
+        let failed = delivery.event_seq == seqs[2] && delivery.endpoint == "b";
+        let next = if pending {
+            DeliveryNext::RetryAt(late + 1_000)
+        } else if failed {
+            DeliveryNext::Failed
+        } else {
+            DeliveryNext::Delivered
+        };
+        let attempt = DeliveryAttempt::new(late, Some(200), 1, None);
+        store
+            .record_attempt(delivery.id, &holder, &attempt, next)
+            .await
+            .unwrap();
+    }
+    chunks_of(agent.stream("not fanned out")).await;
+
+    let cutoff = late;
+    assert_eq!(store.prune_outbox(cutoff, 2).await.unwrap(), 2, "the limit");
+    let remaining =
+        |events: Vec<StoredEvent>| -> Vec<u64> { events.iter().map(|event| event.seq).collect() };
+    let left = remaining(all_events(&store).await);
+    assert_eq!(
+        left[..3],
+        [seqs[2], seqs[3], seqs[4]],
+        "oldest first: {left:?}"
+    );
+    assert_eq!(left.len(), 4, "the unfanned event stays: {left:?}");
+    assert_eq!(store.prune_outbox(cutoff, 1000).await.unwrap(), 1);
+    let left = remaining(all_events(&store).await);
+    assert_eq!(left[..2], [seqs[3], seqs[4]], "{left:?}");
+    assert_eq!(store.prune_outbox(cutoff, 1000).await.unwrap(), 0);
+    let deliveries = store.list_deliveries(&DeliveryFilter::new()).await.unwrap();
+    let mut kept: Vec<(u64, &str)> = deliveries
+        .iter()
+        .map(|delivery| (delivery.event_seq, delivery.endpoint.as_str()))
+        .collect();
+    kept.sort_unstable();
+    assert_eq!(
+        kept,
+        [(seqs[3], "a"), (seqs[3], "b"), (seqs[4], "a")],
+        "the pruned event's deliveries went with it, the pending one's stayed"
+    );
+
+    // Once the pending delivery finishes its event goes too; the late one when its time comes.
+    let again = store
+        .claim_deliveries(&DeliveryClaim::new(
+            holder.clone(),
+            late + 1_000,
+            late + 60_000,
+            10,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1, "{again:#?}");
+    let attempt = DeliveryAttempt::new(late + 1_000, Some(200), 1, None);
+    store
+        .record_attempt(again[0].id, &holder, &attempt, DeliveryNext::Delivered)
+        .await
+        .unwrap();
+    assert_eq!(store.prune_outbox(cutoff, 1000).await.unwrap(), 1);
+    assert_eq!(store.prune_outbox(late + 1, 1000).await.unwrap(), 1);
+    let left = all_events(&store).await;
+    assert_eq!(left.len(), 1, "only the unfanned event: {left:#?}");
+    assert!(left[0].seq > seqs[4]);
+    assert!(
+        store
+            .list_deliveries(&DeliveryFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    chunks_of(agent.stream("after pruning")).await;
+    let newest = all_events(&store).await;
+    assert!(
+        newest.last().unwrap().seq > left[0].seq,
+        "no sequence reused: {newest:#?}"
+    );
 }

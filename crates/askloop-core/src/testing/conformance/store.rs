@@ -40,6 +40,7 @@ scenarios![
     issue34_commits_write_exactly_their_events,
     issue34_cancel_and_decline_events,
     issue34_deliveries_are_claimed_once_and_recorded,
+    issue34_prune_keeps_pending_and_deletes_old_finished,
     insert_then_load_round_trips,
     load_of_unknown_run_is_not_found,
     insert_of_existing_id_is_refused,

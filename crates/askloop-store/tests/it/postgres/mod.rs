@@ -209,6 +209,9 @@ impl RunStore for SchemaStore {
     ) -> Result<(), StoreError> {
         self.store.replay_delivery(id, resource, now_ms).await
     }
+    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
+        self.store.prune_outbox(older_than_ms, limit).await
+    }
     async fn renew_lease(
         &self,
         run: &RunKey,
