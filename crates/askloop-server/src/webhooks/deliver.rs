@@ -111,7 +111,7 @@ impl Deliverer {
     /// One round: fans out the events not fanned out yet (with no endpoint configured, or none
     /// that wants an event, to nobody: the event counts as fanned out), claims the due
     /// deliveries and sends them, concurrently, recording each attempt (a delivery to an
-    /// endpoint no longer configured is failed: [`UNKNOWN_ENDPOINT`]), then prunes up to 1000
+    /// endpoint no longer configured fails, with that reason), then prunes up to 1000
     /// events fanned out longer than [`RetryPolicy::retention`] ago whose deliveries are all
     /// finished (nothing when the store cannot prune). With no endpoint configured and a store
     /// without an outbox it does nothing.
