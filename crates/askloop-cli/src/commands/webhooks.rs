@@ -3,7 +3,9 @@
 
 use std::process::ExitCode;
 
-use askloop_core::store::{Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, ResourceFilter};
+use askloop_core::store::{
+    Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, ResourceFilter, outbox_of,
+};
 use askloop_core::time::{lease_now_ms, rfc3339};
 use askloop_core::{ResourceId, StoreError};
 use serde_json::json;
@@ -35,7 +37,11 @@ pub(crate) async fn list(global: &GlobalArgs, args: &WebhooksListArgs) -> anyhow
     let context = Context::open(global, Access::Read).await?;
     context
         .run(async |context| {
-            let deliveries = match context.store.list_deliveries(&filter).await {
+            let listed = match outbox_of(&*context.store) {
+                Ok(outbox) => outbox.list_deliveries(&filter).await,
+                Err(error) => Err(error),
+            };
+            let deliveries = match listed {
                 Ok(deliveries) => deliveries,
                 // A database without the outbox yet (read-only, never migrated): none.
                 Err(StoreError::Unsupported { .. }) => Vec::new(),
@@ -114,11 +120,15 @@ pub(crate) async fn replay(
     context
         .run(async |context| {
             let id = DeliveryId(args.id);
-            match context
-                .store
-                .replay_delivery(id, &ResourceFilter::Any, lease_now_ms())
-                .await
-            {
+            let replayed = match outbox_of(&*context.store) {
+                Ok(outbox) => {
+                    outbox
+                        .replay_delivery(id, &ResourceFilter::Any, lease_now_ms())
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            match replayed {
                 Ok(()) => {}
                 Err(StoreError::DeliveryNotFound { .. }) => {
                     return Err(invalid(format!("no webhook delivery {id}")));

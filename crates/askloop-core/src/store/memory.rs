@@ -17,8 +17,8 @@ use crate::run::{RunState, RunStatus, RunSummary};
 use crate::store::codec::{decode_run, encode_head, encode_new_messages};
 use crate::store::{
     ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
-    DeliveryStatus, FanOut, Lease, ListedRun, ResourceFilter, RunChange, RunChanges, RunFilter,
-    RunPage, RunStore, StoreError, StoredEvent, StoredRun, ThreadHistory, notifies,
+    DeliveryStatus, FanOut, Lease, ListedRun, Outbox, ResourceFilter, RunChange, RunChanges,
+    RunFilter, RunPage, RunStore, StoreError, StoredEvent, StoredRun, ThreadHistory, notifies,
 };
 
 /// A [`RunStore`] in memory: the same semantics as the durable stores (keys per resource,
@@ -341,6 +341,55 @@ impl RunStore for MemoryStore {
         })
     }
 
+    async fn watch_changes(&self) -> Option<RunChanges> {
+        Some(self.changes.watch())
+    }
+
+    async fn thread_history(
+        &self,
+        thread: &ThreadKey,
+        through: Option<u64>,
+    ) -> Result<ThreadHistory, StoreError> {
+        let mut shares: Vec<(u64, RunId, String, Vec<String>)> = {
+            let inner = self.lock();
+            inner
+                .runs
+                .values()
+                .filter(|entry| {
+                    entry.summary.thread_id == thread.thread_id
+                        && entry.summary.resource_id == thread.resource_id
+                })
+                .filter_map(|entry| {
+                    let seq = entry.completion_seq?;
+                    through.is_none_or(|through| seq <= through).then(|| {
+                        (
+                            seq,
+                            entry.summary.run_id.clone(),
+                            entry.head.clone(),
+                            entry.messages.clone(),
+                        )
+                    })
+                })
+                .collect()
+        };
+        shares.sort_by_key(|(seq, ..)| *seq);
+        let mut history = ThreadHistory::default();
+        for (seq, run_id, head, messages) in shares {
+            history
+                .messages
+                .extend(decode_run(&run_id, &head, &messages)?.messages);
+            history.through = Some(seq);
+        }
+        Ok(history)
+    }
+
+    fn outbox(&self) -> Option<&dyn Outbox> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Outbox for MemoryStore {
     async fn list_events(
         &self,
         after_seq: u64,
@@ -512,48 +561,6 @@ impl RunStore for MemoryStore {
             .deliveries
             .retain(|_, (delivery, _)| !doomed.contains(&delivery.event_seq));
         Ok(doomed.len() as u64)
-    }
-
-    async fn watch_changes(&self) -> Option<RunChanges> {
-        Some(self.changes.watch())
-    }
-
-    async fn thread_history(
-        &self,
-        thread: &ThreadKey,
-        through: Option<u64>,
-    ) -> Result<ThreadHistory, StoreError> {
-        let mut shares: Vec<(u64, RunId, String, Vec<String>)> = {
-            let inner = self.lock();
-            inner
-                .runs
-                .values()
-                .filter(|entry| {
-                    entry.summary.thread_id == thread.thread_id
-                        && entry.summary.resource_id == thread.resource_id
-                })
-                .filter_map(|entry| {
-                    let seq = entry.completion_seq?;
-                    through.is_none_or(|through| seq <= through).then(|| {
-                        (
-                            seq,
-                            entry.summary.run_id.clone(),
-                            entry.head.clone(),
-                            entry.messages.clone(),
-                        )
-                    })
-                })
-                .collect()
-        };
-        shares.sort_by_key(|(seq, ..)| *seq);
-        let mut history = ThreadHistory::default();
-        for (seq, run_id, head, messages) in shares {
-            history
-                .messages
-                .extend(decode_run(&run_id, &head, &messages)?.messages);
-            history.through = Some(seq);
-        }
-        Ok(history)
     }
 }
 

@@ -20,7 +20,7 @@ pub use filter::{InvalidCursor, ListedRun, ResourceFilter, RunCursor, RunFilter,
 pub use memory::MemoryStore;
 pub use outbox::{
     Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
-    DeliveryStatus, FanOut, StoredEvent,
+    DeliveryStatus, FanOut, Outbox, StoredEvent, outbox_of,
 };
 
 use crate::event::RunEvent;
@@ -163,11 +163,11 @@ pub enum StoreError {
     /// The store was opened read-only and was asked to write.
     #[error("the store is open read-only")]
     ReadOnly,
-    /// This store does not keep an outbox of events (a store written before webhooks, or a
-    /// wrapper that does not pass the outbox methods on).
-    #[error("this store has no outbox ({operation})")]
+    /// This store lacks an optional part (its [`RunStore::outbox`] is `None`: a store written
+    /// before webhooks, or a wrapper that does not pass it on).
+    #[error("this store does not support {operation}")]
     Unsupported {
-        /// The method asked for.
+        /// What was asked for (`outbox`).
         operation: &'static str,
     },
     /// No delivery has this id (within the tenant asked for).
@@ -297,12 +297,12 @@ const COUNT_PAGE: usize = 500;
 /// - **Events with the commit.** [`RunStore::insert_run_with_events`] and
 ///   [`RunStore::update_run_with_events`] append the events given to the store's outbox in the
 ///   write's own transaction, in order, each with the next outbox sequence: a write that is
-///   refused (conflict, thread busy, already exists) appends none. The outbox methods
-///   ([`RunStore::list_events`] … [`RunStore::replay_delivery`]) fan them out to webhook
-///   endpoints and track their deliveries; fan-out creates one delivery per endpoint and event
-///   however often it runs, and a claim gives each due delivery to one claimer until its claim
-///   expires or an attempt is recorded; [`RunStore::prune_outbox`] deletes old fanned-out
-///   events whose deliveries are all finished.
+///   refused (conflict, thread busy, already exists) appends none. The store's
+///   [`Outbox`] ([`RunStore::outbox`]) fans them out to webhook endpoints and tracks their
+///   deliveries; fan-out creates one delivery per endpoint and event however often it runs,
+///   and a claim gives each due delivery to one claimer until its claim expires or an attempt
+///   is recorded; [`Outbox::prune_outbox`] deletes old fanned-out events whose deliveries are
+///   all finished.
 /// - Every method either fully happens or leaves the store unchanged; after an error the store
 ///   is as it was before the call. A newer-format row is refused
 ///   ([`StoreError::UnsupportedFormat`]) and left untouched.
@@ -450,129 +450,12 @@ pub trait RunStore: Send + Sync {
     /// default does nothing.
     async fn close(&self) {}
 
-    /// The outbox's events after `after_seq` (0: from the first), in outbox order, at most
-    /// `limit`.
-    ///
-    /// # Errors
-    /// [`StoreError::Unsupported`] (the default); [`StoreError::Corrupt`]-like
-    /// [`StoreError::Backend`] for an unreadable event.
-    async fn list_events(
-        &self,
-        after_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        let _ = (after_seq, limit);
-        Err(StoreError::Unsupported {
-            operation: "list_events",
-        })
-    }
-
-    /// Up to `limit` events not fanned out yet, oldest first.
-    ///
-    /// # Errors
-    /// [`StoreError::Unsupported`] (the default); [`StoreError::Backend`].
-    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
-        let _ = limit;
-        Err(StoreError::Unsupported {
-            operation: "unfanned_events",
-        })
-    }
-
-    /// Fans events out, in one transaction: creates a pending delivery, due at `now_ms`, per
-    /// endpoint named (none where one of that endpoint and event exists: fanning out twice, in
-    /// any number of processes, creates each once) and marks each event fanned out.
-    ///
-    /// # Errors
-    /// [`StoreError::Unsupported`] (the default); [`StoreError::ReadOnly`];
-    /// [`StoreError::Backend`].
-    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
-        let _ = (routes, now_ms);
-        Err(StoreError::Unsupported {
-            operation: "fan_out",
-        })
-    }
-
-    /// Claims up to `claim.limit` pending deliveries that are due (`next_attempt_ms <=
-    /// claim.now_ms`) and not claimed by a live claim, oldest due first, for `claim.holder`
-    /// until `claim.until_ms`; returns them. Of several processes claiming at once each
-    /// delivery goes to one.
-    ///
-    /// # Errors
-    /// [`StoreError::Unsupported`] (the default); [`StoreError::ReadOnly`];
-    /// [`StoreError::Backend`].
-    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
-        let _ = claim;
-        Err(StoreError::Unsupported {
-            operation: "claim_deliveries",
-        })
-    }
-
-    /// Records an attempt of delivery `id` by `holder`, which must still claim it, and what
-    /// follows (the status, the next due time); releases the claim.
-    ///
-    /// # Errors
-    /// [`StoreError::DeliveryNotHeld`] when `holder` does not claim it (nothing recorded);
-    /// [`StoreError::DeliveryNotFound`]; [`StoreError::Unsupported`] (the default);
-    /// [`StoreError::ReadOnly`]; [`StoreError::Backend`].
-    async fn record_attempt(
-        &self,
-        id: DeliveryId,
-        holder: &LeaseHolder,
-        attempt: &DeliveryAttempt,
-        next: DeliveryNext,
-    ) -> Result<(), StoreError> {
-        let _ = (id, holder, attempt, next);
-        Err(StoreError::Unsupported {
-            operation: "record_attempt",
-        })
-    }
-
-    /// Deliveries matching `filter`, newest first, with their attempts.
-    ///
-    /// # Errors
-    /// [`StoreError::Unsupported`] (the default); [`StoreError::Backend`].
-    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
-        let _ = filter;
-        Err(StoreError::Unsupported {
-            operation: "list_deliveries",
-        })
-    }
-
-    /// Deletes up to `limit` events fanned out before `older_than_ms` (ms since the Unix epoch)
-    /// none of whose deliveries is pending (all delivered or failed, or none at all), earliest
-    /// fanned out first (then by sequence), with their deliveries, in one transaction; returns
-    /// how many events it deleted (sequences and delivery ids are never reused).
-    /// An event not fanned out yet, or with a pending delivery, is never deleted. The bounded
-    /// retention of the outbox: deliverers call it each round.
-    ///
-    /// # Errors
-    /// [`StoreError::Unsupported`] (the default); [`StoreError::ReadOnly`];
-    /// [`StoreError::Backend`].
-    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
-        let _ = (older_than_ms, limit);
-        Err(StoreError::Unsupported {
-            operation: "prune_outbox",
-        })
-    }
-
-    /// Makes delivery `id` — only if its event is of a run of `resource` — pending and due at
-    /// `now_ms` again, whatever its status, and drops its claim; its attempts stay. The
-    /// receiver gets the same event id again.
-    ///
-    /// # Errors
-    /// [`StoreError::DeliveryNotFound`] (also for another tenant's delivery);
-    /// [`StoreError::Unsupported`] (the default); [`StoreError::ReadOnly`];
-    /// [`StoreError::Backend`].
-    async fn replay_delivery(
-        &self,
-        id: DeliveryId,
-        resource: &ResourceFilter,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        let _ = (id, resource, now_ms);
-        Err(StoreError::Unsupported {
-            operation: "replay_delivery",
-        })
+    /// The store's webhook outbox ([`Outbox`]: events written with the commits, and their
+    /// deliveries), or `None` when it keeps none — then [`outbox_of`] answers
+    /// [`StoreError::Unsupported`]. Every store of this workspace has one (it returns
+    /// `Some(self)`); a wrapper store forwards it. The default is `None`.
+    fn outbox(&self) -> Option<&dyn Outbox> {
+        None
     }
 }
 
@@ -627,43 +510,7 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
     async fn close(&self) {
         (**self).close().await;
     }
-    async fn list_events(
-        &self,
-        after_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        (**self).list_events(after_seq, limit).await
-    }
-    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
-        (**self).unfanned_events(limit).await
-    }
-    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
-        (**self).fan_out(routes, now_ms).await
-    }
-    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
-        (**self).claim_deliveries(claim).await
-    }
-    async fn record_attempt(
-        &self,
-        id: DeliveryId,
-        holder: &LeaseHolder,
-        attempt: &DeliveryAttempt,
-        next: DeliveryNext,
-    ) -> Result<(), StoreError> {
-        (**self).record_attempt(id, holder, attempt, next).await
-    }
-    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
-        (**self).list_deliveries(filter).await
-    }
-    async fn replay_delivery(
-        &self,
-        id: DeliveryId,
-        resource: &ResourceFilter,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        (**self).replay_delivery(id, resource, now_ms).await
-    }
-    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
-        (**self).prune_outbox(older_than_ms, limit).await
+    fn outbox(&self) -> Option<&dyn Outbox> {
+        (**self).outbox()
     }
 }

@@ -4,16 +4,123 @@
 //!
 //! The life of an event: a commit writes it (same transaction); a deliverer fans it out — one
 //! [`Delivery`] per endpoint that wants it, at most one per (endpoint, event) however many
-//! processes fan out ([`crate::RunStore::fan_out`]); deliverers claim due deliveries
-//! ([`crate::RunStore::claim_deliveries`]), send them, and record each attempt
-//! ([`crate::RunStore::record_attempt`]) with what comes next: delivered, retried at a time, or
+//! processes fan out ([`Outbox::fan_out`]); deliverers claim due deliveries
+//! ([`Outbox::claim_deliveries`]), send them, and record each attempt
+//! ([`Outbox::record_attempt`]) with what comes next: delivered, retried at a time, or
 //! failed.
+//!
+//! A store keeps its outbox behind [`Outbox`], reached through
+//! [`crate::RunStore::outbox`] (or [`outbox_of`], which turns its absence into an error); only
+//! the commits' writes ([`crate::RunStore::insert_run_with_events`],
+//! [`crate::RunStore::update_run_with_events`]) are part of [`crate::RunStore`] itself.
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::event::RunEvent;
 use crate::ids::LeaseHolder;
-use crate::store::ResourceFilter;
+use crate::store::{ResourceFilter, RunStore, StoreError};
+
+/// A store's webhook outbox: the events its commits wrote, and their deliveries to endpoints.
+/// Implemented by every store of this workspace (memory, SQLite, PostgreSQL) and reached
+/// through [`RunStore::outbox`]; the webhooks deliverer and the delivery listings are its
+/// users.
+#[async_trait]
+pub trait Outbox: Send + Sync {
+    /// The outbox's events after `after_seq` (0: from the first), in outbox order, at most
+    /// `limit`.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`], also for an unreadable event.
+    async fn list_events(
+        &self,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// Up to `limit` events not fanned out yet, oldest first.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// Fans events out, in one transaction: creates a pending delivery, due at `now_ms`, per
+    /// endpoint named (none where one of that endpoint and event exists: fanning out twice, in
+    /// any number of processes, creates each once) and marks each event fanned out.
+    ///
+    /// # Errors
+    /// [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
+    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError>;
+
+    /// Claims up to `claim.limit` pending deliveries that are due (`next_attempt_ms <=
+    /// claim.now_ms`) and not claimed by a live claim, oldest due first, for `claim.holder`
+    /// until `claim.until_ms`; returns them. Of several processes claiming at once each
+    /// delivery goes to one.
+    ///
+    /// # Errors
+    /// [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
+    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Records an attempt of delivery `id` by `holder`, which must still claim it, and what
+    /// follows (the status, the next due time); releases the claim.
+    ///
+    /// # Errors
+    /// [`StoreError::DeliveryNotHeld`] when `holder` does not claim it (nothing recorded);
+    /// [`StoreError::DeliveryNotFound`];
+    /// [`StoreError::ReadOnly`]; [`StoreError::Backend`].
+    async fn record_attempt(
+        &self,
+        id: DeliveryId,
+        holder: &LeaseHolder,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<(), StoreError>;
+
+    /// Deliveries matching `filter`, newest first, with their attempts.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Deletes up to `limit` events fanned out before `older_than_ms` (ms since the Unix epoch)
+    /// none of whose deliveries is pending (all delivered or failed, or none at all), earliest
+    /// fanned out first (then by sequence), with their deliveries, in one transaction; returns
+    /// how many events it deleted (sequences and delivery ids are never reused).
+    /// An event not fanned out yet, or with a pending delivery, is never deleted. The bounded
+    /// retention of the outbox: deliverers call it each round.
+    ///
+    /// # Errors
+    /// [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
+    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError>;
+
+    /// Makes delivery `id` — only if its event is of a run of `resource` — pending and due at
+    /// `now_ms` again, whatever its status, and drops its claim; its attempts stay. The
+    /// receiver gets the same event id again.
+    ///
+    /// # Errors
+    /// [`StoreError::DeliveryNotFound`] (also for another tenant's delivery);
+    /// [`StoreError::ReadOnly`];
+    /// [`StoreError::Backend`].
+    async fn replay_delivery(
+        &self,
+        id: DeliveryId,
+        resource: &ResourceFilter,
+        now_ms: u64,
+    ) -> Result<(), StoreError>;
+}
+
+/// The outbox of `store`.
+///
+/// # Errors
+/// [`StoreError::Unsupported`] (operation `outbox`) when the store keeps none.
+pub fn outbox_of<S: RunStore + ?Sized>(store: &S) -> Result<&dyn Outbox, StoreError> {
+    store.outbox().ok_or(StoreError::Unsupported {
+        operation: "outbox",
+    })
+}
 
 /// An event as the outbox holds it: its place in the store's event order and the event.
 #[derive(Clone, Debug, PartialEq)]
@@ -161,7 +268,7 @@ impl Delivery {
     }
 }
 
-/// Which deliveries [`crate::RunStore::list_deliveries`] returns: newest first (by id), at most
+/// Which deliveries [`Outbox::list_deliveries`] returns: newest first (by id), at most
 /// `limit`, of the runs of `resource`, optionally only of one status, before a cursor.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]

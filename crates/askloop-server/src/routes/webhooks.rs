@@ -1,6 +1,6 @@
 //! `/api/webhooks/deliveries`: the webhook deliveries of the caller's runs, and their replay.
 
-use askloop_core::store::{DeliveryFilter, DeliveryId, DeliveryStatus, ResourceFilter};
+use askloop_core::store::{DeliveryFilter, DeliveryId, DeliveryStatus, ResourceFilter, outbox_of};
 use askloop_core::time::lease_now_ms;
 use axum::Json;
 use axum::http::StatusCode;
@@ -65,8 +65,7 @@ pub(crate) async fn list_deliveries(
             next_cursor: None,
         }));
     };
-    let deliveries = state
-        .store
+    let deliveries = outbox_of(&*state.store)?
         .list_deliveries(&filter.resource(resource))
         .await?;
     let next_cursor = (deliveries.len() == limit as usize)
@@ -94,8 +93,7 @@ pub(crate) async fn replay_delivery(
     PathParam(id): PathParam<u64>,
 ) -> Result<Json<ReplayedBody>, ApiError> {
     let resource = tenant(&caller, None)?.unwrap_or(ResourceFilter::Any);
-    state
-        .store
+    outbox_of(&*state.store)?
         .replay_delivery(DeliveryId(id), &resource, lease_now_ms())
         .await
         .map_err(|error| match error {

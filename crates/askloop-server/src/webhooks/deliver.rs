@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use askloop_core::store::{Delivery, DeliveryAttempt, DeliveryClaim, DeliveryNext, FanOut};
+use askloop_core::store::{
+    Delivery, DeliveryAttempt, DeliveryClaim, DeliveryNext, FanOut, Outbox, outbox_of,
+};
 use askloop_core::time::lease_now_ms;
 use askloop_core::{LeaseHolder, RunStore, StoreError, error_chain_text};
 use tokio::sync::watch;
@@ -113,37 +115,32 @@ impl Deliverer {
     /// deliveries and sends them, concurrently, recording each attempt (a delivery to an
     /// endpoint no longer configured fails, with that reason), then prunes up to 1000
     /// events fanned out longer than [`RetryPolicy::retention`] ago whose deliveries are all
-    /// finished (nothing when the store cannot prune). With no endpoint configured and a store
-    /// without an outbox it does nothing.
+    /// finished. With no endpoint configured and a store without an outbox it does nothing.
     ///
     /// # Errors
     /// The store's, from fan-out, claiming or pruning (an attempt whose recording fails is
     /// logged: its claim expires and it is sent again).
     pub async fn deliver_due(&self) -> Result<Round, StoreError> {
-        match self.fan_out_and_send().await {
-            Err(StoreError::Unsupported { .. }) if self.hooks.is_empty() => Ok(Round::default()),
-            Err(error) => Err(error),
-            Ok(mut round) => {
-                let cutoff = lease_now_ms().saturating_sub(millis(self.policy.retention));
-                round.pruned = match self.store.prune_outbox(cutoff, PRUNE_BATCH).await {
-                    // A store (or wrapper) that keeps an outbox but cannot prune it: delivery
-                    // goes on; its outbox grows as before.
-                    Err(StoreError::Unsupported { .. }) => 0,
-                    pruned => pruned?,
-                };
-                if round.pruned > 0 {
-                    tracing::debug!(pruned = round.pruned, "webhooks: old events pruned");
-                }
-                Ok(round)
+        let outbox = match outbox_of(&*self.store) {
+            Err(StoreError::Unsupported { .. }) if self.hooks.is_empty() => {
+                return Ok(Round::default());
             }
+            outbox => outbox?,
+        };
+        let mut round = self.fan_out_and_send(outbox).await?;
+        let cutoff = lease_now_ms().saturating_sub(millis(self.policy.retention));
+        round.pruned = outbox.prune_outbox(cutoff, PRUNE_BATCH).await?;
+        if round.pruned > 0 {
+            tracing::debug!(pruned = round.pruned, "webhooks: old events pruned");
         }
+        Ok(round)
     }
 
     /// Fans out what is new, then claims and sends what is due.
-    async fn fan_out_and_send(&self) -> Result<Round, StoreError> {
+    async fn fan_out_and_send(&self, outbox: &dyn Outbox) -> Result<Round, StoreError> {
         let mut round = Round::default();
         loop {
-            let events = self.store.unfanned_events(FAN_OUT_BATCH).await?;
+            let events = outbox.unfanned_events(FAN_OUT_BATCH).await?;
             if events.is_empty() {
                 break;
             }
@@ -160,7 +157,7 @@ impl Deliverer {
                 })
                 .collect();
             let now = lease_now_ms();
-            self.store.fan_out(&routes, now).await?;
+            outbox.fan_out(&routes, now).await?;
             round.fanned_out += events.len();
             if events.len() < FAN_OUT_BATCH {
                 break;
@@ -170,10 +167,14 @@ impl Deliverer {
         let claim_for = self.policy.timeout.saturating_mul(2) + Duration::from_secs(30);
         let until = now.saturating_add(millis(claim_for));
         let claim = DeliveryClaim::new(self.holder.clone(), now, until, CLAIM_BATCH);
-        let claimed = self.store.claim_deliveries(&claim).await?;
+        let claimed = outbox.claim_deliveries(&claim).await?;
         round.claimed = claimed.len();
-        let outcomes =
-            futures::future::join_all(claimed.iter().map(|delivery| self.attempt(delivery))).await;
+        let outcomes = futures::future::join_all(
+            claimed
+                .iter()
+                .map(|delivery| self.attempt(outbox, delivery)),
+        )
+        .await;
         for next in outcomes.into_iter().flatten() {
             round.attempts += 1;
             match next {
@@ -188,7 +189,7 @@ impl Deliverer {
     /// Sends `delivery` once and records the attempt; what follows, or `None` when it could
     /// not be recorded. A delivery to an endpoint no longer configured is not sent: it fails,
     /// with an attempt saying so ([`UNKNOWN_ENDPOINT`]).
-    async fn attempt(&self, delivery: &Delivery) -> Option<DeliveryNext> {
+    async fn attempt(&self, outbox: &dyn Outbox, delivery: &Delivery) -> Option<DeliveryNext> {
         let Some(hook) = self
             .hooks
             .iter()
@@ -196,7 +197,9 @@ impl Deliverer {
         else {
             let attempt =
                 DeliveryAttempt::new(lease_now_ms(), None, 0, Some(UNKNOWN_ENDPOINT.to_owned()));
-            return self.record(delivery, &attempt, DeliveryNext::Failed).await;
+            return self
+                .record(outbox, delivery, &attempt, DeliveryNext::Failed)
+                .await;
         };
         let started = lease_now_ms();
         let clock = Instant::now();
@@ -226,19 +229,19 @@ impl Deliverer {
             lease_now_ms(),
             jitter(),
         );
-        self.record(delivery, &attempt, next).await
+        self.record(outbox, delivery, &attempt, next).await
     }
 
     /// Records `attempt` of `delivery` and what follows (`next`, or `None` when recording
     /// failed: logged, the claim expires and the delivery is claimed again).
     async fn record(
         &self,
+        outbox: &dyn Outbox,
         delivery: &Delivery,
         attempt: &DeliveryAttempt,
         next: DeliveryNext,
     ) -> Option<DeliveryNext> {
-        match self
-            .store
+        match outbox
             .record_attempt(delivery.id, &self.holder, attempt, next)
             .await
         {

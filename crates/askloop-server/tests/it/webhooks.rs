@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use askloop_core::store::{DeliveryFilter, DeliveryStatus};
+use askloop_core::store::{DeliveryFilter, DeliveryStatus, outbox_of};
 use askloop_server::webhooks::{RetryPolicy, Webhook};
 use askloop_server::{ApiKey, Server};
 use axum::http::{HeaderMap, StatusCode};
@@ -384,7 +384,11 @@ async fn issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned(backend
     )
     .await;
     deliver_until(&hooked, &receiver, |got| got.len() == 1).await;
-    let pending = store.list_deliveries(&DeliveryFilter::new()).await.unwrap();
+    let pending = outbox_of(store.as_ref())
+        .unwrap()
+        .list_deliveries(&DeliveryFilter::new())
+        .await
+        .unwrap();
     assert_eq!(pending.len(), 1, "{pending:#?}");
     assert_eq!(pending[0].status, DeliveryStatus::Pending);
 
@@ -393,7 +397,12 @@ async fn issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned(backend
     let without = bare_server(&store, Duration::from_secs(7 * 24 * 3600));
     eventually("the delivery fails", || async {
         without.deliver_webhooks_once().await.unwrap().unwrap();
-        store.list_deliveries(&DeliveryFilter::new()).await.unwrap()[0].status
+        outbox_of(store.as_ref())
+            .unwrap()
+            .list_deliveries(&DeliveryFilter::new())
+            .await
+            .unwrap()[0]
+            .status
             == DeliveryStatus::Failed
     })
     .await;
@@ -420,7 +429,12 @@ async fn issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned(backend
     }
     assert_eq!(receiver.received().len(), 1, "never sent");
     assert_eq!(
-        store.list_events(0, 100).await.unwrap().len(),
+        outbox_of(store.as_ref())
+            .unwrap()
+            .list_events(0, 100)
+            .await
+            .unwrap()
+            .len(),
         1,
         "kept a week"
     );
@@ -429,11 +443,17 @@ async fn issue34_a_removed_endpoints_deliveries_fail_once_and_are_pruned(backend
     let pruning = bare_server(&store, Duration::ZERO);
     eventually("the event is pruned", || async {
         pruning.deliver_webhooks_once().await.unwrap().unwrap();
-        store.list_events(0, 100).await.unwrap().is_empty()
+        outbox_of(store.as_ref())
+            .unwrap()
+            .list_events(0, 100)
+            .await
+            .unwrap()
+            .is_empty()
     })
     .await;
     assert!(
-        store
+        outbox_of(store.as_ref())
+            .unwrap()
             .list_deliveries(&DeliveryFilter::new())
             .await
             .unwrap()
@@ -455,16 +475,29 @@ async fn issue34_without_webhooks_events_are_fanned_out_to_nobody_and_pruned(bac
     .await;
     let round = server.deliver_webhooks_once().await.unwrap().unwrap();
     assert_eq!((round.fanned_out, round.attempts, round.pruned), (1, 0, 0));
-    assert!(store.unfanned_events(10).await.unwrap().is_empty());
     assert!(
-        store
+        outbox_of(store.as_ref())
+            .unwrap()
+            .unfanned_events(10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        outbox_of(store.as_ref())
+            .unwrap()
             .list_deliveries(&DeliveryFilter::new())
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
-        store.list_events(0, 10).await.unwrap().len(),
+        outbox_of(store.as_ref())
+            .unwrap()
+            .list_events(0, 10)
+            .await
+            .unwrap()
+            .len(),
         1,
         "kept a week"
     );
@@ -474,5 +507,12 @@ async fn issue34_without_webhooks_events_are_fanned_out_to_nobody_and_pruned(bac
         round.pruned == 1
     })
     .await;
-    assert!(store.list_events(0, 10).await.unwrap().is_empty());
+    assert!(
+        outbox_of(store.as_ref())
+            .unwrap()
+            .list_events(0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

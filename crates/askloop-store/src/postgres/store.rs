@@ -25,7 +25,7 @@ use askloop_core::model::Message;
 use askloop_core::store::codec::{decode_run, decode_run_after, encode_head, encode_new_messages};
 use askloop_core::store::{
     Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
-    FIRST_MESSAGE_CHARS, FanOut, Lease, ListedRun, ResourceFilter, RunChanges, RunCounts,
+    FIRST_MESSAGE_CHARS, FanOut, Lease, ListedRun, Outbox, ResourceFilter, RunChanges, RunCounts,
     RunFilter, RunPage, RunState, StoredEvent, StoredRun, ThreadHistory, notifies,
 };
 use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, RunStore, StoreError, ThreadKey};
@@ -379,6 +379,13 @@ impl RunStore for PgStore {
         self.pool.close().await;
     }
 
+    fn outbox(&self) -> Option<&dyn Outbox> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Outbox for PgStore {
     async fn list_events(
         &self,
         after_seq: u64,

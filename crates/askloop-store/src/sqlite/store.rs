@@ -7,7 +7,8 @@ use askloop_core::event::RunEvent;
 use askloop_core::store::codec;
 use askloop_core::store::{
     Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext, FanOut,
-    Lease, ResourceFilter, RunFilter, RunPage, RunState, StoredEvent, StoredRun, ThreadHistory,
+    Lease, Outbox, ResourceFilter, RunFilter, RunPage, RunState, StoredEvent, StoredRun,
+    ThreadHistory,
 };
 use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, ThreadKey};
 
@@ -170,6 +171,13 @@ impl RunStore for SqliteStore {
         SqliteStore::close(self).await;
     }
 
+    fn outbox(&self) -> Option<&dyn Outbox> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Outbox for SqliteStore {
     async fn list_events(
         &self,
         after_seq: u64,

@@ -38,58 +38,6 @@ impl RunStore for TempSqlite {
             .update_run_with_events(state, expected_version, lease, events)
             .await
     }
-    async fn list_events(
-        &self,
-        after_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<askloop_core::store::StoredEvent>, StoreError> {
-        self.store.list_events(after_seq, limit).await
-    }
-    async fn unfanned_events(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<askloop_core::store::StoredEvent>, StoreError> {
-        self.store.unfanned_events(limit).await
-    }
-    async fn fan_out(
-        &self,
-        routes: &[askloop_core::store::FanOut],
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        self.store.fan_out(routes, now_ms).await
-    }
-    async fn claim_deliveries(
-        &self,
-        claim: &askloop_core::store::DeliveryClaim,
-    ) -> Result<Vec<askloop_core::store::Delivery>, StoreError> {
-        self.store.claim_deliveries(claim).await
-    }
-    async fn record_attempt(
-        &self,
-        id: askloop_core::store::DeliveryId,
-        holder: &askloop_core::LeaseHolder,
-        attempt: &askloop_core::store::DeliveryAttempt,
-        next: askloop_core::store::DeliveryNext,
-    ) -> Result<(), StoreError> {
-        self.store.record_attempt(id, holder, attempt, next).await
-    }
-    async fn list_deliveries(
-        &self,
-        filter: &askloop_core::store::DeliveryFilter,
-    ) -> Result<Vec<askloop_core::store::Delivery>, StoreError> {
-        self.store.list_deliveries(filter).await
-    }
-    async fn replay_delivery(
-        &self,
-        id: askloop_core::store::DeliveryId,
-        resource: &askloop_core::store::ResourceFilter,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        self.store.replay_delivery(id, resource, now_ms).await
-    }
-    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
-        self.store.prune_outbox(older_than_ms, limit).await
-    }
     async fn renew_lease(
         &self,
         run: &RunKey,
@@ -116,6 +64,9 @@ impl RunStore for TempSqlite {
     }
     async fn close(&self) {
         self.store.close().await;
+    }
+    fn outbox(&self) -> Option<&dyn askloop_core::store::Outbox> {
+        self.store.outbox()
     }
 }
 

@@ -33,11 +33,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::event::RunEvent;
-use crate::ids::{LeaseHolder, RunId, RunKey, ThreadKey};
+use crate::ids::{RunId, RunKey, ThreadKey};
 use crate::store::{
-    Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext, FanOut,
-    Lease, ResourceFilter, RunFilter, RunPage, RunState, RunStore, StoreError, StoredEvent,
-    StoredRun, ThreadHistory,
+    Lease, Outbox, RunFilter, RunPage, RunState, RunStore, StoreError, StoredRun, ThreadHistory,
 };
 
 /// Expands to one `#[tokio::test]` per store scenario, each on a fresh store made by `$make`
@@ -307,51 +305,7 @@ impl RunStore for YieldingStore {
     async fn close(&self) {
         self.inner.close().await;
     }
-    async fn list_events(
-        &self,
-        after_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        tokio::task::yield_now().await;
-        self.inner.list_events(after_seq, limit).await
-    }
-    async fn unfanned_events(&self, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
-        tokio::task::yield_now().await;
-        self.inner.unfanned_events(limit).await
-    }
-    async fn fan_out(&self, routes: &[FanOut], now_ms: u64) -> Result<(), StoreError> {
-        tokio::task::yield_now().await;
-        self.inner.fan_out(routes, now_ms).await
-    }
-    async fn claim_deliveries(&self, claim: &DeliveryClaim) -> Result<Vec<Delivery>, StoreError> {
-        tokio::task::yield_now().await;
-        let result = self.inner.claim_deliveries(claim).await;
-        tokio::task::yield_now().await;
-        result
-    }
-    async fn record_attempt(
-        &self,
-        id: DeliveryId,
-        holder: &LeaseHolder,
-        attempt: &DeliveryAttempt,
-        next: DeliveryNext,
-    ) -> Result<(), StoreError> {
-        tokio::task::yield_now().await;
-        self.inner.record_attempt(id, holder, attempt, next).await
-    }
-    async fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
-        self.inner.list_deliveries(filter).await
-    }
-    async fn replay_delivery(
-        &self,
-        id: DeliveryId,
-        resource: &ResourceFilter,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        tokio::task::yield_now().await;
-        self.inner.replay_delivery(id, resource, now_ms).await
-    }
-    async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
-        self.inner.prune_outbox(older_than_ms, limit).await
+    fn outbox(&self) -> Option<&dyn Outbox> {
+        self.inner.outbox()
     }
 }

@@ -12,7 +12,7 @@ use crate::ids::{LeaseHolder, ResourceId, RunId, ToolCallId};
 use crate::run::RunStatus;
 use crate::store::{
     DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryNext, DeliveryStatus, FanOut,
-    ResourceFilter, RunStore, StoreError, StoredEvent,
+    ResourceFilter, RunStore, StoreError, StoredEvent, outbox_of,
 };
 use crate::testing::conformance::support::*;
 use crate::{Agent, AskUser, RunOptions};
@@ -28,7 +28,11 @@ async fn events_of(store: &Arc<dyn RunStore>, run_id: &RunId) -> Vec<RunEvent> {
 }
 
 async fn all_events(store: &Arc<dyn RunStore>) -> Vec<StoredEvent> {
-    store.list_events(0, 10_000).await.unwrap()
+    outbox_of(store.as_ref())
+        .unwrap()
+        .list_events(0, 10_000)
+        .await
+        .unwrap()
 }
 
 fn kinds(events: &[RunEvent]) -> Vec<&'static str> {
@@ -220,17 +224,40 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
     let options = RunOptions::new().resource(TENANT);
     chunks_of(agent.stream_with("hello", options)).await;
     chunks_of(agent.stream("other tenant")).await;
-    let events = store.unfanned_events(100).await.unwrap();
+    let events = outbox_of(store.as_ref())
+        .unwrap()
+        .unfanned_events(100)
+        .await
+        .unwrap();
     assert_eq!(events.len(), 2, "{events:#?}");
     let routes: Vec<FanOut> = events
         .iter()
         .map(|event| FanOut::new(event.seq, vec!["a".into(), "b".into()]))
         .collect();
     let now = 1_000_000;
-    store.fan_out(&routes, now).await.unwrap();
-    store.fan_out(&routes, now).await.unwrap();
-    assert!(store.unfanned_events(100).await.unwrap().is_empty());
-    let all = store.list_deliveries(&DeliveryFilter::new()).await.unwrap();
+    outbox_of(store.as_ref())
+        .unwrap()
+        .fan_out(&routes, now)
+        .await
+        .unwrap();
+    outbox_of(store.as_ref())
+        .unwrap()
+        .fan_out(&routes, now)
+        .await
+        .unwrap();
+    assert!(
+        outbox_of(store.as_ref())
+            .unwrap()
+            .unfanned_events(100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let all = outbox_of(store.as_ref())
+        .unwrap()
+        .list_deliveries(&DeliveryFilter::new())
+        .await
+        .unwrap();
     assert_eq!(
         all.len(),
         4,
@@ -242,8 +269,12 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
         |holder: &LeaseHolder, at: u64| DeliveryClaim::new(holder.clone(), at, at + 60_000, 3);
     let (claim_one, claim_two) = (claim(&one, now), claim(&two, now));
     let (first, second) = futures::join!(
-        store.claim_deliveries(&claim_one),
-        store.claim_deliveries(&claim_two)
+        outbox_of(store.as_ref())
+            .unwrap()
+            .claim_deliveries(&claim_one),
+        outbox_of(store.as_ref())
+            .unwrap()
+            .claim_deliveries(&claim_two)
     );
     let (first, second) = (first.unwrap(), second.unwrap());
     assert_eq!(first.len() + second.len(), 4, "{first:#?} {second:#?}");
@@ -253,7 +284,8 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
             .all(|mine| second.iter().all(|theirs| theirs.id != mine.id))
     );
     assert!(
-        store
+        outbox_of(store.as_ref())
+            .unwrap()
             .claim_deliveries(&claim(&one, now))
             .await
             .unwrap()
@@ -268,7 +300,8 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
     let other = if first.is_empty() { &one } else { &two };
     let target = taken[0].clone();
     let attempt = DeliveryAttempt::new(now, Some(503), 12, Some("busy".into()));
-    let error = store
+    let error = outbox_of(store.as_ref())
+        .unwrap()
         .record_attempt(target.id, other, &attempt, DeliveryNext::Delivered)
         .await
         .unwrap_err();
@@ -276,7 +309,8 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
         matches!(error, StoreError::DeliveryNotHeld { .. }),
         "{error:?}"
     );
-    store
+    outbox_of(store.as_ref())
+        .unwrap()
         .record_attempt(
             target.id,
             holder,
@@ -287,13 +321,15 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
         .unwrap();
     // Due again only at its time; the other claims still hold until they expire.
     assert!(
-        store
+        outbox_of(store.as_ref())
+            .unwrap()
             .claim_deliveries(&claim(&one, now + 4_999))
             .await
             .unwrap()
             .is_empty()
     );
-    let again = store
+    let again = outbox_of(store.as_ref())
+        .unwrap()
         .claim_deliveries(&claim(&one, now + 5_000))
         .await
         .unwrap();
@@ -304,19 +340,22 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
     assert_eq!(again[0].attempts, std::slice::from_ref(&attempt));
     assert_eq!(again[0].event, target.event);
     let ok = DeliveryAttempt::new(now + 5_000, Some(200), 3, None);
-    store
+    outbox_of(store.as_ref())
+        .unwrap()
         .record_attempt(target.id, &one, &ok, DeliveryNext::Delivered)
         .await
         .unwrap();
     // Expired claims are taken over.
-    let late = store
+    let late = outbox_of(store.as_ref())
+        .unwrap()
         .claim_deliveries(&claim(&one, now + 61_000))
         .await
         .unwrap();
     assert_eq!(late.len(), 3, "{late:#?}");
 
     let tenant = ResourceFilter::Is(ResourceId::new(TENANT));
-    let mine = store
+    let mine = outbox_of(store.as_ref())
+        .unwrap()
         .list_deliveries(&DeliveryFilter::new().resource(tenant.clone()))
         .await
         .unwrap();
@@ -326,13 +365,15 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
             .all(|delivery| delivery.event.resource_id().map(ResourceId::as_str) == Some(TENANT))
     );
     assert!(mine[0].id > mine[1].id, "newest first");
-    let delivered = store
+    let delivered = outbox_of(store.as_ref())
+        .unwrap()
         .list_deliveries(&DeliveryFilter::new().status(DeliveryStatus::Delivered))
         .await
         .unwrap();
     assert_eq!(delivered.len(), 1);
     assert_eq!(delivered[0].attempts, [attempt, ok]);
-    let page = store
+    let page = outbox_of(store.as_ref())
+        .unwrap()
         .list_deliveries(&DeliveryFilter::new().limit(1).before(all[0].id))
         .await
         .unwrap();
@@ -345,7 +386,8 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
         .find(|delivery| delivery.event.resource_id().is_none())
         .unwrap()
         .id;
-    let error = store
+    let error = outbox_of(store.as_ref())
+        .unwrap()
         .replay_delivery(foreign, &tenant, now)
         .await
         .unwrap_err();
@@ -353,11 +395,13 @@ pub(super) async fn issue34_deliveries_are_claimed_once_and_recorded(store: Arc<
         matches!(error, StoreError::DeliveryNotFound { .. }),
         "{error:?}"
     );
-    store
+    outbox_of(store.as_ref())
+        .unwrap()
         .replay_delivery(delivered[0].id, &tenant, now + 70_000)
         .await
         .unwrap();
-    let replayed = store
+    let replayed = outbox_of(store.as_ref())
+        .unwrap()
         .claim_deliveries(&claim(&two, now + 70_000))
         .await
         .unwrap();
@@ -382,7 +426,11 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: 
     for _ in 0..5 {
         chunks_of(agent.stream("hello")).await;
     }
-    let events = store.unfanned_events(100).await.unwrap();
+    let events = outbox_of(store.as_ref())
+        .unwrap()
+        .unfanned_events(100)
+        .await
+        .unwrap();
     assert_eq!(events.len(), 5, "{events:#?}");
     let seqs: Vec<u64> = events.iter().map(|event| event.seq).collect();
     // Events 0 and 1: to nobody. 2: delivered to "a", failed to "b". 3: delivered to "a",
@@ -395,13 +443,19 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: 
         FanOut::new(seqs[2], vec!["a".into(), "b".into()]),
         FanOut::new(seqs[3], vec!["a".into(), "b".into()]),
     ];
-    store.fan_out(&routes, old).await.unwrap();
-    store
+    outbox_of(store.as_ref())
+        .unwrap()
+        .fan_out(&routes, old)
+        .await
+        .unwrap();
+    outbox_of(store.as_ref())
+        .unwrap()
         .fan_out(&[FanOut::new(seqs[4], vec!["a".into()])], late)
         .await
         .unwrap();
     let holder = LeaseHolder::new("pruner");
-    let claimed = store
+    let claimed = outbox_of(store.as_ref())
+        .unwrap()
         .claim_deliveries(&DeliveryClaim::new(holder.clone(), late, late + 60_000, 10))
         .await
         .unwrap();
@@ -417,7 +471,8 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: 
             DeliveryNext::Delivered
         };
         let attempt = DeliveryAttempt::new(late, Some(200), 1, None);
-        store
+        outbox_of(store.as_ref())
+            .unwrap()
             .record_attempt(delivery.id, &holder, &attempt, next)
             .await
             .unwrap();
@@ -425,7 +480,15 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: 
     chunks_of(agent.stream("not fanned out")).await;
 
     let cutoff = late;
-    assert_eq!(store.prune_outbox(cutoff, 2).await.unwrap(), 2, "the limit");
+    assert_eq!(
+        outbox_of(store.as_ref())
+            .unwrap()
+            .prune_outbox(cutoff, 2)
+            .await
+            .unwrap(),
+        2,
+        "the limit"
+    );
     let remaining =
         |events: Vec<StoredEvent>| -> Vec<u64> { events.iter().map(|event| event.seq).collect() };
     let left = remaining(all_events(&store).await);
@@ -435,11 +498,29 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: 
         "oldest first: {left:?}"
     );
     assert_eq!(left.len(), 4, "the unfanned event stays: {left:?}");
-    assert_eq!(store.prune_outbox(cutoff, 1000).await.unwrap(), 1);
+    assert_eq!(
+        outbox_of(store.as_ref())
+            .unwrap()
+            .prune_outbox(cutoff, 1000)
+            .await
+            .unwrap(),
+        1
+    );
     let left = remaining(all_events(&store).await);
     assert_eq!(left[..2], [seqs[3], seqs[4]], "{left:?}");
-    assert_eq!(store.prune_outbox(cutoff, 1000).await.unwrap(), 0);
-    let deliveries = store.list_deliveries(&DeliveryFilter::new()).await.unwrap();
+    assert_eq!(
+        outbox_of(store.as_ref())
+            .unwrap()
+            .prune_outbox(cutoff, 1000)
+            .await
+            .unwrap(),
+        0
+    );
+    let deliveries = outbox_of(store.as_ref())
+        .unwrap()
+        .list_deliveries(&DeliveryFilter::new())
+        .await
+        .unwrap();
     let mut kept: Vec<(u64, &str)> = deliveries
         .iter()
         .map(|delivery| (delivery.event_seq, delivery.endpoint.as_str()))
@@ -452,7 +533,8 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: 
     );
 
     // Once the pending delivery finishes its event goes too; the late one when its time comes.
-    let again = store
+    let again = outbox_of(store.as_ref())
+        .unwrap()
         .claim_deliveries(&DeliveryClaim::new(
             holder.clone(),
             late + 1_000,
@@ -463,17 +545,33 @@ pub(super) async fn issue34_prune_keeps_pending_and_deletes_old_finished(store: 
         .unwrap();
     assert_eq!(again.len(), 1, "{again:#?}");
     let attempt = DeliveryAttempt::new(late + 1_000, Some(200), 1, None);
-    store
+    outbox_of(store.as_ref())
+        .unwrap()
         .record_attempt(again[0].id, &holder, &attempt, DeliveryNext::Delivered)
         .await
         .unwrap();
-    assert_eq!(store.prune_outbox(cutoff, 1000).await.unwrap(), 1);
-    assert_eq!(store.prune_outbox(late + 1, 1000).await.unwrap(), 1);
+    assert_eq!(
+        outbox_of(store.as_ref())
+            .unwrap()
+            .prune_outbox(cutoff, 1000)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        outbox_of(store.as_ref())
+            .unwrap()
+            .prune_outbox(late + 1, 1000)
+            .await
+            .unwrap(),
+        1
+    );
     let left = all_events(&store).await;
     assert_eq!(left.len(), 1, "only the unfanned event: {left:#?}");
     assert!(left[0].seq > seqs[4]);
     assert!(
-        store
+        outbox_of(store.as_ref())
+            .unwrap()
             .list_deliveries(&DeliveryFilter::new())
             .await
             .unwrap()
