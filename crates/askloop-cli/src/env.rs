@@ -36,6 +36,9 @@ pub(crate) const WEBHOOK_BACKOFF_ENV: &str = "ASKLOOP_WEBHOOK_BACKOFF_MS";
 /// The environment variable holding how often `askloop serve` delivers due webhooks, in
 /// milliseconds (default 1 s).
 pub(crate) const WEBHOOK_POLL_ENV: &str = "ASKLOOP_WEBHOOK_POLL_MS";
+/// The environment variable holding how long one webhook attempt may take, in milliseconds
+/// (default 10 s); a deliverer's claim on a delivery lasts twice that and 5 s more.
+pub(crate) const WEBHOOK_TIMEOUT_ENV: &str = "ASKLOOP_WEBHOOK_TIMEOUT_MS";
 
 /// The environment variable holding how long finished webhook events are kept, in hours
 /// (default 168: 7 days; 0 prunes them at the next round).
@@ -60,7 +63,7 @@ fn millis_from_env(name: &str) -> anyhow::Result<Option<Duration>> {
 }
 
 /// The webhook retry policy: the server's default, with [`WEBHOOK_BACKOFF_ENV`],
-/// [`WEBHOOK_POLL_ENV`] and [`WEBHOOK_RETENTION_ENV`] when set.
+/// [`WEBHOOK_POLL_ENV`], [`WEBHOOK_TIMEOUT_ENV`] and [`WEBHOOK_RETENTION_ENV`] when set.
 ///
 /// # Errors
 /// Invalid input for a value that is not a number of milliseconds above 0 (or of hours).
@@ -71,6 +74,9 @@ pub(crate) fn webhook_policy() -> anyhow::Result<askloop_server::webhooks::Retry
     }
     if let Some(poll) = millis_from_env(WEBHOOK_POLL_ENV)? {
         policy = policy.poll_interval(poll);
+    }
+    if let Some(timeout) = millis_from_env(WEBHOOK_TIMEOUT_ENV)? {
+        policy = policy.timeout(timeout);
     }
     if let Some(text) = env_value(WEBHOOK_RETENTION_ENV) {
         let hours = text.trim().parse::<u64>().map_err(|_| {

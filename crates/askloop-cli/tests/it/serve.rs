@@ -540,6 +540,88 @@ pub fn a_killed_server_s_run_is_recovered_by_the_other(store: &str) {
     assert!(text.contains("Summary of the repo."), "{shown:#}");
 }
 
+/// A server killed with SIGKILL while it sends a webhook (the receiver has the request, the
+/// attempt is not recorded) leaves the delivery claimed; a new server on the store sends it
+/// again once the claim expires, with the same `webhook-id` (at least once), records it
+/// delivered, and sends every later event once.
+#[cfg(all(unix, feature = "test-hooks"))]
+pub fn a_server_killed_while_sending_a_webhook_sends_it_again(store: &str) {
+    let dir = TestDir::new();
+    let (received, url) = crate::webhooks::receiver_silent_for(1);
+    dir.write(
+        "askloop.toml",
+        &format!(
+            "[[webhooks]]\nurl = \"{url}\"\nsecret = \"{}\"\n",
+            crate::webhooks::SECRET
+        ),
+    );
+    let spec = dir.script("ask.json", ASK_THEN_ANSWER);
+    let fast = [
+        ("ASKLOOP_WEBHOOK_TIMEOUT_MS", "1000"),
+        ("ASKLOOP_WEBHOOK_POLL_MS", "100"),
+        ("ASKLOOP_WEBHOOK_BACKOFF_MS", "100"),
+    ];
+    let doomed = Served::start(&dir, store, &spec, &[], &fast);
+    let run_id = block_on(start_suspended(&doomed.base));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.lock().unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing sent: {}",
+            doomed.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    doomed.signal("KILL");
+    drop(doomed);
+    let killed_at = Instant::now();
+    let survivor = Served::start(&dir, store, &spec, &[], &fast);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while received.lock().unwrap().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "not sent again: {}",
+            survivor.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        killed_at.elapsed() >= Duration::from_secs(5),
+        "sent again only once the dead server's claim expired"
+    );
+    block_on(resume_to_finish(&survivor.base, &run_id));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.lock().unwrap().len() < 4 {
+        assert!(Instant::now() < deadline, "{:?}", received.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let received = received.lock().unwrap().clone();
+    assert_eq!(
+        crate::webhooks::types(&received),
+        [
+            "question.raised",
+            "question.raised",
+            "question.answered",
+            "run.completed"
+        ]
+    );
+    assert_eq!(received[0].0, received[1].0, "the same webhook-id again");
+    assert_eq!(received[0].1, received[1].1, "the same body again");
+    let mut ids: Vec<&str> = received.iter().map(|(id, _)| id.as_str()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "each event once but the interrupted one");
+    let listed = dir.command(&["--store", store, "webhooks", "list", "--json"]);
+    let listed = crate::support::outcome(listed).success().json_lines();
+    assert_eq!(listed.len(), 3, "{listed:#?}");
+    assert!(
+        listed
+            .iter()
+            .all(|delivery| delivery["status"] == "delivered"),
+        "{listed:#?}"
+    );
+}
+
 /// The multi-instance tests on the store `$store` makes (`|dir: &TestDir| -> String`).
 macro_rules! instance_tests {
     ($name:ident, $store:expr) => {
@@ -549,6 +631,14 @@ macro_rules! instance_tests {
                 let dir = $crate::support::TestDir::new();
                 let store: String = ($store)(&dir);
                 $crate::serve::two_servers_share_a_store(&store);
+            }
+
+            #[cfg(all(unix, feature = "test-hooks"))]
+            #[test]
+            fn a_server_killed_while_sending_a_webhook_sends_it_again() {
+                let dir = $crate::support::TestDir::new();
+                let store: String = ($store)(&dir);
+                $crate::serve::a_server_killed_while_sending_a_webhook_sends_it_again(&store);
             }
 
             #[cfg(feature = "test-hooks")]

@@ -13,19 +13,26 @@ use crate::crash::Crash;
 use crate::support::ASK_THEN_ANSWER;
 
 /// A Standard Webhooks secret (base64 of 24 bytes).
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// What the receiver got: each request's `webhook-id` and body, in order.
-type Received = Arc<Mutex<Vec<(String, Value)>>>;
+pub type Received = Arc<Mutex<Vec<(String, Value)>>>;
 
 /// A receiver on loopback (plain HTTP/1.1, one request per connection): records each request's
 /// `webhook-id` and body, answers 204.
 fn receiver() -> (Received, String) {
+    receiver_silent_for(0)
+}
+
+/// A receiver as [`receiver`] that records its first `silent` requests but never answers them
+/// (their connections stay open): a sender waits on them until its timeout, or its death.
+pub fn receiver_silent_for(silent: usize) -> (Received, String) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let received = Arc::new(Mutex::new(Vec::new()));
     let log = received.clone();
     std::thread::spawn(move || {
+        let mut held = Vec::new();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -45,9 +52,15 @@ fn receiver() -> (Received, String) {
             }
             let mut body = vec![0; length];
             reader.read_exact(&mut body).unwrap();
-            log.lock()
-                .unwrap()
-                .push((id, serde_json::from_slice(&body).unwrap()));
+            let count = {
+                let mut log = log.lock().unwrap();
+                log.push((id, serde_json::from_slice(&body).unwrap()));
+                log.len()
+            };
+            if count <= silent {
+                held.push(stream);
+                continue;
+            }
             let _ = stream.write_all(
                 b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             );
@@ -56,7 +69,7 @@ fn receiver() -> (Received, String) {
     (received, url)
 }
 
-fn types(received: &[(String, Value)]) -> Vec<String> {
+pub fn types(received: &[(String, Value)]) -> Vec<String> {
     received
         .iter()
         .map(|(_, body)| body["type"].as_str().unwrap().to_owned())

@@ -21,6 +21,8 @@ use crate::webhooks::body::body;
 use crate::webhooks::retry::{Answer, jitter, millis, next_step};
 use crate::webhooks::{RetryPolicy, Webhook, WebhookError};
 
+/// What a claim lasts beyond twice the attempt timeout (the recording of the attempt).
+const CLAIM_MARGIN: Duration = Duration::from_secs(5);
 /// Events fanned out per round, at most.
 const FAN_OUT_BATCH: usize = 500;
 /// Deliveries claimed (and sent concurrently) per round, at most.
@@ -164,7 +166,9 @@ impl Deliverer {
             }
         }
         let now = lease_now_ms();
-        let claim_for = self.policy.timeout.saturating_mul(2) + Duration::from_secs(30);
+        // Long enough for the attempt (at most the timeout) and its recording; a deliverer
+        // killed mid-attempt leaves its claim to expire this soon, then another sends again.
+        let claim_for = self.policy.timeout.saturating_mul(2) + CLAIM_MARGIN;
         let until = now.saturating_add(millis(claim_for));
         let claim = DeliveryClaim::new(self.holder.clone(), now, until, CLAIM_BATCH);
         let claimed = outbox.claim_deliveries(&claim).await?;
