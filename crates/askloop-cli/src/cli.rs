@@ -51,6 +51,10 @@ pub(crate) struct GlobalArgs {
     /// The agents file to read [default: $ASKLOOP_CONFIG, then ./askloop.toml when it exists]
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) config: Option<PathBuf>,
+    /// Who you act as (recorded as `cli:NAME` with every run you start and every answer,
+    /// approval or decline you give, and checked by approver policies) [default: $USER]
+    #[arg(long = "as", global = true, value_name = "NAME")]
+    pub(crate) act_as: Option<String>,
 }
 
 /// The subcommands.
