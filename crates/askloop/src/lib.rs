@@ -55,7 +55,8 @@
 //! | `local` | no | [`providers`]: the embedded model on the CPU (`local`, `local:PATH`) |
 
 pub use askloop_core::{
-    Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, ArgsEdit, AskUser,
+    Actor, Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, ApprovalVote,
+    ApproverPolicy, ArgsEdit, AskUser, Decision, PolicyRefusal,
     AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, AuditAction, AuditRecord,
     CallResponse, CancelHandle, Chunk, DEFAULT_LEASE, DEFAULT_MAX_STEPS, DynTool, Execution,
     ExpiredRun, Fork, ForkedFrom, IdKind, IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES,
@@ -129,3 +130,8 @@ struct ReadmeExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/library.md")]
 struct LibraryGuideExamples;
+
+/// The Rust examples of `docs/approvers.md`, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/approvers.md")]
+struct ApproverGuideExamples;
