@@ -212,8 +212,8 @@ pub enum ResumeError {
         tool_name: String,
         /// The actor refused (its id), if the response named one.
         actor: Option<String>,
-        /// Why.
-        reason: crate::approvers::PolicyRefusal,
+        /// Why (boxed: the error stays small).
+        reason: Box<crate::approvers::PolicyRefusal>,
     },
     /// Another resume (or continue) of this run was applied first (exactly-once: this one
     /// changed nothing).

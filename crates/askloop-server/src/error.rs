@@ -352,7 +352,7 @@ fn resume_details(error: &ResumeError) -> Option<Value> {
                 "reason": reason.code(),
                 "actor": actor,
             });
-            if let askloop_core::PolicyRefusal::MissingRole { required } = reason {
+            if let askloop_core::PolicyRefusal::MissingRole { required } = reason.as_ref() {
                 details["requiredRoles"] = serde_json::json!(required);
             }
             details

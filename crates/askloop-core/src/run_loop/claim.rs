@@ -428,7 +428,7 @@ fn permit(
             tool_call_id: slot.call.id.clone(),
             tool_name: slot.call.name.clone(),
             actor: party.actor.map(|actor| actor.id.clone()),
-            reason,
+            reason: Box::new(reason),
         }
     })
 }

@@ -68,7 +68,7 @@ async fn stored(store: &Arc<dyn RunStore>, run_id: &RunId) -> RunState {
 
 fn refusal(error: ResumeError) -> PolicyRefusal {
     match error {
-        ResumeError::NotPermitted { reason, .. } => reason,
+        ResumeError::NotPermitted { reason, .. } => *reason,
         other => panic!("expected not_permitted, got {other:?}"),
     }
 }
