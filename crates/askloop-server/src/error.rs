@@ -352,7 +352,7 @@ fn resume_details(error: &ResumeError) -> Option<Value> {
                 "reason": reason.code(),
                 "actor": actor,
             });
-            if let askloop_core::PolicyRefusal::MissingRole { required } = reason.as_ref() {
+            if let askloop_core::PolicyRefusal::MissingRole { required } = &**reason {
                 details["requiredRoles"] = serde_json::json!(required);
             }
             details
