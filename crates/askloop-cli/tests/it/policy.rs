@@ -11,9 +11,9 @@ use crate::support::{TestDir, outcome, tool_results};
 const POLICY: &str = "[agents.assistant]\nrequire_approval = true\nroles = [\"ops\"]\n\
                       self_approval = false\nquorum = 2\n";
 
-fn with_test_tools(dir: &TestDir, args: &[&str]) -> crate::support::Outcome {
-    let store = dir.store_url();
-    let mut full = vec!["--store", store.as_str()];
+/// `askloop --store STORE ARGS` with the test tools.
+fn cli(dir: &TestDir, store: &str, args: &[&str]) -> crate::support::Outcome {
+    let mut full = vec!["--store", store];
     full.extend_from_slice(args);
     let mut command = dir.command(&full);
     command.env("ASKLOOP_TEST_TOOLS", "1");
@@ -21,8 +21,26 @@ fn with_test_tools(dir: &TestDir, args: &[&str]) -> crate::support::Outcome {
 }
 
 #[test]
-fn issue34_the_cli_operator_is_held_to_the_agents_approver_policy() {
+fn issue34_the_cli_operator_is_held_to_the_agents_approver_policy_on_sqlite() {
     let dir = TestDir::new();
+    let store = dir.store_url();
+    the_cli_operator_is_held_to_the_agents_approver_policy(&dir, &store);
+}
+
+#[cfg(unix)]
+#[test]
+fn issue34_the_cli_operator_is_held_to_the_agents_approver_policy_on_postgres() {
+    let dir = TestDir::new();
+    let store = crate::postgres::schema_url(&dir);
+    the_cli_operator_is_held_to_the_agents_approver_policy(&dir, &store);
+}
+
+fn the_cli_operator_is_held_to_the_agents_approver_policy(dir: &TestDir, store: &str) {
+    let show = |run_id: &str| {
+        cli(dir, store, &["runs", "show", run_id, "--json"])
+            .success()
+            .json()
+    };
     dir.write(
         "askloop.toml",
         &format!("{POLICY}[cli]\nroles = [\"ops\"]\n"),
@@ -35,29 +53,29 @@ fn issue34_the_cli_operator_is_held_to_the_agents_approver_policy() {
         ]})
         .to_string(),
     );
-    let out = with_test_tools(&dir, &["run", "--json", "--model", &spec, "Pay ACME"]).success();
+    let out = cli(dir, store, &["run", "--json", "--model", &spec, "Pay ACME"]).success();
     let lines = out.json_lines();
     let approval = lines.last().unwrap();
     assert_eq!(approval["type"], "tool-call-approval", "{lines:#?}");
     assert_eq!(approval["payload"]["quorum"], 2);
     let run_id = approval["runId"].as_str().unwrap().to_owned();
-    let before = dir.show(&run_id);
+    let before = show(&run_id);
     assert_eq!(before["startedBy"]["id"], "cli:tester", "{before:#}");
     assert_eq!(before["startedBy"]["route"], "cli run");
 
     // The operator who started the run may not approve it.
-    let out = with_test_tools(&dir, &["approve", &run_id]).code(2);
+    let out = cli(dir, store, &["approve", &run_id]).code(2);
     assert!(
         out.stderr
             .contains("cli:tester started this run and may not approve its calls"),
         "{}",
         out.stderr
     );
-    assert_eq!(dir.show(&run_id), before, "a refusal changes nothing");
+    assert_eq!(show(&run_id), before, "a refusal changes nothing");
 
     // Without `[cli] roles`, the CLI holds no role.
     dir.write("askloop.toml", POLICY);
-    let out = with_test_tools(&dir, &["approve", &run_id, "--as", "dan"]).code(2);
+    let out = cli(dir, store, &["approve", &run_id, "--as", "dan"]).code(2);
     assert!(
         out.stderr.contains("this needs one of the roles ops"),
         "{}",
@@ -69,17 +87,17 @@ fn issue34_the_cli_operator_is_held_to_the_agents_approver_policy() {
     );
 
     // The first of two approvals is recorded; the run still waits, and says so.
-    let out = with_test_tools(&dir, &["approve", &run_id, "--as", "bob"]).success();
+    let out = cli(dir, store, &["approve", &run_id, "--as", "bob"]).success();
     assert!(
         out.stdout.contains("approval 1 of 2 recorded: cli:bob"),
         "{}\n{}",
         out.stdout,
         out.stderr
     );
-    let state = dir.show(&run_id);
+    let state = show(&run_id);
     assert_eq!(state["status"], "suspended");
     assert_eq!(state["pending"][0]["approvals"][0]["by"], "cli:bob");
-    let out = with_test_tools(&dir, &["approve", &run_id, "--as", "bob"]).code(2);
+    let out = cli(dir, store, &["approve", &run_id, "--as", "bob"]).code(2);
     assert!(
         out.stderr.contains("cli:bob already approved this call"),
         "{}",
@@ -87,15 +105,16 @@ fn issue34_the_cli_operator_is_held_to_the_agents_approver_policy() {
     );
 
     // A second approver: the tool runs (and asks its own question).
-    let out = with_test_tools(&dir, &["approve", &run_id, "--as", "carol", "--json"]).success();
+    let out = cli(dir, store, &["approve", &run_id, "--as", "carol", "--json"]).success();
     let lines = out.json_lines();
     assert_eq!(
         lines.last().unwrap()["type"],
         "tool-call-suspended",
         "{lines:#?}"
     );
-    with_test_tools(
-        &dir,
+    cli(
+        dir,
+        store,
         &[
             "resume",
             &run_id,
@@ -106,7 +125,7 @@ fn issue34_the_cli_operator_is_held_to_the_agents_approver_policy() {
         ],
     )
     .success();
-    let state = dir.show(&run_id);
+    let state = show(&run_id);
     assert_eq!(state["status"], "completed", "{state:#}");
     let audit = &tool_results(&state)[0]["audit"];
     assert_eq!(audit[0]["by"], "cli:bob");
@@ -117,7 +136,7 @@ fn issue34_the_cli_operator_is_held_to_the_agents_approver_policy() {
     assert_eq!(audit[2]["by"], "cli:tester");
     assert_eq!(audit[2]["route"], "cli resume");
 
-    let out = dir.run(&["runs", "show", &run_id]).success();
+    let out = cli(dir, store, &["runs", "show", &run_id]).success();
     assert!(
         out.stdout
             .contains("approve by cli:bob (roles ops; via cli approve) at "),
