@@ -19,7 +19,10 @@ use serde_json::{Value, json};
 use crate::on_both_stores;
 use crate::support::*;
 
-on_both_stores!(issue34_approver_policy_over_http);
+on_both_stores!(
+    issue34_approver_policy_over_http,
+    issue34_a_quorum_through_the_chat_route,
+);
 
 const SCRIPT: &str = r#"{"steps":[
   {"toolCalls":[{"id":"d1","name":"count","args":{"label":"deploy"}}]},
@@ -190,4 +193,104 @@ async fn issue34_approver_policy_over_http(backend: Backend) {
         audit[1]["route"],
         "POST /api/agents/{agentId}/approve-tool-call"
     );
+}
+
+/// The AI SDK chat route: an `approval-responded` part of a call that needs two approvers is a
+/// vote (200, the run still waits, listing it), the same key again is refused (in the stream, as
+/// the chat route says refusals), a second key's approval runs the tool.
+async fn issue34_a_quorum_through_the_chat_route(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let counter = Counter::default();
+    let secrets: Vec<String> = (0..3).map(|_| ApiKey::new_secret()).collect();
+    let keys = ["alice", "bob", "carol"]
+        .iter()
+        .zip(&secrets)
+        .map(|(label, secret)| {
+            ApiKey::from_secret(secret, "team".into())
+                .label(*label)
+                .roles(["ops"])
+        })
+        .collect();
+    let router = guarded_server(&store, &counter, keys).router();
+    let chat = |parts: Value| {
+        json!({"id": "c-quorum", "trigger": "submit-message", "messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "deploy"}]},
+            {"id": "a1", "role": "assistant", "parts": parts}]})
+    };
+    let start = json!({"id": "c-quorum", "trigger": "submit-message",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "deploy"}]}]});
+    let (status, _, error) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/chat",
+        Some(start),
+        Some(&secrets[0]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{error}");
+    let approve = json!([{"type": "tool-count", "toolCallId": "d1", "state": "approval-responded",
+        "input": {"label": "deploy"}, "approval": {"id": "d1", "approved": true}}]);
+    let (status, _, error) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/chat",
+        Some(chat(approve.clone())),
+        Some(&secrets[1]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{error}");
+    let (_, listed) = call(
+        &router,
+        "GET",
+        "/api/runs?threadId=c-quorum",
+        None,
+        Some(&secrets[1]),
+    )
+    .await;
+    let run = &listed["runs"][0];
+    assert_eq!(run["status"], "suspended", "{run}");
+    assert_eq!(run["pendingToolCalls"][0]["approvals"][0]["by"], "bob");
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
+
+    let (status, chunks, error) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/chat",
+        Some(chat(approve.clone())),
+        Some(&secrets[1]),
+    )
+    .await;
+    // The chat route says a refusal in its stream, as for every refusal of an answer: a
+    // `data-askloop-rejection` part and an `error` chunk.
+    assert_eq!(status, StatusCode::OK, "{error}");
+    let rejection = chunks
+        .iter()
+        .find(|chunk| chunk["type"] == "data-askloop-rejection")
+        .unwrap_or_else(|| panic!("{chunks:?}"));
+    assert!(
+        rejection["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bob already approved this call"),
+        "{rejection}"
+    );
+
+    let (status, _, error) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/chat",
+        Some(chat(approve)),
+        Some(&secrets[2]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{error}");
+    let run_id = run["runId"].as_str().unwrap().to_owned();
+    eventually("the run completes", || {
+        let store = store.clone();
+        let run_id = run_id.clone();
+        async move { status_of(&store, &run_id).await == askloop_core::RunStatus::Completed }
+    })
+    .await;
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
 }
