@@ -43,6 +43,10 @@ export interface Question {
   form?: FormField;
   /** The deadline, RFC 3339; absent without one. */
   expiresAt?: string;
+  /** An approval that needs several approvers: how many (absent for one). */
+  quorum?: number;
+  /** The approvals recorded so far, for a quorum: `{by, at}` (RFC 3339). */
+  approvals?: { by?: string; at: string }[];
   agentId?: string;
   threadId?: string;
   resourceId?: string;
@@ -195,6 +199,13 @@ function labelled(id: string, text: string, input: HTMLInputElement | HTMLTextAr
 function approvalControl(id: string, question: Question): Control {
   const wrap = el("div");
   wrap.append(el("p", "meta", `Tool: ${question.toolName}`));
+  if (question.quorum) {
+    // A quorum: who approved so far (the server refuses a second approval of the same person).
+    const approvals = question.approvals ?? [];
+    const who = approvals.map((vote) => `${vote.by ?? "someone"} (${new Date(Date.parse(vote.at)).toLocaleString()})`);
+    const votes = el("p", "meta votes", `Needs ${question.quorum} approvers; approved so far: ${approvals.length}${who.length ? ` — ${who.join(", ")}` : ""}`);
+    wrap.append(votes);
+  }
   const original = JSON.stringify(question.args ?? {}, null, 2);
   const args = el("pre", "args", original);
   args.setAttribute("aria-label", `Arguments of ${question.toolName}`);

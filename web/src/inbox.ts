@@ -132,7 +132,8 @@ export class InboxView {
     }
     this.shown = next;
     this.list.replaceChildren(...this.answered, ...items);
-    this.empty.hidden = items.length > 0;
+    // A card answered here may still wait (an approval a quorum needs more approvers for).
+    this.empty.hidden = questions.length > 0;
     this.count.textContent = questions.length > 0 ? `(${questions.length})` : "";
   }
 

@@ -15,6 +15,9 @@ interface RunDetail {
   status: string;
   messages: { role: string; parts?: { type: string; text?: string }[] }[];
   failure?: { code: string; message: string };
+  pendingToolCalls?: { toolCallId: string; quorum?: number; approvals?: { by?: string; at: string }[] }[];
+  /** Who decided what, when, from where (askloop-server's DecisionBody). */
+  decisions?: { toolCallId: string; toolName: string; action: string; by?: string; roles?: string[]; route?: string; at: string }[];
 }
 
 /** How long the outcome waits for a run that still runs (the answer's stream was cut). */
@@ -63,6 +66,31 @@ function outcomeText(run: RunDetail): string {
   }
 }
 
+/** For an approval a quorum still waits beyond: "Approval N of Q recorded; …"; else null. */
+function votesText(run: RunDetail, responses: Response[]): string | null {
+  for (const response of responses) {
+    const waiting = run.pendingToolCalls?.find((call) => call.toolCallId === response.toolCallId);
+    if (response.kind === "approval" && waiting?.quorum) {
+      return `Approval ${waiting.approvals?.length ?? 0} of ${waiting.quorum} recorded; the call waits for more approvers.`;
+    }
+  }
+  return null;
+}
+
+/** The decisions on `toolCallIds` as lines: "approve by bob (roles ops; via …) at …". */
+function decisionLines(run: RunDetail, toolCallIds: string[]): HTMLElement | null {
+  const decisions = (run.decisions ?? []).filter((decision) => toolCallIds.includes(decision.toolCallId));
+  if (decisions.length === 0) return null;
+  const list = el("ul", "decisions");
+  list.setAttribute("aria-label", "Who decided");
+  for (const decision of decisions) {
+    const details = [decision.roles?.length ? `roles ${decision.roles.join(", ")}` : "", decision.route ? `via ${decision.route}` : ""].filter(Boolean).join("; ");
+    const when = new Date(Date.parse(decision.at)).toLocaleString();
+    list.append(el("li", undefined, `${decision.action} by ${decision.by ?? "(not said)"}${details ? ` (${details})` : ""} at ${when}`));
+  }
+  return list;
+}
+
 /** The run, once it no longer runs (at most WAIT_MS). */
 async function settledRun(runId: string): Promise<RunDetail> {
   const deadline = Date.now() + WAIT_MS;
@@ -93,8 +121,13 @@ export async function renderOutcome(questions: Question[], responses: Response[]
   const runId = questions[0]?.runId ?? "";
   try {
     const run = await settledRun(runId);
-    result.textContent = outcomeText(run);
+    result.textContent = votesText(run, responses) ?? outcomeText(run);
     result.dataset.status = run.status;
+    const decided = decisionLines(
+      run,
+      responses.map((response) => response.toolCallId),
+    );
+    if (decided) box.append(decided);
     // A chat is a thread of the caller's resource: the run's, when a key names it or it has none.
     if (apiKey() || !run.resourceId) {
       const link = el("a", undefined, "Open its chat");

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use askloop_core::model::{LanguageModel, ModelSettings, ToolChoice};
-use askloop_core::{Agent, AskUser, DynTool, RunStore, Tool};
+use askloop_core::{Agent, ApproverPolicy, AskUser, DynTool, RunStore, Tool};
 
 use askloop_mcp::{McpError, McpServerConfig, McpToolset};
 
@@ -55,6 +55,11 @@ pub(crate) struct AgentDefinition {
     pub(crate) question_timeout: Option<std::time::Duration>,
     /// How long a call waits for its approval, if it has a deadline.
     pub(crate) approval_timeout: Option<std::time::Duration>,
+    /// Who may approve the agent's calls (`roles`, `self_approval`, `quorum`), if it says.
+    pub(crate) approvers: Option<ApproverPolicy>,
+    /// Per tool, who may approve its calls and answer its questions
+    /// (`[agents.ID.approvers.TOOL]`).
+    pub(crate) tool_approvers: Vec<(String, ApproverPolicy)>,
 }
 
 impl AgentDefinition {
@@ -117,6 +122,8 @@ impl AgentDefinition {
             allow_other: None,
             question_timeout: None,
             approval_timeout: None,
+            approvers: None,
+            tool_approvers: Vec::new(),
         }
     }
 
@@ -168,6 +175,12 @@ impl AgentDefinition {
                 .question_timeout_seconds
                 .map(std::time::Duration::from_secs),
             approval_timeout: agent.approval_timeout.map(|timeout| timeout.0),
+            approvers: agent.approver_policy(),
+            tool_approvers: agent
+                .approvers
+                .iter()
+                .map(|(tool, config)| (tool.clone(), config.policy().unwrap_or_default()))
+                .collect(),
         })
     }
 
@@ -303,6 +316,30 @@ impl AgentDefinition {
                 .iter()
                 .fold(builder, |builder, name| builder.require_approval_for(name)),
         };
+        let unknown: Vec<&str> = self
+            .tool_approvers
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| {
+                !self.tools.iter().any(|tool| tool == name)
+                    && !mcp_tools.iter().any(|tool| tool.name() == *name)
+                    && !extra.iter().any(|tool| tool.name() == *name)
+            })
+            .collect();
+        if !unknown.is_empty() {
+            return Err(invalid(format!(
+                "agent {}: [agents.{}.approvers.TOOL] names tools it does not have: {}",
+                self.id,
+                self.id,
+                unknown.join(", ")
+            )));
+        }
+        if let Some(policy) = &self.approvers {
+            builder = builder.approvers(policy.clone());
+        }
+        for (tool, policy) in &self.tool_approvers {
+            builder = builder.approvers_for(tool, policy.clone());
+        }
         for tool in mcp_tools {
             builder = builder.shared_tool(tool);
         }

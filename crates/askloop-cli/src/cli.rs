@@ -51,6 +51,10 @@ pub(crate) struct GlobalArgs {
     /// The agents file to read [default: $ASKLOOP_CONFIG, then ./askloop.toml when it exists]
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) config: Option<PathBuf>,
+    /// Who you act as (recorded as `cli:NAME` with every run you start and every answer,
+    /// approval or decline you give, and checked by approver policies) [default: $USER]
+    #[arg(long = "as", global = true, value_name = "NAME")]
+    pub(crate) act_as: Option<String>,
 }
 
 /// The subcommands.
@@ -188,6 +192,12 @@ pub(crate) struct KeysNewArgs {
     /// The agents the key may use, comma-separated [default: all]
     #[arg(long, value_name = "ID,…", value_delimiter = ',', value_parser = id)]
     pub(crate) agents: Vec<String>,
+    /// The key's name in the audit (who started, answered, approved) [default: the resource]
+    #[arg(long, value_name = "NAME", value_parser = name)]
+    pub(crate) label: Option<String>,
+    /// The roles the key holds, comma-separated (approver policies name them) [default: none]
+    #[arg(long, value_name = "ROLE,…", value_delimiter = ',', value_parser = name)]
+    pub(crate) roles: Vec<String>,
 }
 
 /// `askloop model …`.
@@ -541,6 +551,14 @@ fn key_id(text: &str) -> Result<String, String> {
 /// Parses another id flag or argument (tool call, agent): any text that is not blank
 /// (`askloop_core::is_blank`: whitespace, controls and invisible characters only; a provider's
 /// tool call id may be long).
+/// A key's label or a role: not blank, no control characters.
+fn name(text: &str) -> Result<String, String> {
+    if askloop_core::is_blank(text) || text.chars().any(char::is_control) {
+        return Err("expected a name: not blank, without control characters".to_owned());
+    }
+    Ok(text.trim().to_owned())
+}
+
 fn id(text: &str) -> Result<String, String> {
     if askloop_core::is_blank(text) {
         return Err(

@@ -21,6 +21,13 @@
 //! allow_other = true                      # select questions also take the person's own words
 //! question_timeout_seconds = 86400        # questions expire after this (`askloop runs sweep`)
 //! approval_timeout = "1h"                 # approvals expire after this ("90s", "30m", "2h 30m", "1d")
+//! roles = ["ops"]                         # who may approve: an actor holding one of these roles
+//! self_approval = false                   # whoever started the run may not approve its calls
+//! quorum = 2                              # distinct approvers a call needs; one decline declines
+//!
+//! [agents.planner.approvers.book_flight]  # one tool's own policy (wins over the agent's);
+//! roles = ["finance"]                     # it also gates answers to that tool's questions
+//! quorum = 1
 //!
 //! [agents.planner.mcp.fs]                 # an MCP server whose tools the agent gets
 //! command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/notes"]
@@ -34,6 +41,11 @@
 //! hash = "<SHA-256 of the secret, hex>"
 //! resource = "tenant-a"                   # the tenant whose runs the key sees
 //! agents = ["planner"]                    # optional: the agents it may use
+//! label = "alice"                         # optional: its name in the audit (default: resource)
+//! roles = ["ops"]                         # optional: the roles it holds (approver policies)
+//!
+//! [cli]                                   # who the terminal acts as: `cli:$USER` (or --as NAME)
+//! roles = ["ops"]                         # the roles it holds (none unless given here)
 //!
 //! [[webhooks]]                            # `askloop serve` and `askloop runs sweep` deliver
 //! url = "https://hooks.example.com/askloop"
@@ -86,6 +98,9 @@ pub(crate) struct Config {
     /// Webhook endpoints (`[[webhooks]]`).
     #[serde(default)]
     pub(crate) webhooks: Vec<WebhookConfig>,
+    /// Who the terminal acts as (`[cli]`).
+    #[serde(default)]
+    pub(crate) cli: CliConfig,
 }
 
 /// One `[[webhooks]]` table: an endpoint the store's events are delivered to.
@@ -172,6 +187,54 @@ pub(crate) struct KeyConfig {
     pub(crate) resource: String,
     /// The agents the key may use (all when absent).
     pub(crate) agents: Option<Vec<String>>,
+    /// The key's name in the audit (who started, answered, approved); its resource when
+    /// absent.
+    pub(crate) label: Option<String>,
+    /// The roles the key holds (approver policies name them).
+    #[serde(default)]
+    pub(crate) roles: Vec<String>,
+}
+
+/// The `[cli]` table: who the terminal acts as.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CliConfig {
+    /// The roles the CLI's operator holds (approver policies name them); none when absent.
+    #[serde(default)]
+    pub(crate) roles: Vec<String>,
+}
+
+/// Who may approve an agent's or a tool's calls (`roles`, `self_approval`, `quorum`): the
+/// agent table's own keys, or an `[agents.ID.approvers.TOOL]` table.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ApproversConfig {
+    /// The actor must hold one of these roles.
+    pub(crate) roles: Option<Vec<String>>,
+    /// Whether the run's starter may approve its calls (default true).
+    pub(crate) self_approval: Option<bool>,
+    /// How many distinct approvers a call needs (default 1).
+    pub(crate) quorum: Option<u32>,
+}
+
+impl ApproversConfig {
+    /// The policy, if any key was given.
+    pub(crate) fn policy(&self) -> Option<askloop_core::ApproverPolicy> {
+        if self.roles.is_none() && self.self_approval.is_none() && self.quorum.is_none() {
+            return None;
+        }
+        let mut policy = askloop_core::ApproverPolicy::new();
+        if let Some(roles) = &self.roles {
+            policy = policy.roles(roles.iter().cloned());
+        }
+        if let Some(allowed) = self.self_approval {
+            policy = policy.self_approval(allowed);
+        }
+        if let Some(quorum) = self.quorum {
+            policy = policy.quorum(quorum);
+        }
+        Some(policy)
+    }
 }
 
 /// One `[agents.ID]` table.
@@ -216,6 +279,29 @@ pub(crate) struct AgentConfig {
     /// How long a call that needs approval waits for a person's decision; then it expires
     /// (the tool does not run) and `askloop runs sweep` tells the model so.
     pub(crate) approval_timeout: Option<DurationConfig>,
+    /// Who may approve the agent's calls: an actor holding one of these roles.
+    pub(crate) roles: Option<Vec<String>>,
+    /// Whether the run's starter may approve its calls (default true).
+    pub(crate) self_approval: Option<bool>,
+    /// How many distinct approvers a call needs (default 1).
+    pub(crate) quorum: Option<u32>,
+    /// Per tool, who may approve its calls and answer its questions
+    /// (`[agents.ID.approvers.TOOL]`).
+    #[serde(default)]
+    pub(crate) approvers: BTreeMap<String, ApproversConfig>,
+}
+
+impl AgentConfig {
+    /// The agent's own approver policy (`roles`, `self_approval`, `quorum` of its table), if
+    /// any of them is given.
+    pub(crate) fn approver_policy(&self) -> Option<askloop_core::ApproverPolicy> {
+        ApproversConfig {
+            roles: self.roles.clone(),
+            self_approval: self.self_approval,
+            quorum: self.quorum,
+        }
+        .policy()
+    }
 }
 
 /// A duration as people write it (humantime): `"90s"`, `"30m"`, `"1h"`, `"2h 30m"`, `"1d"`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use askloop_core::store::{MemoryStore, RunState, StoredRun, keys_of_run};
 use askloop_core::{
-    Agent, IdKind, ResourceId, ResumeError, RunId, RunKey, RunStatus, RunStore, StoreError,
+    Actor, Agent, IdKind, ResourceId, ResumeError, RunId, RunKey, RunStatus, RunStore, StoreError,
     ToolCallId,
 };
 use askloop_store::{OpenError, OpenOptions, StoreUrl, default_store_url, open_store};
@@ -51,6 +51,8 @@ pub(crate) struct Context {
     pub(crate) model_flag: Option<String>,
     /// The agents, built on demand; their MCP servers are closed by [`Context::close`].
     registry: Arc<ConfigRegistry>,
+    /// Who the terminal's person is: `--as`, else `$USER` (`$USERNAME`), else `operator`.
+    operator: String,
 }
 
 impl Context {
@@ -107,6 +109,7 @@ impl Context {
             explicit_config: config_path.map(|path| current_dir.join(path)),
             model_flag,
             registry: Arc::new(registry),
+            operator: operator_name(global.act_as.as_deref())?,
         })
     }
 
@@ -141,6 +144,16 @@ impl Context {
     /// [`Context::agent_for_new_run`].
     pub(crate) async fn agent_for_run(&self, state: &RunState) -> anyhow::Result<Agent> {
         self.registry.agent_for_stored_run(state).await
+    }
+
+    /// Who the terminal's person acts as through `route` (`cli approve`, `cli run`, …):
+    /// `cli:NAME` (NAME from `--as`, else `$USER`), holding the roles of askloop.toml's
+    /// `[cli] roles` (none unless given there). Recorded as the starter of the runs it starts
+    /// and in the audit of its decisions; approver policies check it.
+    pub(crate) fn actor(&self, route: &str) -> Actor {
+        Actor::new(format!("cli:{}", self.operator))
+            .roles(self.config().config.cli.roles.iter().cloned())
+            .route(route)
     }
 
     /// askloop.toml, or an empty config.
@@ -436,4 +449,26 @@ async fn open_run_store(
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// The operator's name: `--as NAME` (not blank, no control characters), else `$USER`, else
+/// `$USERNAME`, else `operator`.
+///
+/// # Errors
+/// Invalid input for a blank `--as` or one with control characters.
+fn operator_name(given: Option<&str>) -> anyhow::Result<String> {
+    if let Some(name) = given {
+        let name = name.trim();
+        if name.is_empty() || name.chars().any(char::is_control) {
+            return Err(invalid(format!(
+                "--as {name:?}: give a name without control characters"
+            )));
+        }
+        return Ok(name.to_owned());
+    }
+    Ok(env_value("USER")
+        .or_else(|| env_value("USERNAME"))
+        .map(|name| name.trim().chars().filter(|c| !c.is_control()).collect())
+        .filter(|name: &String| !name.is_empty())
+        .unwrap_or_else(|| "operator".to_owned()))
 }

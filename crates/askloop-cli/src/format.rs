@@ -330,8 +330,24 @@ pub(crate) fn approval_line(call: &PendingToolCall) -> String {
     let by = call
         .expires_at_ms
         .map_or_else(String::new, |at| format!(" by {} UTC", format_time(at)));
+    let votes = match call.quorum {
+        Some(quorum) if call.approvals.is_empty() => format!("; it needs {quorum} approvers"),
+        Some(quorum) => {
+            let by: Vec<String> = call
+                .approvals
+                .iter()
+                .map(|vote| escape_controls(vote.by.as_deref().unwrap_or("someone")).into_owned())
+                .collect();
+            format!(
+                "; approval {} of {quorum} recorded: {}",
+                call.approvals.len(),
+                by.join(", ")
+            )
+        }
+        None => String::new(),
+    };
     format!(
-        "tool {} wants to run with {} (approve or decline{by})",
+        "tool {} wants to run with {} (approve or decline{by}{votes})",
         escape_controls(&call.tool_name),
         cut(&call.args.to_string(), SHOW_LIMIT)
     )

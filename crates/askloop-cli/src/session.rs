@@ -126,7 +126,7 @@ impl<'a> Session<'a> {
                     match self
                         .agent
                         .respond(run)
-                        .by("cli")
+                        .actor(self.context.actor("cli prompt"))
                         .answer(&call.tool_call_id, answer)
                         .stream()
                         .await

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::actor::Actor;
+use crate::approvers::ApproverPolicy;
 use crate::definition::{AgentDefinition, ApprovalPolicy};
 use crate::error::{AgentError, ResumeError};
 use crate::ids::{AgentId, LeaseHolder, RunRef, ToolCallId};
@@ -271,7 +273,7 @@ impl Agent {
             run: run.into(),
             tool_call_id: tool_call_id.clone(),
             answer,
-            by: None,
+            actor: None,
         }
     }
 
@@ -284,7 +286,7 @@ impl Agent {
             agent: self,
             run: run.into(),
             items: Vec::new(),
-            by: None,
+            actor: None,
             loaded: None,
         }
     }
@@ -385,8 +387,14 @@ impl Agent {
             .iter()
             .map(|id| (Some(id.clone()), Resolution::Expire))
             .collect();
-        let claim =
-            run_loop::claim_resume(&self.inner, &expired.key().into(), items, by, None).await?;
+        let claim = run_loop::claim_resume(
+            &self.inner,
+            &expired.key().into(),
+            items,
+            by.map(Actor::new),
+            None,
+        )
+        .await?;
         Ok(run_loop::resume(self.inner.clone(), claim))
     }
 
@@ -457,7 +465,7 @@ pub struct Respond<'a> {
     agent: &'a Agent,
     run: RunRef,
     items: Vec<(Option<ToolCallId>, Resolution)>,
-    by: Option<String>,
+    actor: Option<Actor>,
     loaded: Option<StoredRun>,
 }
 
@@ -467,15 +475,24 @@ impl std::fmt::Debug for Respond<'_> {
             .debug_struct("Respond")
             .field("run", &self.run)
             .field("responses", &self.items.len())
-            .field("by", &self.by)
+            .field("actor", &self.actor)
             .finish()
     }
 }
 
 impl Respond<'_> {
-    /// Who responds, for the audit (a resource id, an API key's name, `cli`).
+    /// Who responds, for the audit (a resource id, an API key's name, `cli`): an actor with
+    /// only this id ([`Respond::actor`]).
     pub fn by(mut self, by: impl Into<String>) -> Self {
-        self.by = Some(by.into());
+        self.actor = Some(Actor::new(by));
+        self
+    }
+
+    /// Who responds ([`Actor`]: id, resource, roles, route): recorded in the audit of every
+    /// decision, and checked against the agent's approver policies ([`ApproverPolicy`]) before
+    /// anything changes ([`ResumeError::NotPermitted`]).
+    pub fn actor(mut self, actor: Actor) -> Self {
+        self.actor = Some(actor);
         self
     }
 
@@ -542,7 +559,7 @@ impl Respond<'_> {
             &self.agent.inner,
             &self.run,
             self.items,
-            self.by,
+            self.actor,
             self.loaded,
         )
         .await?;
@@ -558,13 +575,21 @@ pub struct Fork<'a> {
     run: RunRef,
     tool_call_id: ToolCallId,
     answer: Value,
-    by: Option<String>,
+    actor: Option<Actor>,
 }
 
 impl Fork<'_> {
-    /// Who gives the new answer, for the fork's audit (a resource id, an API key's name, `cli`).
+    /// Who gives the new answer, for the fork's audit (a resource id, an API key's name, `cli`):
+    /// an actor with only this id ([`Fork::actor`]).
     pub fn by(mut self, by: impl Into<String>) -> Self {
-        self.by = Some(by.into());
+        self.actor = Some(Actor::new(by));
+        self
+    }
+
+    /// Who gives the new answer: recorded in the fork's audit and as the fork's starter, and
+    /// checked against the question's tool's approver policy, as an answer would be.
+    pub fn actor(mut self, actor: Actor) -> Self {
+        self.actor = Some(actor);
         self
     }
 
@@ -585,7 +610,7 @@ impl Fork<'_> {
             &self.run,
             &self.tool_call_id,
             self.answer,
-            self.by,
+            self.actor,
         )
         .await?;
         Ok(run_loop::resume(self.agent.inner.clone(), claim))
@@ -703,6 +728,26 @@ impl AgentBuilder {
     /// [`AgentBuilder::require_approval_for`] and the other rules.
     pub fn approval_timeout_for(mut self, name: impl Into<String>, timeout: Duration) -> Self {
         self.approval.timeouts.push((name.into(), timeout));
+        self
+    }
+
+    /// Who may approve the agent's calls ([`ApproverPolicy`]: roles, self-approval, quorum),
+    /// checked before an approval or a decline changes anything
+    /// ([`ResumeError::NotPermitted`] says why not; the call keeps waiting). It governs
+    /// approvals only; a tool's own policy ([`AgentBuilder::approvers_for`]) wins over it for
+    /// that tool and also governs answers to its questions. Whether a call needs approval at all
+    /// is decided by [`AgentBuilder::require_approval`] and the other rules. See
+    /// [`ApproverPolicy`] for the rules.
+    pub fn approvers(mut self, policy: ApproverPolicy) -> Self {
+        self.approval.approvers = Some(policy);
+        self
+    }
+
+    /// Who may approve the calls of the tool `name` and answer its questions (the agent's
+    /// [`AgentBuilder::approvers`] does not apply to it). Given twice for one tool, the last
+    /// one counts.
+    pub fn approvers_for(mut self, name: impl Into<String>, policy: ApproverPolicy) -> Self {
+        self.approval.tool_approvers.push((name.into(), policy));
         self
     }
 

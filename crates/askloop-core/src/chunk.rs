@@ -67,6 +67,13 @@ pub enum Chunk {
         /// When the approval expires unheard (ms since the Unix epoch), if it has a deadline
         /// ([`crate::AgentBuilder::approval_timeout`]).
         expires_at_ms: Option<u64>,
+        /// The approvals recorded so far, for a call that needs several
+        /// ([`crate::ApproverPolicy::quorum`]); empty otherwise. A stream that only recorded an
+        /// approval (not the last one a quorum needs) consists of these chunks: the approval is
+        /// in this list, the call still waits.
+        approvals: Vec<crate::run::ApprovalVote>,
+        /// How many approvals the call needs, when more than one.
+        quorum: Option<u32>,
     },
     /// A model step finished.
     StepFinish {

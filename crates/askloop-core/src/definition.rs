@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::approvers::ApproverPolicy;
 use crate::ids::{AgentId, LeaseHolder};
 use crate::message::{AssistantPart, Message};
 use crate::model::{LanguageModel, ModelSettings, ToolDefinition};
@@ -49,6 +50,11 @@ pub(crate) struct ApprovalPolicy {
     pub(crate) timeout: Option<Duration>,
     /// Per tool name, how long its calls wait for their approval (the last one given wins).
     pub(crate) timeouts: Vec<(String, Duration)>,
+    /// Who may approve any call of the agent, unless a rule below says otherwise.
+    pub(crate) approvers: Option<ApproverPolicy>,
+    /// Per tool name, who may approve its calls and answer its questions (the last one given
+    /// wins).
+    pub(crate) tool_approvers: Vec<(String, ApproverPolicy)>,
 }
 
 impl AgentDefinition {
@@ -128,6 +134,32 @@ impl AgentDefinition {
                 .tools
                 .iter()
                 .any(|(tool, predicate)| tool == name && predicate.is_none())
+    }
+
+    /// The policy of the tool `name`'s own ([`crate::AgentBuilder::approvers_for`]), if it has
+    /// one: it governs the tool's approvals and the answers to its questions.
+    pub(crate) fn tool_approvers(&self, name: &str) -> Option<&ApproverPolicy> {
+        self.approval
+            .tool_approvers
+            .iter()
+            .rev()
+            .find(|(tool, _)| tool == name)
+            .map(|(_, policy)| policy)
+    }
+
+    /// Who may approve a call of `name`: the tool's own policy, else the agent's; `None`:
+    /// anyone, once.
+    pub(crate) fn approvers(&self, name: &str) -> Option<&ApproverPolicy> {
+        self.tool_approvers(name)
+            .or(self.approval.approvers.as_ref())
+    }
+
+    /// The quorum a call of `name` needs, when it is more than one (recorded with the call
+    /// when it starts waiting, and shown with it).
+    pub(crate) fn quorum_of(&self, name: &str) -> Option<u32> {
+        self.approvers(name)
+            .map(|policy| policy.quorum)
+            .filter(|quorum| *quorum > 1)
     }
 
     /// Whether `name` is a tool that asks the user (counted by the question budget).

@@ -198,6 +198,23 @@ pub enum ResumeError {
         /// Every problem found, one text each (lowercase, naming the field).
         problems: Vec<String>,
     },
+    /// The call's approver policy ([`crate::ApproverPolicy`]) does not let this actor decide:
+    /// a role it lacks, the run's starter approving its own call, an approver of a quorum
+    /// approving twice, an actor-less response to a policy that needs to know who acts, or
+    /// other arguments than earlier approvers approved. Nothing changed; the call still waits.
+    #[error("{} may not decide on {tool_name} call {tool_call_id} of run {run_id}: {reason}; nothing changed", actor.as_deref().unwrap_or("an unnamed actor"))]
+    NotPermitted {
+        /// The run.
+        run_id: RunId,
+        /// The call.
+        tool_call_id: ToolCallId,
+        /// Its tool.
+        tool_name: String,
+        /// The actor refused (its id), if the response named one.
+        actor: Option<String>,
+        /// Why (boxed: the error stays small).
+        reason: Box<crate::approvers::PolicyRefusal>,
+    },
     /// Another resume (or continue) of this run was applied first (exactly-once: this one
     /// changed nothing).
     #[error("another resume of run {run_id} was applied first; this one changed nothing")]
@@ -320,7 +337,7 @@ pub enum ResumeError {
 
 impl ResumeError {
     /// A stable code for clients (`"run_not_found"`, `"invalid_answer"`, `"invalid_args"`,
-    /// `"conflict"`, `"expired"`, …).
+    /// `"not_permitted"`, `"conflict"`, `"expired"`, …).
     pub fn code(&self) -> &'static str {
         match self {
             Self::RunNotFound { .. } => "run_not_found",
@@ -333,6 +350,7 @@ impl ResumeError {
             Self::Ambiguous { .. } => "ambiguous_tool_call",
             Self::InvalidAnswer { .. } => "invalid_answer",
             Self::InvalidArgs { .. } => "invalid_args",
+            Self::NotPermitted { .. } => "not_permitted",
             Self::Conflict { .. } => "conflict",
             Self::InProgress { .. } => "in_progress",
             Self::Interrupted { .. } => "interrupted",

@@ -54,7 +54,9 @@
 //! |---|---|
 //! | `test-support` | `testing::conformance`: the store conformance suite other crates run on their stores |
 
+mod actor;
 mod agent;
+mod approvers;
 mod ask_user;
 mod cancel;
 mod chunk;
@@ -83,10 +85,12 @@ pub mod testing;
 pub mod time;
 pub mod wire;
 
+pub use actor::Actor;
 pub use agent::{
     Agent, AgentBuildError, AgentBuilder, DEFAULT_LEASE, DEFAULT_MAX_STEPS, Fork, Respond,
     cancel_run_in, expired_runs,
 };
+pub use approvers::{ApproverPolicy, PolicyRefusal};
 pub use ask_user::{
     AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, SelectionMode,
 };
@@ -102,8 +106,8 @@ pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
 pub use response::CallResponse;
 pub use run::{
-    ForkedFrom, PendingKind, PendingToolCall, RunFailure, RunStatus, UnknownRunStatus,
-    approval_schema,
+    ApprovalVote, Decision, ForkedFrom, PendingKind, PendingToolCall, RunFailure, RunStatus,
+    UnknownRunStatus, approval_schema,
 };
 pub use run_loop::ExpiredRun;
 pub use store::{RunStore, StoreError};

@@ -7,7 +7,8 @@
 //! that older builds may ignore (as [`ToolResult::suspension`]).
 //!
 //! Audit: every person's action on a call ([`AuditRecord`]: answer, approve, decline, expire,
-//! cancel, message; by whom; when; for an approval that edited the arguments, both versions) is
+//! cancel, message; by whom — the actor's id, resource, roles — from which route; when; for an
+//! approval that edited the arguments, both versions; each vote of a quorum) is
 //! kept on the call's pending slot while it waits and copied into the call's
 //! [`ToolResult::audit`] when it completes, so it lives in the append-only messages, not in the
 //! run's head. Results carry no audit on the wire; `askloop runs show` lists it. The model reads
@@ -18,7 +19,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ids::ToolCallId;
+use crate::actor::Actor;
+use crate::ids::{ResourceId, ToolCallId};
 use crate::time::now_ms;
 
 /// One message of a conversation.
@@ -355,10 +357,22 @@ impl AuditAction {
 pub struct AuditRecord {
     /// What was done.
     pub action: AuditAction,
-    /// Who did it, as the caller said: a resource id, an API key's name, `cli` for the
-    /// terminal, `sweep` for an expiry; `None` when the caller did not say.
+    /// Who did it: the acting [`crate::Actor`]'s id (an API key's label, `cli:USER`,
+    /// `link:<id>`, `web`, a resource id, `sweep` for an expiry); `None` when the caller did
+    /// not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// The resource the actor acted for, if it said (stored as `resource`; absent otherwise, and
+    /// in records written before askloop kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<ResourceId>,
+    /// The roles the actor held (stored as `roles`; absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// The entry point the action came through (`POST /api/agents/{agentId}/approve-tool-call`,
+    /// `cli approve`, `link`, …), if the front end said (stored as `route`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
     /// When, in milliseconds since the Unix epoch.
     pub at_ms: u64,
     /// For an approval that replaced the model's arguments
@@ -374,9 +388,23 @@ impl AuditRecord {
         Self {
             action,
             by,
+            resource: None,
+            roles: Vec::new(),
+            route: None,
             at_ms: now_ms(),
             args_edit: None,
         }
+    }
+
+    /// A record of `action` by `actor` (its id, resource, roles and route), now.
+    pub fn by_actor(action: AuditAction, actor: Option<&Actor>) -> Self {
+        let mut record = Self::now(action, actor.map(|actor| actor.id.clone()));
+        if let Some(actor) = actor {
+            record.resource.clone_from(&actor.resource);
+            record.roles.clone_from(&actor.roles);
+            record.route.clone_from(&actor.route);
+        }
+        record
     }
 
     /// This record, with the arguments a person edited.

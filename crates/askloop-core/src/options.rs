@@ -1,5 +1,6 @@
 //! [`RunOptions`]: where a new run goes (its thread and owner).
 
+use crate::actor::Actor;
 use crate::ids::{ResourceId, RunId, ThreadId};
 
 /// Where a new run goes: its thread and owner. Build with [`RunOptions::new`] and the setters.
@@ -22,8 +23,14 @@ pub struct RunOptions {
     /// The user or tenant owning the run: the namespace of its run id and thread id.
     pub resource_id: Option<ResourceId>,
     /// Who sends the run's input, for the audit of the waiting calls a new message to the
-    /// thread resolves (a resource id, a key's name, `cli`); the resource id when `None`.
+    /// thread resolves (a resource id, a key's name, `cli`); the actor's id, else the resource
+    /// id, when `None`.
     pub by: Option<String>,
+    /// Who starts the run ([`Actor`]): recorded with it (`startedBy`), so that a policy
+    /// forbidding self-approval ([`crate::ApproverPolicy::self_approval`]) knows whom to refuse.
+    /// When `None`, the starter is `by` (acting for the resource), else the resource itself,
+    /// else unknown.
+    pub actor: Option<Actor>,
     /// The new run's id, chosen by the caller (the reference framework's clients may pick it);
     /// a generated one when `None`. An id its resource already uses fails the run's insert
     /// with [`crate::StoreError::AlreadyExists`] (the stream's first item, see
@@ -46,10 +53,36 @@ impl RunOptions {
         self
     }
 
-    /// Who sends the run's input, for the audit of the waiting calls a new message resolves.
+    /// Who sends the run's input, for the audit of the waiting calls a new message resolves,
+    /// and — without [`RunOptions::actor`] — who starts the run (an actor with only this id,
+    /// acting for the run's resource).
     pub fn by(mut self, by: impl Into<String>) -> Self {
         self.by = Some(by.into());
         self
+    }
+
+    /// Who starts the run ([`Actor`]), recorded with it and in the audit of the waiting calls
+    /// its message resolves.
+    pub fn actor(mut self, actor: Actor) -> Self {
+        self.actor = Some(actor);
+        self
+    }
+
+    /// The run's starter as recorded: the actor, else `by` acting for the resource, else the
+    /// resource itself, else `None` (unknown).
+    pub(crate) fn starter(&self) -> Option<Actor> {
+        if let Some(actor) = &self.actor {
+            return Some(actor.clone());
+        }
+        let id = self
+            .by
+            .clone()
+            .or_else(|| self.resource_id.as_ref().map(ToString::to_string))?;
+        let actor = Actor::new(id);
+        Some(match &self.resource_id {
+            Some(resource) => actor.resource(resource.clone()),
+            None => actor,
+        })
     }
 
     /// Gives the new run this id instead of a generated one.

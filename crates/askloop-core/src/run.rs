@@ -33,16 +33,25 @@
 //!   older builds of format 2 ignore it (and drop it if they rewrite the head). A fork's
 //!   `messages` start with a copy of the original's thread history (its `historyThrough` is
 //!   `null`), because its thread is new: the fork's later turns see that history through it.
+//! - `startedBy` (optional, absent when unknown): the [`crate::Actor`] who started the run
+//!   (`{"id", "resource"?, "roles"?, "route"?}`; for a fork, who forked it), which a policy
+//!   forbidding self-approval compares approvers with. Added without a version bump, as
+//!   `forkedFrom`: runs stored before it read as started by an unknown party.
 //! - In `messages`, a tool result may carry `suspension` (optional): the question a call asked
 //!   before it got this result, kept so that it can be forked.
 //! - `legacyHistory` (only in states upgraded from format 1): the thread history format 1 had
 //!   copied into the state, used instead of `thread_history`.
 //! - `pendingStep.calls[].state.status` is `completed` (`result`), `suspended` (`suspension`),
-//!   `awaitingApproval` (`expiresAtMs`, absent without a deadline), `resuming` (`suspension`,
+//!   `awaitingApproval` (`expiresAtMs`, absent without a deadline; `quorum`, absent for one
+//!   approver — additive), `resuming` (`suspension`,
 //!   `resumeData`: an answer claimed, its result not yet recorded) or `running` (`startedAtMs`:
 //!   a non-idempotent tool was started and has no recorded result).
 //! - `pendingStep.calls[].audit[]` and a tool result's `audit[]` are the call's audit records
-//!   (`{"action", "by"?, "atMs", "argsEdit"?}`). `argsEdit` (`{"original", "edited"}`, both the
+//!   (`{"action", "by"?, "resource"?, "roles"?, "route"?, "atMs", "argsEdit"?}`: who — the
+//!   actor's id, resource and roles —, from which entry point, when; `resource`, `roles` and
+//!   `route` are additive, absent in older records). While a call awaits an approval that
+//!   needs several approvers, each approval so far is an `approve` record on its slot (a
+//!   vote). `argsEdit` (`{"original", "edited"}`, both the
 //!   arguments' JSON) is on an `approve` record whose person edited the arguments: the call
 //!   (and the assistant message) keeps the model's arguments, the tool runs with `edited`. An
 //!   additive optional field of format 2, not a new version: records without it (every run
@@ -55,6 +64,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::actor::Actor;
 use crate::ids::{AgentId, ResourceId, RunId, RunKey, ThreadId, ThreadKey, ToolCallId};
 use crate::message::{
     AuditAction, AuditRecord, FinishReason, Message, ToolCall, ToolResult, Usage,
@@ -169,6 +179,10 @@ pub struct RunState {
     /// The run and question this run was forked from ([`crate::Agent::fork`]); `None` for a
     /// run that was started, not forked. Set at the insert, never changed.
     pub(crate) forked_from: Option<ForkedFrom>,
+    /// Who started the run ([`crate::RunOptions::actor`]; for a fork, who forked it); `None`
+    /// when unknown (runs stored before askloop recorded it, runs started with no actor, `by`
+    /// or resource). Set at the insert, never changed.
+    pub(crate) started_by: Option<Actor>,
 }
 
 /// Where a forked run comes from: the run and the question (a tool call of that run) at which
@@ -245,6 +259,10 @@ pub(crate) enum CallState {
     AwaitingApproval {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expires_at_ms: Option<u64>,
+        /// The approvers the call needs, when more than one (the agent's policy when the call
+        /// started waiting); its votes so far are the slot's `approve` audit records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quorum: Option<u32>,
     },
     /// An answer was accepted and claimed; the tool's resume path is running (or was, when a
     /// process died: `continue_stream` runs it again with the recorded answer if the tool is
@@ -298,6 +316,18 @@ impl CallSlot {
             }),
             None => std::borrow::Cow::Borrowed(&self.call),
         }
+    }
+
+    /// The approvals recorded on the call while it awaits approval (a quorum's votes so far).
+    pub(crate) fn votes(&self) -> Vec<ApprovalVote> {
+        self.audit
+            .iter()
+            .filter(|record| record.action == AuditAction::Approve)
+            .map(|record| ApprovalVote {
+                by: record.by.clone(),
+                at_ms: record.at_ms,
+            })
+            .collect()
     }
 
     /// The answer the result of an approved call records (so a repeated approval is recognised
@@ -364,6 +394,37 @@ pub struct PendingToolCall {
     /// refused ([`crate::ResumeError::Expired`]) and a sweep resolves the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+    /// For an approval that needs several approvers: the approvals recorded so far, in order
+    /// (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalVote>,
+    /// For an approval that needs several approvers ([`crate::ApproverPolicy::quorum`]): how
+    /// many; `None` for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<u32>,
+}
+
+/// One decision on one call of a run ([`RunState::decisions`]): who did what, when, from where.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Decision<'a> {
+    /// The call.
+    pub tool_call_id: &'a ToolCallId,
+    /// Its tool.
+    pub tool_name: &'a str,
+    /// The audit record.
+    pub record: &'a AuditRecord,
+}
+
+/// One approval of a call that needs several ([`crate::ApproverPolicy::quorum`]): who and when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ApprovalVote {
+    /// The approver's actor id, as its audit record keeps it.
+    pub by: Option<String>,
+    /// When, ms since the Unix epoch.
+    pub at_ms: u64,
 }
 
 /// What a pending call waits for.
@@ -409,7 +470,18 @@ impl PendingToolCall {
             resume_schema: suspension.resume_schema.clone(),
             kind: PendingKind::Answer,
             expires_at_ms: suspension.expires_at_ms,
+            approvals: Vec::new(),
+            quorum: None,
         }
+    }
+
+    /// This pending approval, with the approvals recorded so far and the quorum it needs
+    /// (`None`: one approver).
+    #[must_use]
+    pub fn with_votes(mut self, approvals: Vec<ApprovalVote>, quorum: Option<u32>) -> Self {
+        self.approvals = approvals;
+        self.quorum = quorum;
+        self
     }
 
     /// The pending approval of `call`, due by `expires_at_ms` (ms since the Unix epoch; `None`:
@@ -429,6 +501,8 @@ impl PendingToolCall {
             resume_schema: Some(approval_schema()),
             kind: PendingKind::Approval,
             expires_at_ms,
+            approvals: Vec::new(),
+            quorum: None,
         }
     }
 }
@@ -546,7 +620,49 @@ impl RunState {
             created_at_ms: now,
             updated_at_ms: now,
             forked_from: None,
+            started_by: None,
         }
+    }
+
+    /// Who started the run ([`crate::RunOptions::actor`]), if known: `None` for runs stored
+    /// before askloop recorded it and runs started with no actor, `by` or resource.
+    pub fn started_by(&self) -> Option<&Actor> {
+        self.started_by.as_ref()
+    }
+
+    /// Every decision recorded on the run's calls, in call order, each call's records in
+    /// order: the results' audit trails, then those of the calls still waiting (an approval
+    /// quorum's votes so far). Each with its call's id and tool.
+    pub fn decisions(&self) -> Vec<Decision<'_>> {
+        let recorded = self.messages.iter().flat_map(|message| match message {
+            Message::Tool { results } => results
+                .iter()
+                .flat_map(|result| {
+                    result.audit.iter().map(|record| Decision {
+                        tool_call_id: &result.tool_call_id,
+                        tool_name: &result.tool_name,
+                        record,
+                    })
+                })
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        });
+        let pending = self
+            .pending_step
+            .iter()
+            .flat_map(|step| &step.calls)
+            .flat_map(|slot| {
+                let audit = match &slot.state {
+                    CallState::Completed { result } if !result.audit.is_empty() => &result.audit,
+                    _ => &slot.audit,
+                };
+                audit.iter().map(|record| Decision {
+                    tool_call_id: &slot.call.id,
+                    tool_name: &slot.call.name,
+                    record,
+                })
+            });
+        recorded.chain(pending).collect()
     }
 
     /// The run and question this run was forked from, if it is a fork ([`crate::Agent::fork`]).
@@ -689,9 +805,13 @@ impl RunState {
                 CallState::Suspended { suspension } => {
                     Some(PendingToolCall::new(&slot.call, suspension))
                 }
-                CallState::AwaitingApproval { expires_at_ms } => {
-                    Some(PendingToolCall::approval(&slot.call, *expires_at_ms))
-                }
+                CallState::AwaitingApproval {
+                    expires_at_ms,
+                    quorum,
+                } => Some(
+                    PendingToolCall::approval(&slot.call, *expires_at_ms)
+                        .with_votes(slot.votes(), *quorum),
+                ),
                 _ => None,
             })
             .collect()

@@ -118,10 +118,15 @@ impl AgentStream {
                 Chunk::ToolCallApproval {
                     call,
                     expires_at_ms,
+                    approvals,
+                    quorum,
                     ..
                 } => {
                     if let RunOutcome::Suspended { pending } = &mut output.status {
-                        pending.push(PendingToolCall::approval(&call, expires_at_ms));
+                        pending.push(
+                            PendingToolCall::approval(&call, expires_at_ms)
+                                .with_votes(approvals, quorum),
+                        );
                     }
                 }
                 Chunk::Finish { reason, .. } => finished = Some(reason),

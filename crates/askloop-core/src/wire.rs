@@ -13,7 +13,8 @@ mod pending;
 use serde_json::{Value, json};
 
 pub use crate::wire::field::field_to_json;
-pub use crate::wire::pending::PendingCall;
+use crate::wire::pending::approvals_json;
+pub use crate::wire::pending::{ApprovalJson, PendingCall};
 
 use crate::chunk::Chunk;
 use crate::ids::RunId;
@@ -78,6 +79,8 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
             call,
             resume_schema,
             expires_at_ms,
+            approvals,
+            quorum,
         } => {
             let mut fields = call_fields(call);
             // As for suspensions, the reference sends the schema as a JSON string.
@@ -87,6 +90,13 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
             );
             if let Some(at) = expires_at_ms {
                 fields.insert("expiresAt".into(), Value::String(crate::time::rfc3339(*at)));
+            }
+            // askloop's: a quorum's votes so far (absent for a call one approver decides).
+            if let Some(quorum) = quorum {
+                fields.insert("quorum".into(), json!(quorum));
+            }
+            if !approvals.is_empty() {
+                fields.insert("approvals".into(), json!(approvals_json(approvals)));
             }
             envelope("tool-call-approval", run_id, Value::Object(fields))
         }

@@ -503,6 +503,81 @@ pub(crate) struct RunDetail {
     /// shape: what a fork (`POST /api/runs/{runId}/fork`) answers anew, e.g. the page's
     /// "Change answer" form.
     pub(crate) questions: Vec<PendingCall>,
+    /// Who started the run, if known (runs stored before askloop recorded it have none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) started_by: Option<ActorBody>,
+    /// Every decision on the run's calls, in call order: who answered, approved, declined,
+    /// expired or cancelled which call, when, from which route (each vote of a quorum too,
+    /// also while the call still waits).
+    pub(crate) decisions: Vec<DecisionBody>,
+}
+
+/// Who acted: an actor as the audit keeps it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ActorBody {
+    /// The actor's id: an API key's label (else its resource), `web` on an open server,
+    /// `cli:USER`, `link:<id>`, a library caller's name.
+    pub(crate) id: String,
+    /// The resource it acted for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resource: Option<String>,
+    /// The roles it held.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) roles: Vec<String>,
+    /// The route it came through (`POST /api/agents/{agentId}/approve-tool-call`, `cli approve`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) route: Option<String>,
+}
+
+/// One decision on one call of a run.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DecisionBody {
+    /// The call.
+    pub(crate) tool_call_id: String,
+    /// Its tool.
+    pub(crate) tool_name: String,
+    /// `answer`, `approve`, `decline`, `expire`, `cancel` or `message`.
+    pub(crate) action: String,
+    /// Who: the actor's id (`sweep` for an expiry); absent when the caller did not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) by: Option<String>,
+    /// The resource the actor acted for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resource: Option<String>,
+    /// The roles the actor held.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) roles: Vec<String>,
+    /// The route the decision came through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) route: Option<String>,
+    /// When (RFC 3339).
+    pub(crate) at: String,
+    /// For an approval that edited the arguments: `{original, edited}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) args_edit: Option<Value>,
+}
+
+impl DecisionBody {
+    fn of(decision: &askloop_core::Decision<'_>) -> Self {
+        let record = decision.record;
+        Self {
+            tool_call_id: decision.tool_call_id.to_string(),
+            tool_name: decision.tool_name.to_owned(),
+            action: record.action.as_str().to_owned(),
+            by: record.by.clone(),
+            resource: record.resource.as_ref().map(ToString::to_string),
+            roles: record.roles.clone(),
+            route: record.route.clone(),
+            at: rfc3339(record.at_ms),
+            args_edit: record
+                .args_edit
+                .as_ref()
+                .and_then(|edit| serde_json::to_value(edit).ok()),
+        }
+    }
 }
 
 impl RunDetail {
@@ -525,6 +600,13 @@ impl RunDetail {
                 message: failure.message.clone(),
             }),
             questions: asked_questions(state),
+            started_by: state.started_by().map(|actor| ActorBody {
+                id: actor.id.clone(),
+                resource: actor.resource.as_ref().map(ToString::to_string),
+                roles: actor.roles.clone(),
+                route: actor.route.clone(),
+            }),
+            decisions: state.decisions().iter().map(DecisionBody::of).collect(),
         })
     }
 }

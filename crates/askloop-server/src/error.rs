@@ -285,6 +285,10 @@ impl From<ResumeError> for ApiError {
             | ResumeError::UnnamedInBatch { .. }
             | ResumeError::EmptyBatch { .. }
             | ResumeError::NotAQuestion { .. } => StatusCode::BAD_REQUEST,
+            // The run is the caller's to see, but the call's approver policy does not let it
+            // decide (a role it lacks, its own run, a second vote): the caller is known and
+            // refused (RFC 9110: 403 Forbidden).
+            ResumeError::NotPermitted { .. } => StatusCode::FORBIDDEN,
             // The call is gone for good: its deadline passed (RFC 9110: 410 Gone).
             ResumeError::Expired { .. } => StatusCode::GONE,
             ResumeError::InvalidId(invalid) => return Self::bad_request(invalid.to_string()),
@@ -335,6 +339,24 @@ fn resume_details(error: &ResumeError) -> Option<Value> {
             "toolName": tool_name,
             "problems": problems,
         }),
+        ResumeError::NotPermitted {
+            tool_call_id,
+            tool_name,
+            actor,
+            reason,
+            ..
+        } => {
+            let mut details = serde_json::json!({
+                "toolCallId": tool_call_id.as_str(),
+                "toolName": tool_name,
+                "reason": reason.code(),
+                "actor": actor,
+            });
+            if let askloop_core::PolicyRefusal::MissingRole { required } = &**reason {
+                details["requiredRoles"] = serde_json::json!(required);
+            }
+            details
+        }
         ResumeError::UnknownToolCall { pending, .. } | ResumeError::Ambiguous { pending, .. } => {
             let pending: Vec<&str> = pending.iter().map(|id| id.as_str()).collect();
             serde_json::json!({ "pending": pending })

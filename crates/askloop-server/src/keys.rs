@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use askloop_core::{AgentId, ResourceId};
+use askloop_core::{Actor, AgentId, ResourceId};
 use sha2::{Digest, Sha256};
 
 /// A key the server accepts: the SHA-256 of its secret (the secret itself is never kept), the
@@ -25,6 +25,8 @@ pub struct ApiKey {
     hash: [u8; 32],
     resource: ResourceId,
     agents: Option<BTreeSet<AgentId>>,
+    label: Option<String>,
+    roles: Vec<String>,
 }
 
 /// Why a key, or a set of keys, was refused.
@@ -64,6 +66,8 @@ impl ApiKey {
             hash: digest(secret),
             resource,
             agents: None,
+            label: None,
+            roles: Vec::new(),
         }
     }
 
@@ -88,6 +92,8 @@ impl ApiKey {
             hash,
             resource,
             agents: None,
+            label: None,
+            roles: Vec::new(),
         })
     }
 
@@ -96,6 +102,44 @@ impl ApiKey {
     pub fn agents(mut self, agents: Vec<AgentId>) -> Self {
         self.agents = Some(agents.into_iter().collect());
         self
+    }
+
+    /// Names the key for the audit: the id of the [`Actor`] its requests act as (who started a
+    /// run, who answered, approved or declined). Without a label a key acts as its resource
+    /// id, so keys of one resource are one party: give them labels to tell their holders apart
+    /// (distinct approvers of a quorum, an approver who is not the run's starter).
+    #[must_use]
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The roles the key holds: an agent's or a tool's approver policy
+    /// ([`askloop_core::ApproverPolicy`]) lets it decide only when it holds one of the roles the
+    /// policy names (403 `not_permitted` otherwise). Blank names and repeats are dropped.
+    #[must_use]
+    pub fn roles<I, S>(mut self, roles: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.roles = Actor::new("").roles(roles).roles;
+        self
+    }
+
+    /// The key's label, if it has one.
+    pub fn key_label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// The roles the key holds.
+    pub fn held_roles(&self) -> &[String] {
+        &self.roles
+    }
+
+    /// The id its requests act as: its label, else its resource id.
+    pub fn actor_id(&self) -> &str {
+        self.label.as_deref().unwrap_or(self.resource.as_str())
     }
 
     /// The SHA-256 of `secret`, as 64 lowercase hex digits (what configuration stores).
@@ -209,11 +253,26 @@ impl Caller {
         }
     }
 
-    /// What the audit records as who acted: the key's resource (or the resource the request
-    /// names), else `web` (an open server's caller, the page's person), never nothing.
+    /// What the audit records as who acted: the key's label, else its resource, else `web`
+    /// (an open server's caller, the page's person), never nothing.
     pub(crate) fn by(&self) -> String {
-        self.resource()
-            .map_or_else(|| "web".to_owned(), |resource| resource.as_str().to_owned())
+        match self {
+            Self::Open => "web".to_owned(),
+            Self::Key(key) => key.actor_id().to_owned(),
+        }
+    }
+
+    /// Who acts, for the loop's checks and audit: [`Caller::by`] as the id, the key's resource
+    /// and roles (an open server's caller holds none), and `route`, the route template the
+    /// request came through (`POST /api/agents/{agentId}/approve-tool-call`).
+    pub(crate) fn actor(&self, route: &str) -> Actor {
+        let actor = Actor::new(self.by()).route(route);
+        match self {
+            Self::Open => actor,
+            Self::Key(key) => actor
+                .resource(key.resource.clone())
+                .roles(key.roles.iter().cloned()),
+        }
     }
 }
 

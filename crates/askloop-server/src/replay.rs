@@ -281,6 +281,8 @@ pub(crate) fn pending_chunks(state: &RunState) -> Vec<Value> {
                         .clone()
                         .unwrap_or_else(approval_schema),
                     expires_at_ms: pending.expires_at_ms,
+                    approvals: pending.approvals.clone(),
+                    quorum: pending.quorum,
                 },
                 _ => {
                     let mut suspension = Suspension::new(pending.suspend_payload.clone());

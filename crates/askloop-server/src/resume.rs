@@ -21,18 +21,21 @@ use crate::metrics::StreamKind;
 use crate::sse;
 use crate::state::AppState;
 
-/// The responses of `caller` to the calls of `stored`: the claim names the exact run and
-/// starts from the copy the route just checked (one store read per resume, not two); the audit
-/// records the caller.
+/// The responses of `caller` to the calls of `stored`, through `route` (its template, e.g.
+/// `POST /api/agents/{agentId}/approve-tool-call`): the claim names the exact run and starts
+/// from the copy the route just checked (one store read per resume, not two); the caller acts
+/// as its [`Caller::actor`], which the claim checks against the call's approver policy and the
+/// audit records.
 pub(crate) fn claim<'agent>(
     agent: &'agent Agent,
     stored: &StoredRun,
     caller: &Caller,
+    route: &str,
 ) -> Respond<'agent> {
     agent
         .respond(stored.state.key())
         .loaded(stored.clone())
-        .by(caller.by())
+        .actor(caller.actor(route))
 }
 
 /// The note of a harmless repeat: when every one of `answers` (a call and the answer given to

@@ -55,15 +55,15 @@
 //! | `local` | no | [`providers`]: the embedded model on the CPU (`local`, `local:PATH`) |
 
 pub use askloop_core::{
-    Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, ArgsEdit, AskUser,
-    AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult, AuditAction, AuditRecord,
-    CallResponse, CancelHandle, Chunk, DEFAULT_LEASE, DEFAULT_MAX_STEPS, DynTool, Execution,
-    ExpiredRun, Fork, ForkedFrom, IdKind, IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES,
-    PendingKind, PendingToolCall, ResourceId, Respond, ResumeError, ResumeRejection, RunFailure,
-    RunId, RunKey, RunOptions, RunOutcome, RunOutput, RunRef, RunStatus, RunStore, SelectionMode,
-    StoreError, Suspendable, Suspending, SuspendingError, SuspendingTool, Suspension, ThreadId,
-    ThreadKey, Tool, ToolCallId, ToolContext, ToolError, UnknownRunStatus, approval_schema,
-    cancel_run_in, expired_runs,
+    Actor, Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, ApprovalVote,
+    ApproverPolicy, ArgsEdit, AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult,
+    AuditAction, AuditRecord, CallResponse, CancelHandle, Chunk, DEFAULT_LEASE, DEFAULT_MAX_STEPS,
+    Decision, DynTool, Execution, ExpiredRun, Fork, ForkedFrom, IdKind, IdProblem, InvalidId,
+    LeaseHolder, MAX_ID_BYTES, PendingKind, PendingToolCall, PolicyRefusal, ResourceId, Respond,
+    ResumeError, ResumeRejection, RunFailure, RunId, RunKey, RunOptions, RunOutcome, RunOutput,
+    RunRef, RunStatus, RunStore, SelectionMode, StoreError, Suspendable, Suspending,
+    SuspendingError, SuspendingTool, Suspension, ThreadId, ThreadKey, Tool, ToolCallId,
+    ToolContext, ToolError, UnknownRunStatus, approval_schema, cancel_run_in, expired_runs,
 };
 pub use askloop_core::{answer, event, form, model, registry, schema, time, wire};
 
@@ -129,3 +129,8 @@ struct ReadmeExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/library.md")]
 struct LibraryGuideExamples;
+
+/// The Rust examples of `docs/approvers.md`, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/approvers.md")]
+struct ApproverGuideExamples;

@@ -92,7 +92,10 @@ async fn respond(
             };
             let agent = context.agent_for_run(&stored.state).await?;
             // The claim starts from the copy just read: one store read, not two.
-            let respond = agent.respond(&run).by("cli").loaded(stored);
+            let respond = agent
+                .respond(&run)
+                .actor(context.actor(&format!("cli {verb}")))
+                .loaded(stored);
             let response = match decision {
                 Decision::Approve => CallResponse::Approve,
                 Decision::ApproveWith(args) => CallResponse::ApproveWith { args },

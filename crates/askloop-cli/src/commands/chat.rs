@@ -65,7 +65,9 @@ pub(crate) async fn chat(global: &GlobalArgs, args: ChatArgs) -> anyhow::Result<
                 "chatting with {} in thread {thread_id} (Ctrl-D or /exit ends)",
                 agent.name()
             ))?;
-            let mut options = RunOptions::new().by("cli").thread(thread_id);
+            let mut options = RunOptions::new()
+                .actor(context.actor("cli chat"))
+                .thread(thread_id);
             options.resource_id = resource_id;
             let ended = converse(&mut session, &agent, &options, terminal).await;
             session.interrupt.set_farewell(None);

@@ -49,7 +49,7 @@ pub(crate) async fn fork(global: &GlobalArgs, args: ForkArgs) -> anyhow::Result<
             let agent = context.agent_for_run(&state).await?;
             let stream = agent
                 .fork(&run, &tool_call_id, answer)
-                .by("cli")
+                .actor(context.actor("cli runs fork"))
                 .stream()
                 .await
                 .map_err(|error| refusal(context, &run, error))?;

@@ -34,6 +34,13 @@ fn key_text(secret: &str, args: &KeysNewArgs) -> String {
         let agents: Vec<String> = args.agents.iter().map(|id| toml_string(id)).collect();
         text.push_str(&format!("agents = [{}]\n", agents.join(", ")));
     }
+    if let Some(label) = &args.label {
+        text.push_str(&format!("label = {}\n", toml_string(label)));
+    }
+    if !args.roles.is_empty() {
+        let roles: Vec<String> = args.roles.iter().map(|role| toml_string(role)).collect();
+        text.push_str(&format!("roles = [{}]\n", roles.join(", ")));
+    }
     text
 }
 
@@ -51,6 +58,8 @@ mod tests {
         let args = KeysNewArgs {
             resource: "tenant \"a\"".to_owned(),
             agents: vec!["planner".to_owned(), "assistant".to_owned()],
+            label: Some("alice".to_owned()),
+            roles: vec!["ops".to_owned(), "release".to_owned()],
         };
         let text = key_text("ak_secret", &args);
         assert_eq!(text.lines().next(), Some("ak_secret"));
@@ -68,5 +77,7 @@ mod tests {
             key.agents.as_deref(),
             Some(&["planner".to_owned(), "assistant".to_owned()][..])
         );
+        assert_eq!(key.label.as_deref(), Some("alice"));
+        assert_eq!(key.roles, ["ops", "release"]);
     }
 }

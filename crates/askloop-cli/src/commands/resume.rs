@@ -60,7 +60,10 @@ pub(crate) async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Res
             };
             session.announce_answered = tool_call_id.is_none();
             // The claim starts from the copy just read: one store read, not two.
-            let respond = agent.respond(&run).by("cli").loaded(stored);
+            let respond = agent
+                .respond(&run)
+                .actor(context.actor("cli resume"))
+                .loaded(stored);
             let respond = match &tool_call_id {
                 Some(id) => respond.answer(id, answer),
                 None => respond.answer_pending_call(answer),

@@ -47,7 +47,7 @@ pub(crate) async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<Ex
             let agent = context.agent_for_new_run(&args.agent).await;
             interrupt.set_farewell(None);
             let agent = agent?;
-            let mut options = RunOptions::new().by("cli");
+            let mut options = RunOptions::new().actor(context.actor("cli run"));
             options.thread_id = args.thread.map(ThreadId::new);
             options.resource_id = args.resource.map(ResourceId::new);
             let stream = agent.stream_with(prompt, options);

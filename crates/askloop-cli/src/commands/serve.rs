@@ -180,6 +180,14 @@ fn api_keys(config: &LoadedConfig, agent_ids: &[String]) -> anyhow::Result<Vec<A
             }
             None => key,
         };
+        let key = match &entry.label {
+            Some(label) if is_blank(label) => {
+                return Err(invalid(format!("{which}: `label` must not be blank")));
+            }
+            Some(label) => key.label(label.trim()),
+            None => key,
+        };
+        let key = key.roles(entry.roles.iter().cloned());
         keys.push(key);
         names.push(which);
     }

@@ -29,7 +29,7 @@ fn runs_cancel_resolves_the_question_and_refuses_answers() {
     let result = &tool_results(&state)[0];
     assert_eq!(result["isError"], Value::Bool(true));
     assert_eq!(result["audit"][0]["action"], "cancel");
-    assert_eq!(result["audit"][0]["by"], "cli");
+    assert_eq!(result["audit"][0]["by"], "cli:tester");
     let out = dir
         .run(&[
             "resume",
@@ -336,7 +336,7 @@ fn issue34_approve_with_edited_args_checks_them_then_runs_the_tool_with_them() {
     let result = &tool_results(&state)[0];
     assert_eq!(result["result"]["to"], "Globex", "{result}");
     assert_eq!(result["audit"][0]["action"], "approve", "{result}");
-    assert_eq!(result["audit"][0]["by"], "cli");
+    assert_eq!(result["audit"][0]["by"], "cli:tester");
     assert_eq!(
         result["audit"][0]["argsEdit"],
         json!({"original": {"amount_cents": 500, "to": "ACME"},

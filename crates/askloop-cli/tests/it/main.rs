@@ -25,6 +25,8 @@ mod issue7;
 mod local;
 mod mcp;
 mod otlp;
+#[cfg(feature = "test-hooks")]
+mod policy;
 #[cfg(unix)]
 mod postgres;
 mod providers;

@@ -144,7 +144,7 @@ fn a_declined_write_never_happens_and_the_model_gets_the_reason() {
     assert_eq!(write["isError"], Value::Bool(true));
     assert!(write.to_string().contains("not that folder"), "{write}");
     assert_eq!(write["audit"][0]["action"], "decline");
-    assert_eq!(write["audit"][0]["by"], "cli");
+    assert_eq!(write["audit"][0]["by"], "cli:tester");
     // A second decline (or approval) changes nothing.
     let out = dir.run(&["approve", &run_id]).code(2);
     assert!(out.stderr.contains("completed"), "{}", out.stderr);

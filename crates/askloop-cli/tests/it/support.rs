@@ -105,7 +105,7 @@ impl TestDir {
     }
 
     /// `askloop ARGS` in this directory: a clean environment except `ASKLOOP_DATA_DIR` inside
-    /// the directory, stdin closed.
+    /// the directory and `USER=tester`, stdin closed.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_askloop"));
         command
@@ -115,6 +115,9 @@ impl TestDir {
             .env_remove("ASKLOOP_MODEL")
             .env_remove("ASKLOOP_CONFIG")
             .env_remove("RUST_LOG")
+            // The operator the CLI acts as: `cli:tester` (issue 34).
+            .env("USER", "tester")
+            .env_remove("USERNAME")
             .env("ASKLOOP_DATA_DIR", self.path().join("data"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -11,11 +11,20 @@
 //! crash. A response to a call whose deadline passed is refused as `Expired`, whether or not a
 //! sweep has resolved it yet, and so is one to a call a sweep expired (its `expire` audit record,
 //! on the slot or on the result, tells it from an answered one).
+//!
+//! Who may decide is checked here too, for every front end: the call's approver policy
+//! ([`crate::ApproverPolicy`]: roles, self-approval, quorum) against the responding
+//! [`crate::Actor`] and the run's starter ([`ResumeError::NotPermitted`]). An approval that a
+//! quorum still waits beyond is a vote: it is committed on the call's audit and the run stays
+//! suspended, unclaimed (two voters at once: the compare-and-swap makes one re-read and land
+//! its vote on top of the other's, so the quorum is reached exactly once).
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::actor::Actor;
+use crate::approvers::{ApproverPolicy, Decision, Verdict};
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::event::EventBasis;
@@ -181,7 +190,7 @@ pub(crate) async fn claim_resume(
     agent: &AgentDefinition,
     run: &RunRef,
     items: Vec<(Option<ToolCallId>, Resolution)>,
-    by: Option<String>,
+    actor: Option<Actor>,
     loaded: Option<StoredRun>,
 ) -> Result<Claim, ResumeError> {
     check_items(run.run_id(), &items)?;
@@ -204,10 +213,12 @@ pub(crate) async fn claim_resume(
             }
             continue;
         }
-        let (state, resolved) = match apply(agent, &stored, &items, by.as_ref()) {
+        let (state, resolved, votes_only) = match apply(agent, &stored, &items, actor.as_ref()) {
             Ok(applied) => applied,
             // The caller's copy may be stale: decide on a fresh read.
             Err(_) if preloaded => continue,
+            // Who may decide is decided on the fresh read: say why not.
+            Err(error @ ResumeError::NotPermitted { .. }) => return Err(error),
             // A lost compare-and-swap means another resume won: say so, unless the second read
             // shows this very answer recorded (then the resume is idempotent).
             Err(
@@ -222,13 +233,15 @@ pub(crate) async fn claim_resume(
             }
             Err(error) => return Err(error),
         };
-        let lease = agent.new_lease();
+        // Votes alone (approvals a quorum still waits beyond) leave the run suspended: it is
+        // not claimed, only its calls' audit grows.
+        let lease = (!votes_only).then(|| agent.new_lease());
         match super::commit_update(
             agent.store.as_ref(),
             &EventBasis::of(&stored.state),
             &state,
             stored.version,
-            Some(&lease),
+            lease.as_ref(),
         )
         .await
         {
@@ -329,17 +342,20 @@ fn recorded_answer(resolution: &Resolution) -> Option<Value> {
     }
 }
 
-/// The state after applying every resolution to the stored run, and the indexes of the calls
-/// it completed (declined, expired), or why nothing may change.
+/// The state after applying every resolution to the stored run by `actor`, the indexes of the
+/// calls it completed (declined, expired), and whether every resolution was a vote of a quorum
+/// that still waits for more (then the run stays suspended); or why nothing may change.
 pub(super) fn apply(
     agent: &AgentDefinition,
     stored: &StoredRun,
     items: &[(Option<ToolCallId>, Resolution)],
-    by: Option<&String>,
-) -> Result<(RunState, Vec<usize>), ResumeError> {
+    actor: Option<&Actor>,
+) -> Result<(RunState, Vec<usize>, bool), ResumeError> {
     let run_id = &stored.state.run_id;
+    let starter = stored.state.started_by.as_ref();
     let mut state = stored.state.clone();
     let mut resolved = Vec::new();
+    let mut votes_only = true;
     for (tool_call_id, resolution) in items {
         let answer = recorded_answer(resolution).unwrap_or(Value::Null);
         let index = pick_call(stored, tool_call_id.as_ref(), &answer)?;
@@ -353,32 +369,83 @@ pub(super) fn apply(
                 status: state.status,
             });
         };
-        let (action, edit) = resolve_call(agent, run_id, slot, resolution)?;
+        let by = Party { actor, starter };
+        let (action, edit, vote) = resolve_call(agent, run_id, slot, resolution, by)?;
+        votes_only &= vote;
         if matches!(slot.state, CallState::Completed { .. }) {
             resolved.push(index);
         }
-        let record = AuditRecord::now(action, by.cloned());
+        let record = AuditRecord::by_actor(action, actor);
         slot.audit.push(match edit {
             Some(edit) => record.with_args_edit(edit),
             None => record,
         });
     }
-    state.status = RunStatus::Running;
+    if !votes_only {
+        state.status = RunStatus::Running;
+    }
     state.touch();
-    Ok((state, resolved))
+    Ok((state, resolved, votes_only))
+}
+
+/// Who decides on a call, and who started its run.
+#[derive(Clone, Copy)]
+struct Party<'a> {
+    actor: Option<&'a Actor>,
+    starter: Option<&'a Actor>,
+}
+
+/// Checks `decision` on the call in `slot` against the policy of its tool (`policy`, with the
+/// quorum that counts) by `party`: what it may do, or [`ResumeError::NotPermitted`].
+fn permit(
+    run_id: &RunId,
+    slot: &CallSlot,
+    policy: &ApproverPolicy,
+    quorum: u32,
+    party: Party<'_>,
+    decision: &Decision<'_>,
+) -> Result<Verdict, ResumeError> {
+    let model_args = slot.call.args.to_value();
+    crate::approvers::check(
+        policy,
+        quorum,
+        party.actor,
+        party.starter,
+        decision,
+        &slot.audit,
+        &model_args,
+    )
+    .map_err(|reason| {
+        tracing::info!(
+            %run_id,
+            tool_call_id = %slot.call.id,
+            actor = party.actor.map(|actor| actor.id.as_str()),
+            reason = reason.code(),
+            "a decision was refused by the call's approver policy"
+        );
+        ResumeError::NotPermitted {
+            run_id: run_id.clone(),
+            tool_call_id: slot.call.id.clone(),
+            tool_name: slot.call.name.clone(),
+            actor: party.actor.map(|actor| actor.id.clone()),
+            reason: Box::new(reason),
+        }
+    })
 }
 
 /// Applies one resolution to the waiting call in `slot` of run `run_id`: an answer claims it
 /// (`resuming`), an approval starts it (`running`), a decline or an expiry completes it with an
 /// error result. Returns what the audit records (the action, and the arguments a person edited
-/// when approving); refuses a response past the call's deadline and one that does not fit what
-/// the call waits for.
+/// when approving) and whether it was a vote of a quorum that still waits (the call keeps
+/// waiting); refuses a response past the call's deadline, one that does not fit what the call
+/// waits for, and one the call's approver policy does not permit `party`.
 fn resolve_call(
     agent: &AgentDefinition,
     run_id: &RunId,
     slot: &mut CallSlot,
     resolution: &Resolution,
-) -> Result<(AuditAction, Option<ArgsEdit>), ResumeError> {
+    party: Party<'_>,
+) -> Result<(AuditAction, Option<ArgsEdit>, bool), ResumeError> {
     let invalid = |rejection: ResumeRejection| ResumeError::InvalidAnswer {
         run_id: run_id.clone(),
         tool_call_id: slot.call.id.clone(),
@@ -410,6 +477,9 @@ fn resolve_call(
             tool.tool()
                 .validate_resume(suspension, answer)
                 .map_err(invalid)?;
+            if let Some(policy) = agent.tool_approvers(&slot.call.name) {
+                permit(run_id, slot, policy, 1, party, &Decision::Answer)?;
+            }
             let resuming = CallState::Resuming {
                 suspension: suspension.clone(),
                 resume_data: answer.clone(),
@@ -430,7 +500,7 @@ fn resolve_call(
             expire(state, &slot.call).map_err(invalid)?,
             (AuditAction::Expire, None),
         ),
-        (CallState::AwaitingApproval { .. }, Resolution::Respond(response)) => {
+        (CallState::AwaitingApproval { quorum, .. }, Resolution::Respond(response)) => {
             let decision = approval_of(response).map_err(invalid)?;
             let edit = match &decision {
                 CallResponse::ApproveWith { args } => {
@@ -438,6 +508,32 @@ fn resolve_call(
                 }
                 _ => None,
             };
+            let policy = agent
+                .approvers(&slot.call.name)
+                .cloned()
+                .unwrap_or_default();
+            // The quorum recorded with the call when it started waiting counts, unless the
+            // agent's is larger now.
+            let needed = policy.quorum.max(quorum.unwrap_or(1));
+            let model_args = slot.call.args.to_value();
+            let checked = match &decision {
+                CallResponse::Decline { .. } => Decision::Decline,
+                _ => Decision::Approve {
+                    args: edit.as_ref().map_or(&model_args, |edit| &edit.edited),
+                },
+            };
+            if let Verdict::Vote { recorded, quorum } =
+                permit(run_id, slot, &policy, needed, party, &checked)?
+            {
+                tracing::info!(
+                    %run_id,
+                    tool_call_id = %slot.call.id,
+                    recorded,
+                    quorum,
+                    "an approval was recorded; the call waits for more"
+                );
+                return Ok((AuditAction::Approve, edit, true));
+            }
             let (next, action) = decide(&slot.call, &decision, resolution);
             (next, (action, edit))
         }
@@ -448,7 +544,7 @@ fn resolve_call(
         }
     };
     slot.state = next;
-    Ok(action)
+    Ok((action.0, action.1, false))
 }
 
 /// The edit of `call`'s arguments into `args`, which a person approved (run `run_id`): `None`
@@ -532,7 +628,7 @@ fn decide(
 fn deadline_of(state: &CallState) -> Option<u64> {
     match state {
         CallState::Suspended { suspension } => suspension.expires_at_ms,
-        CallState::AwaitingApproval { expires_at_ms } => *expires_at_ms,
+        CallState::AwaitingApproval { expires_at_ms, .. } => *expires_at_ms,
         _ => None,
     }
 }

@@ -36,27 +36,9 @@ pub(super) async fn close_step(
         run.state.status = RunStatus::Suspended;
         run.state.pending_step = Some(step);
         run.commit().await?;
-        let Some(step) = &run.state.pending_step else {
-            return Ok(StepEnd::Suspended);
-        };
-        for slot in &step.calls {
-            match &slot.state {
-                CallState::Suspended { suspension } => {
-                    out.emit(Chunk::ToolCallSuspended {
-                        call: slot.call.clone(),
-                        suspension: suspension.clone(),
-                    })
-                    .await;
-                }
-                CallState::AwaitingApproval { expires_at_ms } => {
-                    out.emit(Chunk::ToolCallApproval {
-                        call: slot.call.clone(),
-                        resume_schema: approval_schema(),
-                        expires_at_ms: *expires_at_ms,
-                    })
-                    .await;
-                }
-                _ => {}
+        if let Some(step) = &run.state.pending_step {
+            for chunk in waiting_chunks(step) {
+                out.emit(chunk).await;
             }
         }
         return Ok(StepEnd::Suspended);
@@ -69,6 +51,31 @@ pub(super) async fn close_step(
     })
     .await;
     Ok(StepEnd::Continue)
+}
+
+/// One `tool-call-suspended` or `tool-call-approval` chunk per call of `step` that waits for a
+/// person, in call order (an approval's with the votes a quorum recorded so far).
+pub(super) fn waiting_chunks(step: &PendingStep) -> Vec<Chunk> {
+    step.calls
+        .iter()
+        .filter_map(|slot| match &slot.state {
+            CallState::Suspended { suspension } => Some(Chunk::ToolCallSuspended {
+                call: slot.call.clone(),
+                suspension: suspension.clone(),
+            }),
+            CallState::AwaitingApproval {
+                expires_at_ms,
+                quorum,
+            } => Some(Chunk::ToolCallApproval {
+                call: slot.call.clone(),
+                resume_schema: approval_schema(),
+                expires_at_ms: *expires_at_ms,
+                approvals: slot.votes(),
+                quorum: *quorum,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The model answered without tool calls: the run completes (committed, its messages join its

@@ -18,6 +18,7 @@
 
 use serde_json::Value;
 
+use crate::actor::Actor;
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{RunId, RunRef, ThreadId, ToolCallId};
@@ -32,7 +33,7 @@ use crate::store::StoredRun;
 use crate::tool::Suspension;
 
 /// Builds the fork of `run` at its question `tool_call_id`, answered with `answer` (recorded
-/// as given `by`), checks the answer as a resume would, and inserts the fork already claimed.
+/// as given by `actor`, the fork's starter), checks the answer as a resume would, and inserts the fork already claimed.
 ///
 /// # Errors
 /// Before anything is written: [`ResumeError::InvalidId`], [`ResumeError::RunNotFound`],
@@ -45,7 +46,7 @@ pub(crate) async fn claim_fork(
     run: &RunRef,
     tool_call_id: &ToolCallId,
     answer: Value,
-    by: Option<String>,
+    actor: Option<Actor>,
 ) -> Result<Claim, ResumeError> {
     let key = resolve(agent.store.as_ref(), run).await?;
     let stored = load_own_run(agent, &key).await?;
@@ -53,12 +54,20 @@ pub(crate) async fn claim_fork(
     let history = history_of(agent.store.as_ref(), &stored.state)
         .await
         .map_err(|error| map_store_error(&key, error))?;
-    let fork = fork_state(&stored.state, tool_call_id, history, step);
+    let mut fork = fork_state(&stored.state, tool_call_id, history, step);
+    if actor.is_some() {
+        fork.started_by.clone_from(&actor);
+    }
     let items = vec![(
         Some(tool_call_id.clone()),
         Resolution::Respond(CallResponse::Answer(answer)),
     )];
-    let (state, resolved) = apply(agent, &StoredRun::new(fork, 0, None), &items, by.as_ref())?;
+    let (state, resolved, _) = apply(
+        agent,
+        &StoredRun::new(fork, 0, None),
+        &items,
+        actor.as_ref(),
+    )?;
     let lease = agent.new_lease();
     let version = agent
         .store
@@ -237,6 +246,7 @@ fn fork_state(
     state.status = RunStatus::Suspended;
     state.steps = u32::try_from(steps).unwrap_or(u32::MAX);
     state.pending_step = Some(fork.step);
+    state.started_by.clone_from(&original.started_by);
     state.forked_from = Some(ForkedFrom::new(
         original.run_id.clone(),
         tool_call_id.clone(),

@@ -233,6 +233,8 @@ pub(crate) fn start(
                 vec![Message::user(input.clone())],
                 before.through,
             );
+            let mut state = state;
+            state.started_by = options.starter();
             let lease = agent.lease_for(&state);
             // Claims the thread's turn (or is refused: then nothing was stored).
             let version = commit_insert(agent.store.as_ref(), &state, lease.as_ref()).await?;
@@ -250,6 +252,7 @@ pub(crate) fn start(
                 let by = options
                     .by
                     .clone()
+                    .or_else(|| options.actor.as_ref().map(|actor| actor.id.clone()))
                     .or_else(|| options.resource_id.as_ref().map(ToString::to_string));
                 if let Err(error) = join_thread(&mut run, &thread, &input, by).await {
                     let error = run.fail(error).await;
@@ -309,10 +312,26 @@ fn run_span(
     span
 }
 
-/// Streams a run that a resume or continue has claimed.
+/// Streams a run that a resume or continue has claimed. A claim that only recorded approvals
+/// of a quorum (the run stays suspended: [`claim_resume`]) streams the calls that still wait,
+/// with their votes so far, and ends: nothing runs and nothing more is committed.
 pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
     let (state, version, resolved) = claim.into_parts();
     let key = state.key();
+    if state.status == RunStatus::Suspended {
+        let chunks = state
+            .pending_step
+            .as_ref()
+            .map(close::waiting_chunks)
+            .unwrap_or_default();
+        let stream = driven(move |mut out| async move {
+            for chunk in chunks {
+                out.emit(chunk).await;
+            }
+            Ok(())
+        });
+        return AgentStream::new(key, CancelHandle::new(), Box::pin(stream));
+    }
     let run_id = state.run_id.clone();
     let cancel = CancelHandle::new();
     let run = ActiveRun {

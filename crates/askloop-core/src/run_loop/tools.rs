@@ -64,6 +64,7 @@ pub(super) async fn run_calls(
                 Ok(args) if agent.requires_approval(&call.name, &args) => {
                     CallState::AwaitingApproval {
                         expires_at_ms: agent.approval_deadline(&call.name),
+                        quorum: agent.quorum_of(&call.name),
                     }
                 }
                 Ok(args) => {

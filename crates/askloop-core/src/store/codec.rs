@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::actor::Actor;
 use crate::ids::{AgentId, ResourceId, RunId, ThreadId};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::run::{
@@ -48,6 +49,8 @@ struct HeadOut<'a> {
     updated_at_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     forked_from: &'a Option<ForkedFrom>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_by: &'a Option<Actor>,
 }
 
 impl<'a> HeadOut<'a> {
@@ -70,6 +73,7 @@ impl<'a> HeadOut<'a> {
             created_at_ms: state.created_at_ms,
             updated_at_ms: state.updated_at_ms,
             forked_from: &state.forked_from,
+            started_by: &state.started_by,
         }
     }
 }
@@ -99,6 +103,8 @@ struct HeadIn {
     updated_at_ms: u64,
     #[serde(default)]
     forked_from: Option<ForkedFrom>,
+    #[serde(default)]
+    started_by: Option<Actor>,
 }
 
 impl HeadIn {
@@ -122,6 +128,7 @@ impl HeadIn {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
             forked_from: self.forked_from,
+            started_by: self.started_by,
         }
     }
 }
@@ -424,6 +431,7 @@ pub fn upgrade_v1(run_id: &RunId, text: &str) -> Result<RunState, StoreError> {
         created_at_ms: v1.created_at_ms,
         updated_at_ms: v1.updated_at_ms,
         forked_from: None,
+        started_by: None,
     })
 }
 
@@ -465,6 +473,44 @@ mod tests {
         let text = encode_state(&state).unwrap();
         assert!(text.contains("\"resumeData\""), "{text}");
         assert!(!text.contains("resume_data"), "{text}");
+        assert_eq!(decode_state(&RunId::new("r1"), &text).unwrap(), state);
+    }
+
+    #[test]
+    fn issue34_starter_votes_and_quorum_round_trip_and_old_heads_read_as_unknown() {
+        let mut state = state();
+        let old = encode_state(&state).unwrap();
+        assert!(!old.contains("startedBy"), "{old}");
+        assert_eq!(
+            decode_state(&RunId::new("r1"), &old).unwrap().started_by,
+            None
+        );
+        state.started_by = Some(
+            crate::Actor::new("alice")
+                .resource("t")
+                .roles(["ops"])
+                .route("cli run"),
+        );
+        let mut vote = crate::message::AuditRecord::by_actor(
+            crate::message::AuditAction::Approve,
+            Some(&crate::Actor::new("bob").roles(["ops"]).route("link")),
+        );
+        vote.at_ms = 7;
+        if let Some(step) = state.pending_step.as_mut() {
+            step.calls[0].state = CallState::AwaitingApproval {
+                expires_at_ms: None,
+                quorum: Some(2),
+            };
+            step.calls[0].audit.push(vote);
+        }
+        let text = encode_state(&state).unwrap();
+        for field in [
+            r#""startedBy":{"id":"alice","resource":"t","roles":["ops"],"route":"cli run"}"#,
+            r#""quorum":2"#,
+            r#"{"action":"approve","by":"bob","roles":["ops"],"route":"link","atMs":7}"#,
+        ] {
+            assert!(text.contains(field), "{field} in {text}");
+        }
         assert_eq!(decode_state(&RunId::new("r1"), &text).unwrap(), state);
     }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::form::Field;
 use crate::ids::{RunId, ToolCallId};
 use crate::message::{ToolArgs, ToolCall};
-use crate::run::{PendingKind, PendingToolCall};
+use crate::run::{ApprovalVote, PendingKind, PendingToolCall};
 use crate::tool::Suspension;
 use crate::wire::field::field_to_json;
 
@@ -29,7 +29,9 @@ use crate::wire::field::field_to_json;
 /// }
 /// ```
 ///
-/// `resumeSchema`, `form` and `expiresAt` are absent when the call has none. Not this shape:
+/// `resumeSchema`, `form` and `expiresAt` are absent when the call has none. An approval that
+/// needs several approvers also has `"quorum": 2` and, once some approved,
+/// `"approvals": [{"by": "ops-key", "at": "…"}]`. Not this shape:
 /// the `tool-call-suspended` and `tool-call-approval` chunks and the suspended-runs list, which
 /// keep the reference framework's names (`suspendPayload`, `requiresApproval`).
 ///
@@ -101,6 +103,55 @@ pub struct PendingCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub expires_at: Option<String>,
+    /// For an approval that needs several approvers (`quorum`): the approvals recorded so far,
+    /// in order. Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalJson>,
+    /// For an approval that needs several approvers: how many. Absent for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<u32>,
+}
+
+/// One approval of a call that needs several, as JSON: `{"by": "ops-key", "at": "2026-12-05T14:00:00.000Z"}`
+/// (`by` absent when the approver was not named).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ApprovalJson {
+    /// The approver's actor id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// When (RFC 3339, UTC with milliseconds).
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: String,
+}
+
+/// The JSON of a quorum's votes.
+pub(crate) fn approvals_json(votes: &[ApprovalVote]) -> Vec<ApprovalJson> {
+    votes
+        .iter()
+        .map(|vote| ApprovalJson {
+            by: vote.by.clone(),
+            at: crate::time::rfc3339(vote.at_ms),
+        })
+        .collect()
+}
+
+/// The votes of a chunk's or a pending call's `approvals` JSON.
+fn votes_of(approvals: Option<&Value>) -> Vec<ApprovalVote> {
+    let Some(Value::Array(approvals)) = approvals else {
+        return Vec::new();
+    };
+    approvals
+        .iter()
+        .filter_map(|vote| {
+            Some(ApprovalVote {
+                by: vote.get("by").and_then(Value::as_str).map(str::to_owned),
+                at_ms: crate::time::parse_rfc3339(vote.get("at")?.as_str()?)?,
+            })
+        })
+        .collect()
 }
 
 impl PendingCall {
@@ -119,6 +170,8 @@ impl PendingCall {
                 .as_ref()
                 .map(|schema| field_to_json(&Field::from_schema(schema))),
             expires_at: call.expires_at_ms.map(crate::time::rfc3339),
+            approvals: approvals_json(&call.approvals),
+            quorum: call.quorum,
         }
     }
 
@@ -157,7 +210,14 @@ impl PendingCall {
                 };
                 PendingToolCall::new(&call, &suspension)
             }
-            "tool-call-approval" => PendingToolCall::approval(&call, deadline(Some(payload))),
+            "tool-call-approval" => PendingToolCall::approval(&call, deadline(Some(payload)))
+                .with_votes(
+                    votes_of(payload.get("approvals")),
+                    payload
+                        .get("quorum")
+                        .and_then(Value::as_u64)
+                        .and_then(|quorum| u32::try_from(quorum).ok()),
+                ),
             _ => return None,
         };
         Some(Self::of(&run_id, &pending))
@@ -267,6 +327,8 @@ mod tests {
                     call: call.clone(),
                     resume_schema: crate::run::approval_schema(),
                     expires_at_ms: deadline,
+                    approvals: Vec::new(),
+                    quorum: None,
                 },
             );
             let stored = PendingCall::of(

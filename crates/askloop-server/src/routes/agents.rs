@@ -100,7 +100,7 @@ pub(crate) async fn stream(
         check_id("threadId", thread)?;
         options = options.thread(thread);
     }
-    options = options.by(caller.by());
+    options = options.actor(caller.actor("POST /api/agents/{agentId}/stream"));
     if let Some(run_id) = &request.run_id {
         check_id("runId", run_id)?;
         options = options.run_id(run_id.as_str());
@@ -128,7 +128,7 @@ pub(crate) async fn stream(
         )),
         (status = 400, description = "invalid_answer (details: expected, problems, allowed labels), bad_request, ambiguous_tool_call", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
-        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent; not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found, agent_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered (a different answer to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
@@ -163,7 +163,12 @@ pub(crate) async fn resume_stream(
         return Ok(note);
     }
     let agent = agent_of_run(&state, &stored).await?;
-    let respond = claim(&agent, &stored, &caller);
+    let respond = claim(
+        &agent,
+        &stored,
+        &caller,
+        "POST /api/agents/{agentId}/resume-stream",
+    );
     let respond = match &request.tool_call_id {
         Some(id) => respond.answer(&ToolCallId::new(id.as_str()), request.resume_data),
         None => respond.answer_pending_call(request.resume_data),
@@ -204,7 +209,12 @@ async fn approval(
     }
     let agent = agent_of_run(&state, &stored).await?;
     let tool_call_id = ToolCallId::new(request.tool_call_id.as_str());
-    let respond = claim(&agent, &stored, &caller);
+    let route = if approved {
+        "POST /api/agents/{agentId}/approve-tool-call"
+    } else {
+        "POST /api/agents/{agentId}/decline-tool-call"
+    };
+    let respond = claim(&agent, &stored, &caller, route);
     let respond = match (approved, request.args) {
         (true, Some(args)) => respond.approve_with(&tool_call_id, args),
         (true, None) => respond.approve(&tool_call_id),
@@ -219,10 +229,10 @@ async fn approval(
     params(("agentId" = String, Path, description = "The agent's id")),
     request_body = ApprovalRequest,
     responses(
-        (status = 200, description = "SSE of the run from the approved call on (with `args`: the tool ran with them, and its result tells the model the person changed the arguments)", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
+        (status = 200, description = "SSE of the run from the approved call on (with `args`: the tool ran with them, and its result tells the model the person changed the arguments); for a call that needs several approvers (a quorum) and is still short of them after this one, the approval is recorded and the stream is the waiting calls' `tool-call-approval` chunks, whose `approvals` list it (`quorum`: how many are needed), and ends: the run stays suspended", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "bad_request, invalid_answer (the call asks a question), invalid_args (`args` do not fit the tool's input schema; details: toolCallId, toolName, problems — every one; nothing changed)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
-        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent; not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
@@ -245,7 +255,7 @@ pub(crate) async fn approve_tool_call(
         (status = 200, description = "SSE of the run from the declined call on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "bad_request (also `args` beside a decline), invalid_answer (the call asks a question)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
-        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent; not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),

@@ -144,7 +144,7 @@ async fn thread_runs(
         (status = 200, description = "SSE: the AI SDK's UI message stream v1 (`data: <UI message chunk JSON>` per chunk, then `data: [DONE]`; header `x-vercel-ai-ui-message-stream: v1`); a refused answer is an `error` chunk", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "bad_request (also a tool call id over 4096 bytes), invalid_answer (an approval-responded part whose approval has no boolean `approved`, or has `args` beside a decline: nothing is recorded)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
-        (status = 403, description = "The key may not use this agent", body = ErrorBody),
+        (status = 403, description = "The key may not use this agent; not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "agent_not_found", body = ErrorBody),
         (status = 409, description = "not_suspended: the chat waits for no answer; thread_busy: a new message while the chat's turn runs (details: threadId, runningRunId; nothing was stored)", body = ErrorBody),
         (status = 413, description = "Body, message or answer too large", body = ErrorBody),
@@ -221,7 +221,7 @@ impl Chat<'_> {
         if let Some(resource) = &self.thread.resource_id {
             options = options.resource(resource.clone());
         }
-        options = options.by(self.caller.by());
+        options = options.actor(self.caller.actor("POST /api/agents/{agentId}/chat"));
         let stream = self.agent.stream_with(text, options);
         let run_id = stream.run_id().clone();
         // Answered once the run holds the thread's turn (or refused: 409, nothing stored).
@@ -254,7 +254,10 @@ impl Chat<'_> {
             .map(str::to_owned)
             .collect();
         let ui = UiStream::new(self.metadata(&run_id), None, known);
-        let respond = self.agent.respond(waiting.key()).by(self.caller.by());
+        let respond = self
+            .agent
+            .respond(waiting.key())
+            .actor(self.caller.actor("POST /api/agents/{agentId}/chat"));
         let (respond, answered) = self.responses(respond, &waiting, last)?;
         let until = self.state.closing.grace_over();
         if answered == 0 {

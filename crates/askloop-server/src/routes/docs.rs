@@ -2,7 +2,7 @@
 //! listing the routes of that document; no CDN, no script).
 
 use askloop_core::PendingKind;
-use askloop_core::wire::PendingCall;
+use askloop_core::wire::{ApprovalJson, PendingCall};
 use axum::Json;
 use axum::response::Html;
 use utoipa::OpenApi;
@@ -40,7 +40,8 @@ use crate::error::ErrorBody;
     ),
     components(schemas(ErrorBody, api::StreamRequest, api::ResumeRequest, api::ApprovalRequest,
         api::ResponsesRequest, api::CallResponseBody, api::AgentDetails, api::ToolInfo,
-        api::RunList, api::RunSummaryBody, PendingCall, PendingKind, api::RunDetail, api::FailureBody,
+        api::RunList, api::RunSummaryBody, PendingCall, PendingKind, ApprovalJson, api::RunDetail, api::FailureBody,
+        api::ActorBody, api::DecisionBody,
         api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody, api::RepeatNote,
         crate::routes::chat::ChatRequest, crate::routes::chat::UiMessage, crate::routes::chat::ChatMessages,
         api::DeliveryList, api::DeliveryBody, api::AttemptBody, api::ReplayedBody)),

@@ -186,6 +186,7 @@ pub(crate) async fn continue_run(
         )),
         (status = 400, description = "invalid_answer, invalid_args (an approval's edited `args` do not fit the tool's input schema; details: toolCallId, toolName, problems; nothing changed), bad_request (also `args` without `approved: true`), duplicate_tool_call, empty_batch", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
         (status = 409, description = "not_suspended, conflict, already_answered (a different answer, or an approval, to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
@@ -209,7 +210,7 @@ pub(crate) async fn respond(
     let lone_answer =
         matches!(request.responses.as_slice(), [response] if response.approved.is_none());
     let agent = agent_of_run(&state, &stored).await?;
-    let mut respond = claim(&agent, &stored, &caller);
+    let mut respond = claim(&agent, &stored, &caller, "POST /api/runs/{runId}/responses");
     for response in request.responses {
         check_tool_call_id(&response.tool_call_id)?;
         let id = ToolCallId::new(response.tool_call_id.as_str());
@@ -259,6 +260,7 @@ pub(crate) async fn respond(
         (status = 200, description = "SSE of the fork (a new run: its chunks carry its runId) from the question's new answer on", content_type = "text/event-stream", body = inline(crate::sse::SseEvent)),
         (status = 400, description = "invalid_answer, not_a_question (no call of the run has this id, or it never asked a question), bad_request", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
+        (status = 403, description = "not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found (also another tenant's run)", body = ErrorBody),
         (status = 409, description = "in_progress or interrupted (another call of the question's step is still running in the original), ambiguous_run", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
@@ -278,7 +280,7 @@ pub(crate) async fn fork_run(
     let id = ToolCallId::new(request.tool_call_id.as_str());
     let fork = agent
         .fork(stored.state.key(), &id, request.resume_data)
-        .by(caller.by())
+        .actor(caller.actor("POST /api/runs/{runId}/fork"))
         .stream()
         .await
         .map_err(|error| resume_refused(error, &stored))?;

@@ -17,6 +17,7 @@ mod fork;
 mod inbox;
 mod metrics;
 mod pending_call;
+mod policy;
 mod repeats;
 mod scenarios;
 mod socket;

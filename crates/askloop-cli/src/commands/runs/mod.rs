@@ -221,9 +221,13 @@ pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Res
                 .await?;
             // Cancelling needs no tool or model of the run's agent: a folder whose askloop.toml
             // does not define it can still stop the run (its driver learns from the store).
-            askloop_core::cancel_run_in(context.store.as_ref(), &run, Some("cli".to_owned()))
-                .await
-                .map_err(|error| context.refused(&run, error))?;
+            askloop_core::cancel_run_in(
+                context.store.as_ref(),
+                &run,
+                Some(context.actor("cli runs cancel").id),
+            )
+            .await
+            .map_err(|error| context.refused(&run, error))?;
             let mut output = Output::new(Mode::Human);
             output.note(&format!("run {run} is cancelled"))?;
             Ok(ExitCode::SUCCESS)

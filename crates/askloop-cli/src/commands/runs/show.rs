@@ -105,6 +105,9 @@ fn show_fields(
             ),
         ))?;
     }
+    if let Some(starter) = state.started_by() {
+        output.line(&field("started", &format!("by {}", actor_text(starter))))?;
+    }
     output.line(&field(
         "created",
         &format!("{} UTC", format_time(state.created_at_ms())),
@@ -208,8 +211,91 @@ fn show_pending(
         if let Some(at) = call.expires_at_ms {
             output.line(&format!("  expires       {} UTC", format_time(at)))?;
         }
+        if let Some(quorum) = call.quorum {
+            output.line(&format!(
+                "  approvals     {} of {quorum}",
+                call.approvals.len()
+            ))?;
+        }
+    }
+    // Decisions on calls that still wait: a quorum's votes so far.
+    for decision in state.decisions() {
+        if pending
+            .iter()
+            .any(|call| &call.tool_call_id == decision.tool_call_id)
+        {
+            output.line(&format!(
+                "  {} {}",
+                decision.tool_call_id,
+                audit_line(decision.record, &|text| cut(text, SHOW_LIMIT))
+            ))?;
+        }
     }
     Ok(())
+}
+
+/// Who an actor is, for people: `ID (resource R, roles a, b; via ROUTE)`, the parts it has.
+fn actor_text(actor: &askloop_core::Actor) -> String {
+    who_text(
+        Some(actor.id.as_str()),
+        actor.resource.as_ref().map(|id| id.as_str()),
+        &actor.roles,
+        actor.route.as_deref(),
+    )
+}
+
+/// `ID (resource R, roles a, b; via ROUTE)` from the parts given; `(not said)` without an id.
+fn who_text(
+    id: Option<&str>,
+    resource: Option<&str>,
+    roles: &[String],
+    route: Option<&str>,
+) -> String {
+    let escape = |text: &str| crate::format::escape_controls(text).into_owned();
+    let mut text = id.map_or_else(|| "(not said)".to_owned(), escape);
+    let mut details = Vec::new();
+    if let Some(resource) = resource {
+        details.push(format!("resource {}", escape(resource)));
+    }
+    if !roles.is_empty() {
+        let roles: Vec<String> = roles.iter().map(|role| escape(role)).collect();
+        details.push(format!("roles {}", roles.join(", ")));
+    }
+    let mut inside = details.join(", ");
+    if let Some(route) = route {
+        if !inside.is_empty() {
+            inside.push_str("; ");
+        }
+        inside.push_str(&format!("via {}", escape(route)));
+    }
+    if !inside.is_empty() {
+        text.push_str(&format!(" ({inside})"));
+    }
+    text
+}
+
+/// One audit record for people: `ACTION by WHO at TIME UTC`, with the arguments an approval
+/// edited (each cut by `one_line`).
+fn audit_line(record: &askloop_core::AuditRecord, one_line: &dyn Fn(&str) -> String) -> String {
+    // An approval that edited the arguments shows both versions.
+    let edit = record.args_edit.as_ref().map_or_else(String::new, |edit| {
+        format!(
+            ", arguments edited from {} to {}",
+            one_line(&edit.original.to_string()),
+            one_line(&edit.edited.to_string())
+        )
+    });
+    format!(
+        "{} by {} at {} UTC{edit}",
+        record.action.as_str(),
+        who_text(
+            record.by.as_deref(),
+            record.resource.as_ref().map(|id| id.as_str()),
+            &record.roles,
+            record.route.as_deref()
+        ),
+        format_time(record.at_ms)
+    )
 }
 
 /// `runs show`'s messages, after a blank line: a heading saying whether the thread's earlier
@@ -255,25 +341,12 @@ fn message_lines(message: &Message) -> Vec<String> {
             .iter()
             .flat_map(|result| {
                 let mut lines = vec![format!("tool {}", result_summary(result))];
-                lines.extend(result.audit.iter().map(|record| {
-                    // An approval that edited the arguments shows both versions.
-                    let edit = record.args_edit.as_ref().map_or_else(String::new, |edit| {
-                        format!(
-                            ", arguments edited from {} to {}",
-                            one_line(&edit.original.to_string()),
-                            one_line(&edit.edited.to_string())
-                        )
-                    });
-                    format!(
-                        "  {} by {} at {} UTC{edit}",
-                        record.action.as_str(),
-                        record.by.as_deref().map_or_else(
-                            || "(not said)".to_owned(),
-                            |by| crate::format::escape_controls(by).into_owned()
-                        ),
-                        format_time(record.at_ms)
-                    )
-                }));
+                lines.extend(
+                    result
+                        .audit
+                        .iter()
+                        .map(|record| format!("  {}", audit_line(record, &one_line))),
+                );
                 lines
             })
             .collect(),

@@ -21,6 +21,7 @@ mod changes;
 mod fork;
 mod hitl;
 mod outbox;
+mod policy;
 mod store;
 pub mod support;
 mod tenancy;
@@ -101,6 +102,11 @@ macro_rules! store_conformance_tests {
             issue31_a_watcher_of_the_change_cursor_misses_no_commit,
             issue34_a_fork_goes_on_with_the_new_answer_and_leaves_the_original,
             issue34_a_refused_fork_creates_nothing,
+            issue34_self_approval_is_refused,
+            issue34_roles_gate_answers_of_a_tool_with_a_policy,
+            issue34_a_quorum_of_two,
+            issue34_one_decline_declines_a_quorum_call,
+            issue34_concurrent_approvals_reach_the_quorum_once,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

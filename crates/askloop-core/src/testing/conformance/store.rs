@@ -22,6 +22,7 @@ use crate::testing::conformance::changes::*;
 use crate::testing::conformance::fork::*;
 use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::outbox::*;
+use crate::testing::conformance::policy::*;
 use crate::testing::conformance::support::*;
 use crate::testing::conformance::tenancy::*;
 use crate::testing::conformance::waits::*;
@@ -93,6 +94,11 @@ scenarios![
     issue31_a_watcher_of_the_change_cursor_misses_no_commit,
     issue34_a_fork_goes_on_with_the_new_answer_and_leaves_the_original,
     issue34_a_refused_fork_creates_nothing,
+    issue34_self_approval_is_refused,
+    issue34_roles_gate_answers_of_a_tool_with_a_policy,
+    issue34_a_quorum_of_two,
+    issue34_one_decline_declines_a_quorum_call,
+    issue34_concurrent_approvals_reach_the_quorum_once,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
