@@ -493,6 +493,9 @@ impl RunStore for TimedStore {
     async fn close(&self) {
         self.inner.close().await;
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.inner.answer_links()
+    }
 }
 
 async fn long_run(questions: usize, common: Common, pinned: bool) -> anyhow::Result<()> {

@@ -222,6 +222,9 @@ impl RunStore for PausingStore {
     async fn close(&self) {
         self.inner.close().await;
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.inner.answer_links()
+    }
 }
 
 struct PausingModel {

@@ -15,6 +15,7 @@ use crate::ids::LeaseHolder;
 use crate::ids::{RunId, RunKey, ThreadKey};
 use crate::run::{RunState, RunStatus, RunSummary};
 use crate::store::codec::{decode_run, encode_head, encode_new_messages};
+use crate::store::links::MemoryLinks;
 use crate::store::{
     ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
     DeliveryStatus, FanOut, Lease, ListedRun, ResourceFilter, RunChange, RunChanges, RunFilter,
@@ -34,6 +35,8 @@ use crate::store::{
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     changes: ChangeFeed,
+    /// The answer links ([`RunStore::answer_links`]).
+    links: MemoryLinks,
 }
 
 #[derive(Debug, Default)]
@@ -512,6 +515,10 @@ impl RunStore for MemoryStore {
             .deliveries
             .retain(|_, (delivery, _)| !doomed.contains(&delivery.event_seq));
         Ok(doomed.len() as u64)
+    }
+
+    fn answer_links(&self) -> Option<&dyn crate::store::AnswerLinks> {
+        Some(&self.links)
     }
 
     async fn watch_changes(&self) -> Option<RunChanges> {

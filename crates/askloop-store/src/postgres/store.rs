@@ -379,6 +379,10 @@ impl RunStore for PgStore {
         self.pool.close().await;
     }
 
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        Some(self)
+    }
+
     async fn list_events(
         &self,
         after_seq: u64,

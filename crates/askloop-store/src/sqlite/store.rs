@@ -170,6 +170,10 @@ impl RunStore for SqliteStore {
         SqliteStore::close(self).await;
     }
 
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        Some(self)
+    }
+
     async fn list_events(
         &self,
         after_seq: u64,

@@ -117,6 +117,9 @@ impl RunStore for TempSqlite {
     async fn close(&self) {
         self.store.close().await;
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.store.answer_links()
+    }
 }
 
 async fn fresh_store(synchronous: Synchronous) -> Arc<dyn RunStore> {

@@ -242,6 +242,9 @@ impl RunStore for SchemaStore {
     async fn close(&self) {
         self.store.close().await;
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.store.answer_links()
+    }
 }
 
 /// A fresh PostgreSQL store in a schema of its own.
