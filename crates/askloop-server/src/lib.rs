@@ -137,6 +137,7 @@ mod hub;
 mod inbox;
 mod keys;
 mod limits;
+pub mod links;
 mod listing;
 mod metrics;
 mod replay;

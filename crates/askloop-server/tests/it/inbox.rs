@@ -211,6 +211,9 @@ impl RunStore for CountingStore {
     async fn prune_outbox(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
         self.store.prune_outbox(older_than_ms, limit).await
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.store.answer_links()
+    }
     async fn renew_lease(
         &self,
         run: &RunKey,
