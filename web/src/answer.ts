@@ -40,6 +40,10 @@ function start(): void {
     finish(root, "This link no longer works", "The page could not read its question.", "gone");
     return;
   }
+  if (question.kind === "approval") {
+    const title = document.getElementById("answer-title");
+    if (title) title.textContent = "A decision for you";
+  }
   const form = renderQuestionForm([question], question.kind === "approval" ? "Send decision" : "Send answer", async ([response]) => {
     if (!response) return null;
     try {

@@ -462,8 +462,8 @@ pub(crate) async fn open_link(
         .map(|call| OpenLink { stored, call }))
 }
 
-/// Deletes the links expired, used or revoked more than [`RETENTION`] ago, [`PRUNE_BATCH`] at
-/// most; how many (0 for a store without links).
+/// Deletes the links expired, used or revoked more than [`RETENTION`] ago, 1000 at most; how
+/// many (0 for a store without links).
 ///
 /// # Errors
 /// The store's.
