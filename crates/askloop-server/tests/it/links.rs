@@ -32,6 +32,7 @@ on_both_stores!(
     issue34_links_are_made_only_for_waiting_calls_of_the_callers_runs,
     issue34_an_approval_is_decided_through_a_link,
     issue34_webhook_payloads_carry_the_same_answer_link_at_every_attempt,
+    issue34_a_store_without_links_answers_unsupported,
 );
 
 const SECRET_A: &str = "secret-a";
@@ -587,4 +588,89 @@ async fn issue34_webhook_payloads_carry_the_same_answer_link_at_every_attempt(ba
         status_of(&store, &run_id).await == RunStatus::Completed
     })
     .await;
+}
+
+/// A store that passes runs on and keeps no answer links (`answer_links` left at `None`).
+struct NoLinks(Arc<dyn RunStore>);
+
+#[async_trait::async_trait]
+impl RunStore for NoLinks {
+    async fn insert_run_with_events(
+        &self,
+        state: &askloop_core::store::RunState,
+        lease: Option<&askloop_core::store::Lease>,
+        events: &[askloop_core::event::RunEvent],
+    ) -> Result<u64, askloop_core::StoreError> {
+        self.0.insert_run_with_events(state, lease, events).await
+    }
+    async fn update_run_with_events(
+        &self,
+        state: &askloop_core::store::RunState,
+        expected_version: u64,
+        lease: Option<&askloop_core::store::Lease>,
+        events: &[askloop_core::event::RunEvent],
+    ) -> Result<u64, askloop_core::StoreError> {
+        self.0
+            .update_run_with_events(state, expected_version, lease, events)
+            .await
+    }
+    async fn renew_lease(
+        &self,
+        run: &askloop_core::RunKey,
+        expected_version: u64,
+        lease: &askloop_core::store::Lease,
+    ) -> Result<(), askloop_core::StoreError> {
+        self.0.renew_lease(run, expected_version, lease).await
+    }
+    async fn load_run(
+        &self,
+        run: &askloop_core::RunKey,
+    ) -> Result<StoredRun, askloop_core::StoreError> {
+        self.0.load_run(run).await
+    }
+    async fn list_runs(
+        &self,
+        filter: &askloop_core::store::RunFilter,
+    ) -> Result<askloop_core::store::RunPage, askloop_core::StoreError> {
+        self.0.list_runs(filter).await
+    }
+    async fn thread_history(
+        &self,
+        thread: &askloop_core::ThreadKey,
+        through: Option<u64>,
+    ) -> Result<askloop_core::store::ThreadHistory, askloop_core::StoreError> {
+        self.0.thread_history(thread, through).await
+    }
+}
+
+async fn issue34_a_store_without_links_answers_unsupported(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store: Arc<dyn RunStore> = Arc::new(NoLinks(place.open().await));
+    let router = server(&store).router();
+    let run_id = start(&router, "assistant").await;
+    let (status, body) = make_link(&router, &run_id, "c1", SECRET_A, None).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (StatusCode::NOT_IMPLEMENTED, &json!("unsupported"))
+    );
+    let (status, body) = call(
+        &router,
+        "DELETE",
+        &format!("/api/runs/{run_id}/calls/c1/link"),
+        None,
+        Some(SECRET_A),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["code"]),
+        (StatusCode::NOT_IMPLEMENTED, &json!("unsupported"))
+    );
+    let page = raw(
+        &router,
+        "GET",
+        &format!("/answer/al_{}", "2".repeat(64)),
+        None,
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::GONE, "no link works");
 }
