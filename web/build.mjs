@@ -1,5 +1,5 @@
-// Builds the page into web/dist: src/main.ts bundled and minified (esbuild), index.html and
-// app.css copied. The output is committed (the server embeds it, so `cargo build` needs no npm);
+// Builds the page into web/dist: src/main.ts bundled and minified (esbuild) into app.js, the
+// answer link's page src/answer.ts into answer.js, the HTML files and app.css copied. The output is committed (the server embeds it, so `cargo build` needs no npm);
 // CI rebuilds it and checks that nothing changed, so the build must be reproducible: no
 // timestamps, no absolute paths, no source maps.
 import { build } from "esbuild";
@@ -11,19 +11,24 @@ const root = dirname(fileURLToPath(import.meta.url));
 const dist = join(root, "dist");
 await rm(dist, { recursive: true, force: true });
 await mkdir(dist, { recursive: true });
-await build({
-  absWorkingDir: root,
-  entryPoints: ["src/main.ts"],
-  outfile: "dist/app.js",
-  bundle: true,
-  minify: true,
-  format: "esm",
-  target: "es2022",
-  platform: "browser",
-  legalComments: "none",
-  charset: "utf8",
-  logLevel: "warning",
-});
-for (const file of ["index.html", "app.css", "icon.svg"]) {
+for (const [entry, outfile] of [
+  ["src/main.ts", "dist/app.js"],
+  ["src/answer.ts", "dist/answer.js"],
+]) {
+  await build({
+    absWorkingDir: root,
+    entryPoints: [entry],
+    outfile,
+    bundle: true,
+    minify: true,
+    format: "esm",
+    target: "es2022",
+    platform: "browser",
+    legalComments: "none",
+    charset: "utf8",
+    logLevel: "warning",
+  });
+}
+for (const file of ["index.html", "answer.html", "link-gone.html", "app.css", "icon.svg"]) {
   await copyFile(join(root, "src", file), join(dist, file));
 }

@@ -441,6 +441,9 @@ impl RunStore for TimedStore {
     async fn close(&self) {
         self.inner.close().await;
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.inner.answer_links()
+    }
     fn outbox(&self) -> Option<&dyn askloop_core::store::Outbox> {
         self.inner.outbox()
     }

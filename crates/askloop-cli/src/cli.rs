@@ -170,6 +170,10 @@ pub(crate) struct ServeArgs {
     /// https://app.example.com; repeatable, added to askloop.toml's [server] cors_origins
     #[arg(long = "cors-origin", value_name = "ORIGIN", value_parser = parse_value::<askloop_server::CorsOrigin>)]
     pub(crate) cors_origins: Vec<askloop_server::CorsOrigin>,
+    /// The URL people reach the server at (overrides [server] public_url): answer links in
+    /// webhook payloads and those the API makes start with it
+    #[arg(long, value_name = "URL", value_parser = parse_value::<askloop_server::links::PublicUrl>)]
+    pub(crate) public_url: Option<askloop_server::links::PublicUrl>,
     /// The model of new runs of the built-in agent and of agents without their own `model`.
     #[command(flatten)]
     pub(crate) model: ModelArgs,
@@ -383,6 +387,49 @@ pub(crate) enum RunsCommand {
     /// from there; the original is not changed
     #[command(after_help = EXIT_STATUS_HELP)]
     Fork(ForkArgs),
+    /// Print an answer link to a waiting question or approval: whoever opens it answers the
+    /// call once in a browser, without a key (`askloop serve` must be reachable at its URL);
+    /// or, with --revoke, revoke the call's links
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Link(LinkArgs),
+}
+
+/// `askloop runs link`.
+#[derive(Debug, Args)]
+pub(crate) struct LinkArgs {
+    /// The run
+    #[arg(value_name = "RUN_ID", value_parser = key_id)]
+    pub(crate) run_id: String,
+    /// The run's resource (user or tenant): needed only when runs of several resources use
+    /// this run id
+    #[arg(long, value_name = "ID", value_parser = key_id)]
+    pub(crate) resource: Option<String>,
+    /// The waiting call (`runs show` lists them); needed when several wait
+    #[arg(long, value_name = "ID", value_parser = id)]
+    pub(crate) tool_call_id: Option<String>,
+    /// How long the link works ("90s", "30m", "2h"; at most [server] answer_link_max_hours,
+    /// 24 h by default, which is also the default); the call's deadline ends it sooner
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "revoke")]
+    pub(crate) expires_in: Option<std::time::Duration>,
+    /// The role the link acts with (kept with the link for the approval policy)
+    #[arg(long, value_name = "ROLE", conflicts_with = "revoke")]
+    pub(crate) role: Option<String>,
+    /// The URL `askloop serve` is reached at; default: [server] public_url of askloop.toml,
+    /// else http://127.0.0.1:4111 (serve's default address)
+    #[arg(long, value_name = "URL", value_parser = parse_value::<askloop_server::links::PublicUrl>, conflicts_with = "revoke")]
+    pub(crate) base_url: Option<askloop_server::links::PublicUrl>,
+    /// Revoke every link of the call instead (links already given out stop working)
+    #[arg(long)]
+    pub(crate) revoke: bool,
+}
+
+/// A duration as people write it: `90s`, `30m`, `2h`, `1d` (humantime), more than zero.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("a duration must be more than zero".to_owned()),
+        Err(error) => Err(format!("{error}; expected e.g. 90s, 30m, 2h or 1d")),
+    }
 }
 
 /// `askloop runs fork`.

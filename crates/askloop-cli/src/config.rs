@@ -36,6 +36,8 @@
 //! [server]                                # `askloop serve`
 //! allowed_hosts = ["askloop.example.com"] # names it answers to besides loopback (--allowed-host)
 //! cors_origins = ["https://app.example.com"]  # pages that may call it (--cors-origin)
+//! public_url = "https://askloop.example.com"  # answer links start with it (--public-url)
+//! answer_link_max_hours = 24              # answer links live at most this long
 //!
 //! [[server.keys]]                         # an API key of `askloop serve` (`askloop keys new`)
 //! hash = "<SHA-256 of the secret, hex>"
@@ -174,6 +176,52 @@ pub(crate) struct ServerConfig {
     /// Origins whose pages may call the server (CORS): `https://app.example.com`.
     #[serde(default)]
     pub(crate) cors_origins: Vec<String>,
+    /// The URL people reach the server at: answer links start with it (webhook payloads,
+    /// `POST /api/runs/…/link`, `askloop runs link`).
+    #[serde(default)]
+    pub(crate) public_url: Option<String>,
+    /// How long answer links live at most, in hours (default 24).
+    #[serde(default)]
+    pub(crate) answer_link_max_hours: Option<u32>,
+}
+
+impl ServerConfig {
+    /// How answer links are made: `public_url` (the flag's, else this table's) and
+    /// `answer_link_max_hours`.
+    ///
+    /// # Errors
+    /// Invalid input naming the key and what is wrong.
+    pub(crate) fn link_settings(
+        &self,
+        flag: Option<askloop_server::links::PublicUrl>,
+    ) -> anyhow::Result<askloop_server::links::LinkSettings> {
+        use askloop_server::links::{LinkSettings, PublicUrl};
+        let mut settings = LinkSettings::new();
+        let url = match (flag, &self.public_url) {
+            (Some(url), _) => Some(url),
+            (None, Some(text)) => Some(
+                text.parse::<PublicUrl>()
+                    .map_err(|error| invalid_because("[server] public_url", error))?,
+            ),
+            (None, None) => None,
+        };
+        if let Some(url) = url {
+            settings = settings.public_url(url);
+        }
+        match self.answer_link_max_hours {
+            Some(0) => {
+                return Err(invalid(
+                    "[server] answer_link_max_hours must be at least 1".to_owned(),
+                ));
+            }
+            Some(hours) => {
+                settings =
+                    settings.max_age(std::time::Duration::from_secs(u64::from(hours) * 3600));
+            }
+            None => {}
+        }
+        Ok(settings)
+    }
 }
 
 /// One `[[server.keys]]` table: an API key by the SHA-256 of its secret (`askloop keys new`

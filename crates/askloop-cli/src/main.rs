@@ -244,6 +244,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 commands::runs::recover(&global, args).await
             }
             Command::Runs(RunsCommand::Fork(args)) => commands::fork::fork(&global, args).await,
+            Command::Runs(RunsCommand::Link(args)) => commands::runs::link(&global, args).await,
             Command::Model(ModelCommand::Pull { name }) => {
                 commands::model::pull(name.as_deref()).await
             }

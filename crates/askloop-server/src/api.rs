@@ -831,3 +831,75 @@ impl DeliveryBody {
         }
     }
 }
+
+/// `POST /api/runs/{runId}/calls/{toolCallId}/link`: the link asked for (the body is optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct LinkRequestBody {
+    /// How long the link should live, in seconds (at least 1); at most the server's maximum
+    /// (`answer_link_max_hours`, 24 h by default), which is also the default. The call's
+    /// deadline ends it sooner.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub(crate) expires_in_seconds: Option<u64>,
+    /// The role the link acts with (1 to 64 letters, digits, `-`, `_`, `.`, `:`), kept with
+    /// the link for the approval policy.
+    #[serde(default)]
+    pub(crate) role: Option<String>,
+}
+
+/// An answer link just made.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LinkBody {
+    /// The link: the server's public URL (`public_url`; without one, `http://` and the
+    /// request's `Host`) followed by `path`. Whoever has it may answer the call once.
+    pub(crate) url: String,
+    /// `/answer/{token}`.
+    pub(crate) path: String,
+    /// When it stops working (RFC 3339, UTC with milliseconds).
+    #[schema(format = DateTime)]
+    pub(crate) expires_at: String,
+    /// The link's id (the store's number).
+    pub(crate) link_id: u64,
+}
+
+/// The links revoked by `DELETE /api/runs/{runId}/calls/{toolCallId}/link`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RevokedLinksBody {
+    /// How many links of the call were revoked (0 when it had none not revoked yet).
+    pub(crate) revoked: u64,
+}
+
+/// `POST /answer/{token}`: the answer to the link's question (`resumeData`), or the decision
+/// on its approval (`approved`, with `reason` when declining, `args` to approve edited
+/// arguments).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct LinkAnswerRequest {
+    /// The answer to a question, checked against its resume schema.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) resume_data: Option<Value>,
+    /// The decision on an approval.
+    #[serde(default)]
+    pub(crate) approved: Option<bool>,
+    /// Why it was declined (with `approved: false`).
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+    /// Edited arguments, approved as edited (with `approved: true`), checked against the
+    /// tool's input schema.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) args: Option<Value>,
+}
+
+/// What `POST /answer/{token}` did: the call was answered, approved or declined (the run goes
+/// on in the server).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LinkAnsweredBody {
+    /// `answered`, `approved` or `declined`.
+    pub(crate) outcome: String,
+}

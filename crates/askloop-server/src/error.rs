@@ -157,11 +157,20 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A response extension saying its error body is meant as it is (an answer link's "no longer
+/// works" page): [`json_errors`] leaves it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OwnErrorBody;
+
 /// Gives every error response without a JSON body of ours (the body-limit layer's 413, the
 /// timeout layer's 408, axum's 405) the `{code, message}` body of its status; a 408 also closes
-/// its connection (the rest of a late body is not waited for).
+/// its connection (the rest of a late body is not waited for). A response marked
+/// [`OwnErrorBody`] keeps its body.
 pub(crate) async fn json_errors(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
+    if response.extensions().get::<OwnErrorBody>().is_some() {
+        return response;
+    }
     let status = response.status();
     if status == StatusCode::REQUEST_TIMEOUT {
         response

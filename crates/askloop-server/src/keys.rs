@@ -226,6 +226,15 @@ pub(crate) enum Caller {
 }
 
 impl Caller {
+    /// Whether the caller may vouch for `role` (issue an answer link acting with it): a key
+    /// only for a role it holds; an open server's caller for any.
+    pub(crate) fn holds_role(&self, role: &str) -> bool {
+        match self {
+            Self::Open => true,
+            Self::Key(key) => key.roles.iter().any(|held| held == role),
+        }
+    }
+
     /// The resource the caller is bound to.
     pub(crate) fn resource(&self) -> Option<&ResourceId> {
         match self {

@@ -34,6 +34,10 @@
 //! | POST | `/api/runs/{runId}/cancel` | cancels a suspended, failed or running run (whichever server or process drives it stops; its stream ends with an `error` chunk, code `cancelled`); its calls without a result get cancelled results |
 //! | POST | `/api/runs/{runId}/continue` | continues a failed or abandoned run → SSE |
 //! | POST | `/api/runs/{runId}/responses` | `{responses: [{toolCallId, answer} \| {toolCallId, approved: true, args?} \| {toolCallId, approved: false, reason?}]}`, one commit → SSE (`args`: edit, then approve) |
+//! | POST | `/api/runs/{runId}/calls/{toolCallId}/link` | `{expiresInSeconds?, role?}` (optional) → 201 `{url, path, expiresAt, linkId}`: an answer link to the waiting call ([`links`]) |
+//! | DELETE | `/api/runs/{runId}/calls/{toolCallId}/link` | revokes every link of the call → `{revoked}` |
+//! | GET | `/answer/{token}` | an answer link's page (no key): its one question or approval with the page's form; a link that does not work: 410, the one page "this link no longer works" |
+//! | POST | `/answer/{token}` | `{resumeData}` or `{approved, reason?, args?}` (no key) → `{outcome}`: answers the link's call once; 410 `link_gone` for every dead link |
 //! | GET | `/api/runs/{runId}/stream` | re-attach: a live run's chunks so far then the live ones; a suspended run's calls re-announced; a finished run's `finish` (or `error`) |
 //! | GET | `/api/inbox/events` | SSE of `question-raised` / `question-resolved` across every server on the store |
 //! | GET | `/metrics` | Prometheus metrics (OpenMetrics text; needs a key when keys are configured; see below) |
@@ -52,7 +56,8 @@
 //! `thread_moved_on` (a failed run continued after its thread got a newer run),
 //! `thread_busy` (details: `threadId`, `runningRunId`), `ambiguous_run` (details:
 //! `resources`); 410 `expired` (an answer, approval or decline after the call's deadline;
-//! details: `toolCallId`, `expiredAt`); 413 `too_large`; 408 `timeout` (a non-streaming
+//! details: `toolCallId`, `expiredAt`), `link_gone` (an answer link that does not work); 413
+//! `too_large`; 501 `unsupported` (a store without answer links); 408 `timeout` (a non-streaming
 //! route's answer, or any request body, late); 421 `host_not_allowed`. Ids (run, thread,
 //! resource) are 1 to 256 bytes; tool call ids 1 to 4,096 (providers make long ones), on every
 //! route.
@@ -137,6 +142,7 @@ mod hub;
 mod inbox;
 mod keys;
 mod limits;
+pub mod links;
 mod listing;
 mod metrics;
 mod replay;

@@ -16,6 +16,7 @@ use crate::hub::RunHub;
 use crate::inbox::Inbox;
 use crate::keys::{ApiKey, KeyRing};
 use crate::limits::Limits;
+use crate::links::LinkSettings;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 use crate::webhooks::{Deliverer, RetryPolicy, Webhook};
@@ -57,6 +58,7 @@ pub struct ServerBuilder {
     sweep_interval: Duration,
     webhooks: Vec<Webhook>,
     webhook_policy: RetryPolicy,
+    links: LinkSettings,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -69,6 +71,7 @@ impl std::fmt::Debug for ServerBuilder {
             .field("cors_origins", &self.cors_origins)
             .field("sweep_interval", &self.sweep_interval)
             .field("webhooks", &self.webhooks)
+            .field("links", &self.links)
             .finish_non_exhaustive()
     }
 }
@@ -88,6 +91,7 @@ impl Server {
             sweep_interval: Duration::from_secs(5),
             webhooks: Vec::new(),
             webhook_policy: RetryPolicy::default(),
+            links: LinkSettings::default(),
         }
     }
 
@@ -236,6 +240,14 @@ impl ServerBuilder {
         self
     }
 
+    /// How answer links are made ([`LinkSettings`]: the public URL they start with, and how
+    /// long they live at most; default: no public URL, 24 h). The public URL also puts links
+    /// in webhook payloads (`answerUrl`, the Slack button); without it they carry none.
+    pub fn answer_links(mut self, settings: LinkSettings) -> Self {
+        self.links = settings;
+        self
+    }
+
     /// The server.
     ///
     /// # Errors
@@ -246,7 +258,8 @@ impl ServerBuilder {
             self.store.clone(),
             self.webhooks.clone(),
             self.webhook_policy.clone(),
-        );
+        )
+        .map(|deliverer| deliverer.answer_links(self.links.clone()));
         let webhooks = match deliverer {
             Ok(deliverer) => Some(deliverer),
             Err(error) if self.webhooks.is_empty() => {
@@ -266,7 +279,7 @@ impl ServerBuilder {
             self.webhooks.clone(),
             self.webhook_policy.clone(),
         ) {
-            Ok(deliverer) => Some(deliverer),
+            Ok(deliverer) => Some(deliverer.answer_links(self.links.clone())),
             Err(error) => {
                 tracing::error!(error = %askloop_core::error_chain_text(&error), "webhooks disabled");
                 None
@@ -291,6 +304,7 @@ impl ServerBuilder {
                 closing: Closing::default(),
                 metrics,
                 webhooks,
+                links: self.links,
             }),
         }
     }

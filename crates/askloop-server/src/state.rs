@@ -13,6 +13,7 @@ use crate::hub::RunHub;
 use crate::inbox::Inbox;
 use crate::keys::KeyRing;
 use crate::limits::Limits;
+use crate::links::LinkSettings;
 use crate::metrics::Metrics;
 use crate::webhooks::Deliverer;
 
@@ -36,4 +37,6 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     /// The webhook deliverer, when endpoints are configured.
     pub(crate) webhooks: Option<Deliverer>,
+    /// How answer links are made: their public URL, their longest life.
+    pub(crate) links: LinkSettings,
 }

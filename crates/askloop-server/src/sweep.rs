@@ -1,6 +1,7 @@
 //! The background sweep, every `sweep_interval`: questions and approvals whose deadline passed
 //! are expired (`Agent::expire_due`), and runs left `running` under an expired lease (their process died)
-//! are continued (`Agent::continue_stream`) by this server. Several servers may sweep one store
+//! are continued (`Agent::continue_stream`) by this server, and answer links dead for longer
+//! than `links::RETENTION` are deleted. Several servers may sweep one store
 //! at once: the store's compare-and-swap lets one of them act on each run; the others get a
 //! conflict, logged at debug level.
 
@@ -50,10 +51,17 @@ fn refused(action: &str, run_id: &askloop_core::RunId, error: &ResumeError) {
     }
 }
 
-/// One sweep: expiries, then lease recovery.
+/// One sweep: expiries, then lease recovery, then the answer links' retention.
 pub(crate) async fn sweep_once(state: &AppState) {
     expire_due(state).await;
     recover_abandoned(state).await;
+    match crate::links::prune_links(state.store.as_ref()).await {
+        Ok(0) => {}
+        Ok(pruned) => tracing::debug!(pruned, "sweep: old answer links deleted"),
+        Err(error) => {
+            tracing::warn!(error = %error_chain_text(&error), "sweep: pruning answer links failed")
+        }
+    }
 }
 
 /// Expires the due questions and approvals of runs this server does not drive now, each run's

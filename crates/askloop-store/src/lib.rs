@@ -27,6 +27,7 @@
 
 mod error;
 mod known;
+mod links;
 mod options;
 mod outbox;
 #[cfg(feature = "postgres")]

@@ -82,11 +82,12 @@ pub use serde_json;
 /// stores.
 pub mod store {
     pub use askloop_core::store::{
-        ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId,
-        DeliveryNext, DeliveryStatus, FIRST_MESSAGE_CHARS, FanOut, InvalidCursor, Lease, ListedRun,
-        MemoryStore, ResourceFilter, RunChange, RunChanges, RunCounts, RunCursor, RunFilter,
-        RunPage, RunState, RunStore, RunSummary, StoreError, StoredEvent, StoredRun, ThreadHistory,
-        UnfinishedCall, codec, keys_of_run, notifies, running_run_of,
+        AnswerLink, AnswerLinks, ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim,
+        DeliveryFilter, DeliveryId, DeliveryNext, DeliveryStatus, FIRST_MESSAGE_CHARS, FanOut,
+        InvalidCursor, Lease, LinkHash, LinkId, ListedRun, MemoryStore, NewAnswerLink,
+        ResourceFilter, RunChange, RunChanges, RunCounts, RunCursor, RunFilter, RunPage, RunState,
+        RunStore, RunSummary, StoreError, StoredEvent, StoredRun, ThreadHistory, UnfinishedCall,
+        codec, keys_of_run, notifies, running_run_of,
     };
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub use askloop_store::{

@@ -51,6 +51,7 @@ async fn serve_with(context: &Context, args: ServeArgs) -> anyhow::Result<ExitCo
     registry.check()?;
     let ids = registry.ids();
     let keys = api_keys(context.config(), &ids)?;
+    let public_url = args.public_url.clone();
     let (allowed_hosts, cors_origins) = edge_lists(context.config(), args)?;
     if keys.is_empty() && !addr.ip().is_loopback() {
         return Err(invalid(format!(
@@ -86,6 +87,7 @@ async fn serve_with(context: &Context, args: ServeArgs) -> anyhow::Result<ExitCo
         .lease()
         .map_or(SWEEP_INTERVAL, |lease| lease.min(SWEEP_INTERVAL));
     let webhooks = context.config().config.webhooks()?;
+    let links = context.config().config.server.link_settings(public_url)?;
     let server = Server::builder(registry.clone(), context.store.clone())
         .keys(keys)
         .allowed_hosts(allowed_hosts)
@@ -93,6 +95,7 @@ async fn serve_with(context: &Context, args: ServeArgs) -> anyhow::Result<ExitCo
         .sweep_interval(sweep)
         .webhooks(webhooks)
         .webhook_policy(crate::env::webhook_policy()?)
+        .answer_links(links)
         .try_build()?;
     // The first SIGTERM or Ctrl-C stops the server gracefully; a second one ends the process
     // at once (see `Interrupt`).

@@ -170,6 +170,9 @@ impl RunStore for PausingStore {
     async fn close(&self) {
         self.inner.close().await;
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.inner.answer_links()
+    }
     fn outbox(&self) -> Option<&dyn askloop_core::store::Outbox> {
         self.inner.outbox()
     }

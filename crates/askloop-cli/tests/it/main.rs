@@ -21,6 +21,8 @@ mod hitl;
 #[cfg(unix)]
 mod interrupt;
 mod issue7;
+#[cfg(unix)]
+mod links;
 #[cfg(feature = "local")]
 mod local;
 mod mcp;

@@ -17,10 +17,10 @@ use crate::support::{ASK_THEN_ANSWER, TestDir};
 const LEASE_MS: &str = "1500";
 
 /// A running `askloop serve`, killed when dropped.
-struct Served {
+pub(crate) struct Served {
     child: Child,
     /// `http://127.0.0.1:PORT`.
-    base: String,
+    pub(crate) base: String,
     /// Everything it printed on stderr so far.
     stderr: Arc<Mutex<String>>,
     /// Its first stdout line.
@@ -30,7 +30,13 @@ struct Served {
 impl Served {
     /// Starts `askloop --store STORE serve --addr 127.0.0.1:0 --model SPEC ARGS` in `dir`
     /// with `envs`, and reads the port from its first line.
-    fn start(dir: &TestDir, store: &str, spec: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(
+        dir: &TestDir,
+        store: &str,
+        spec: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         let mut full = vec![
             "--store",
             store,
@@ -130,7 +136,7 @@ impl Drop for Served {
 }
 
 /// Runs `future` on a runtime of its own (these tests are synchronous).
-fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+pub(crate) fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -180,7 +186,7 @@ async fn post_stream(base: &str, path: &str, body: Value) -> Vec<Value> {
 }
 
 /// Starts a run of `assistant` and returns its id (it must suspend on `c1`).
-async fn start_suspended(base: &str) -> String {
+pub(crate) async fn start_suspended(base: &str) -> String {
     let chunks = post_stream(
         base,
         "/api/agents/assistant/stream",
@@ -211,7 +217,7 @@ async fn resume_to_finish(base: &str, run_id: &str) {
 }
 
 /// `GET /api/runs/RUN_ID`'s `status`.
-async fn status(base: &str, run_id: &str) -> Value {
+pub(crate) async fn status(base: &str, run_id: &str) -> Value {
     let run: Value = reqwest::get(format!("{base}/api/runs/{run_id}"))
         .await
         .unwrap()

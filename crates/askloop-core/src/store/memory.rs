@@ -15,6 +15,7 @@ use crate::ids::LeaseHolder;
 use crate::ids::{RunId, RunKey, ThreadKey};
 use crate::run::{RunState, RunStatus, RunSummary};
 use crate::store::codec::{decode_run, encode_head, encode_new_messages};
+use crate::store::links::MemoryLinks;
 use crate::store::{
     ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
     DeliveryStatus, FanOut, Lease, ListedRun, Outbox, ResourceFilter, RunChange, RunChanges,
@@ -34,6 +35,8 @@ use crate::store::{
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     changes: ChangeFeed,
+    /// The answer links ([`RunStore::answer_links`]).
+    links: MemoryLinks,
 }
 
 #[derive(Debug, Default)]
@@ -381,6 +384,10 @@ impl RunStore for MemoryStore {
             history.through = Some(seq);
         }
         Ok(history)
+    }
+
+    fn answer_links(&self) -> Option<&dyn crate::store::AnswerLinks> {
+        Some(&self.links)
     }
 
     fn outbox(&self) -> Option<&dyn Outbox> {

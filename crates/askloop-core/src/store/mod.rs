@@ -8,6 +8,7 @@ mod changes;
 pub mod codec;
 mod counts;
 mod filter;
+mod links;
 mod memory;
 mod outbox;
 
@@ -17,6 +18,7 @@ pub use crate::run::{FIRST_MESSAGE_CHARS, RunState, RunSummary, UnfinishedCall};
 pub use changes::{ChangeFeed, RunChange, RunChanges, notifies};
 pub use counts::RunCounts;
 pub use filter::{InvalidCursor, ListedRun, ResourceFilter, RunCursor, RunFilter, RunPage};
+pub use links::{AnswerLink, AnswerLinks, LinkHash, LinkId, NewAnswerLink};
 pub use memory::MemoryStore;
 pub use outbox::{
     Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext,
@@ -163,8 +165,8 @@ pub enum StoreError {
     /// The store was opened read-only and was asked to write.
     #[error("the store is open read-only")]
     ReadOnly,
-    /// This store lacks an optional part (its [`RunStore::outbox`] is `None`: a store written
-    /// before webhooks, or a wrapper that does not pass it on).
+    /// This store does not offer what was asked: it keeps no outbox of events, or no answer
+    /// links (a store written before them, or a wrapper that does not pass them on).
     #[error("this store does not support {operation}")]
     Unsupported {
         /// What was asked for (`outbox`).
@@ -450,6 +452,14 @@ pub trait RunStore: Send + Sync {
     /// default does nothing.
     async fn close(&self) {}
 
+    /// The store's answer links ([`AnswerLinks`]), or `None` when it keeps none (the
+    /// default): a front end asked for a link then answers [`StoreError::Unsupported`].
+    /// [`MemoryStore`] and the SQL stores return themselves; a wrapper store forwards the
+    /// store it wraps.
+    fn answer_links(&self) -> Option<&dyn AnswerLinks> {
+        None
+    }
+
     /// The store's webhook outbox ([`Outbox`]: events written with the commits, and their
     /// deliveries), or `None` when it keeps none — then [`outbox_of`] answers
     /// [`StoreError::Unsupported`]. Every store of this workspace has one (it returns
@@ -509,6 +519,9 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
     }
     async fn close(&self) {
         (**self).close().await;
+    }
+    fn answer_links(&self) -> Option<&dyn AnswerLinks> {
+        (**self).answer_links()
     }
     fn outbox(&self) -> Option<&dyn Outbox> {
         (**self).outbox()

@@ -29,6 +29,9 @@ use crate::error::ErrorBody;
         crate::routes::runs::respond,
         crate::routes::runs::fork_run,
         crate::routes::runs::reattach,
+        crate::routes::links::create_link,
+        crate::routes::links::revoke_links,
+        crate::routes::links::answer,
         crate::routes::inbox::inbox_events,
         crate::routes::chat::post_chat,
         crate::routes::chat::get_messages,
@@ -44,7 +47,9 @@ use crate::error::ErrorBody;
         api::ActorBody, api::DecisionBody,
         api::SuspendedRunList, api::SuspendedRun, api::SuspendedCall, api::CancelledBody, api::RepeatNote,
         crate::routes::chat::ChatRequest, crate::routes::chat::UiMessage, crate::routes::chat::ChatMessages,
-        api::DeliveryList, api::DeliveryBody, api::AttemptBody, api::ReplayedBody)),
+        api::DeliveryList, api::DeliveryBody, api::AttemptBody, api::ReplayedBody,
+        api::LinkRequestBody, api::LinkBody, api::RevokedLinksBody, api::LinkAnswerRequest,
+        api::LinkAnsweredBody)),
     tags((name = "agents", description = "The reference framework's agent API"),
          (name = "runs", description = "askloop's runs and inbox"),
          (name = "chat", description = "The AI SDK's chat transport (`useChat`, `DefaultChatTransport`)"),
@@ -54,8 +59,8 @@ use crate::error::ErrorBody;
 pub(crate) struct ApiDoc;
 
 /// The answers any route may give before its handler runs (`crate::edge`, the body deadline):
-/// 421 `host_not_allowed` on every operation; on POST operations 403 `cross_origin` and, for
-/// those with a body, 408 `timeout`.
+/// 421 `host_not_allowed` on every operation; on POST and DELETE operations 403
+/// `cross_origin` and, for those with a body, 408 `timeout`.
 struct EdgeResponses;
 
 impl utoipa::Modify for EdgeResponses {
@@ -84,7 +89,10 @@ impl utoipa::Modify for EdgeResponses {
                     .entry("421".to_owned())
                     .or_insert_with(|| error(host));
             }
-            if let Some(operation) = item.post.as_mut() {
+            for operation in [item.post.as_mut(), item.delete.as_mut()]
+                .into_iter()
+                .flatten()
+            {
                 let responses = &mut operation.responses.responses;
                 responses
                     .entry("421".to_owned())

@@ -17,6 +17,7 @@ mod agents;
 mod chat;
 mod docs;
 mod inbox;
+mod links;
 mod metrics;
 mod page;
 mod runs;
@@ -73,6 +74,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/api/runs", get(runs::list_runs))
         .route("/api/runs/{run_id}", get(runs::get_run))
         .route("/api/runs/{run_id}/cancel", post(runs::cancel_run))
+        .route(
+            "/api/runs/{run_id}/calls/{tool_call_id}/link",
+            post(links::create_link).delete(links::revoke_links),
+        )
+        .route("/answer/{token}", post(links::answer))
         .route("/api/webhooks/deliveries", get(webhooks::list_deliveries))
         .route(
             "/api/webhooks/deliveries/{id}/replay",
@@ -107,6 +113,17 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn(move |request, next| {
             crate::metrics::track_http(metrics.clone(), request, next)
         }))
-        .layer(TraceLayer::new_for_http())
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                // As tower-http's default span, with an answer link's token left out of the
+                // URI (the token is a credential; logs must not hold it).
+                tracing::debug_span!(
+                    "request",
+                    method = %request.method(),
+                    uri = %crate::links::shown_uri(request.uri()),
+                    version = ?request.version(),
+                )
+            }),
+        )
         .with_state(state)
 }

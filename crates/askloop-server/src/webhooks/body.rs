@@ -8,30 +8,34 @@ use serde_json::{Value, json};
 
 use crate::webhooks::WebhookFormat;
 
-/// The body for `event` in `format`, as bytes (what is signed and sent).
+/// The body for `event` in `format`, as bytes (what is signed and sent), with `answer_url` (the
+/// delivery's answer link, made by the deliverer) for a raised question or a requested
+/// approval.
 ///
 /// # Errors
 /// The JSON encoder's (never expected: the event is plain data).
-pub(crate) fn body(event: &RunEvent, format: WebhookFormat) -> Result<Vec<u8>, serde_json::Error> {
+pub(crate) fn body(
+    event: &RunEvent,
+    format: WebhookFormat,
+    answer_url: Option<String>,
+) -> Result<Vec<u8>, serde_json::Error> {
     let mut event = event.clone();
-    event.data.answer_url = answer_url(&event);
+    event.data.answer_url = answer_url.filter(|_| takes_a_link(&event));
     match format {
         WebhookFormat::Slack => serde_json::to_vec(&slack_message(&event)),
         _ => serde_json::to_vec(&event),
     }
 }
 
-/// The link that answers the event's call without a key, for `question.raised` and
-/// `approval.requested`.
-///
-/// Answer links (issue 34, "Answer links") are not built yet: this is the one place to fill
-/// them in (mint the call's token, return the `/answer/{token}` URL); until then `None`, and
-/// payloads carry `"answerUrl": null` and Slack messages no button.
-fn answer_url(event: &RunEvent) -> Option<String> {
-    match event.kind {
-        RunEventKind::QuestionRaised | RunEventKind::ApprovalRequested => None,
-        _ => None,
-    }
+/// Whether the event's body carries an answer link: `question.raised` and
+/// `approval.requested` (the deliverer makes it, `crate::links`); other events carry
+/// `"answerUrl": null`, and so does every event without a public URL (Slack messages then
+/// have no button).
+fn takes_a_link(event: &RunEvent) -> bool {
+    matches!(
+        event.kind,
+        RunEventKind::QuestionRaised | RunEventKind::ApprovalRequested
+    )
 }
 
 /// Text for Slack's `mrkdwn`: `&`, `<` and `>` escaped, as Slack asks.
@@ -154,7 +158,7 @@ mod tests {
     #[test]
     fn slack_messages_carry_the_question_and_options() {
         let body: Value =
-            serde_json::from_slice(&body(&raised(), WebhookFormat::Slack).unwrap()).unwrap();
+            serde_json::from_slice(&body(&raised(), WebhookFormat::Slack, None).unwrap()).unwrap();
         assert_eq!(body["text"], "Question: Ship <it>?");
         assert_eq!(
             body["blocks"][0]["text"]["text"],
@@ -174,7 +178,8 @@ mod tests {
     #[test]
     fn standard_bodies_are_the_event() {
         let body: Value =
-            serde_json::from_slice(&body(&raised(), WebhookFormat::Standard).unwrap()).unwrap();
+            serde_json::from_slice(&body(&raised(), WebhookFormat::Standard, None).unwrap())
+                .unwrap();
         assert_eq!(body["type"], "question.raised");
         assert_eq!(body["data"]["call"]["toolCallId"], "c1");
         assert!(body["data"]["answerUrl"].is_null());

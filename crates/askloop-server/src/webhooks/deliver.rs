@@ -10,13 +10,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use askloop_core::event::RunEventKind;
 use askloop_core::store::{
     Delivery, DeliveryAttempt, DeliveryClaim, DeliveryNext, FanOut, Outbox, outbox_of,
 };
 use askloop_core::time::lease_now_ms;
-use askloop_core::{LeaseHolder, RunStore, StoreError, error_chain_text};
+use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, error_chain_text};
 use tokio::sync::watch;
 
+use crate::links::{LinkError, LinkRequest, LinkSettings, LinkToken, issue_link};
 use crate::webhooks::body::body;
 use crate::webhooks::retry::{Answer, jitter, millis, next_step};
 use crate::webhooks::{RetryPolicy, Webhook, WebhookError};
@@ -69,6 +71,8 @@ pub struct Deliverer {
     policy: RetryPolicy,
     client: reqwest::Client,
     holder: LeaseHolder,
+    /// How answer links are made for `answerUrl` (none without a public URL).
+    links: LinkSettings,
 }
 
 impl std::fmt::Debug for Deliverer {
@@ -78,6 +82,7 @@ impl std::fmt::Debug for Deliverer {
             .field("hooks", &self.hooks)
             .field("policy", &self.policy)
             .field("holder", &self.holder)
+            .field("links", &self.links)
             .finish_non_exhaustive()
     }
 }
@@ -104,7 +109,19 @@ impl Deliverer {
             policy,
             client,
             holder: LeaseHolder::generate(),
+            links: LinkSettings::default(),
         })
+    }
+
+    /// Fills `answerUrl` (and the Slack button) of `question.raised` and `approval.requested`
+    /// bodies with answer links made as `settings` say; without a public URL (the default)
+    /// they carry none. Each delivery gets one link, the same at every attempt: its token is
+    /// derived from the endpoint's secret and the delivery (endpoint and event), and stored
+    /// (hashed) at the first attempt while the call waits.
+    #[must_use]
+    pub fn answer_links(mut self, settings: LinkSettings) -> Self {
+        self.links = settings;
+        self
     }
 
     /// The endpoints.
@@ -263,7 +280,9 @@ impl Deliverer {
     /// Sends the delivery's event to `hook`, signed; the answer's status, or the transport
     /// error as text.
     async fn send(&self, hook: &Webhook, delivery: &Delivery) -> Result<Answer, String> {
-        let payload = body(&delivery.event, hook.format).map_err(|error| error.to_string())?;
+        let answer_url = self.answer_url(hook, delivery).await;
+        let payload =
+            body(&delivery.event, hook.format, answer_url).map_err(|error| error.to_string())?;
         let timestamp = i64::try_from(lease_now_ms() / 1000).unwrap_or(i64::MAX);
         let signer =
             standardwebhooks::Webhook::new(&hook.secret).map_err(|error| error.to_string())?;
@@ -296,6 +315,48 @@ impl Deliverer {
             code: response.status().as_u16(),
             retry_after,
         })
+    }
+
+    /// The answer link of `delivery` to `hook`, for a raised question or a requested approval
+    /// when a public URL is configured: its token derived from the hook's secret and the
+    /// delivery, so every attempt sends the same link; stored (once, hashed) while the call
+    /// waits. A call that no longer waits gets the URL all the same (it then answers "this
+    /// link no longer works").
+    async fn answer_url(&self, hook: &Webhook, delivery: &Delivery) -> Option<String> {
+        let public = self.links.public_url.as_ref()?;
+        let event = &delivery.event;
+        if !matches!(
+            event.kind,
+            RunEventKind::QuestionRaised | RunEventKind::ApprovalRequested
+        ) {
+            return None;
+        }
+        let call = event.data.call.as_ref()?;
+        let token = LinkToken::derive(
+            hook.secret.as_bytes(),
+            &format!("askloop answer link\n{}\n{}", hook.name(), event.id),
+        );
+        let key = RunKey::new(event.data.resource_id.clone(), event.data.run_id.clone());
+        let issued = match self.store.load_run(&key).await {
+            Ok(stored) => issue_link(
+                self.store.as_ref(),
+                &stored,
+                &call.tool_call_id,
+                &LinkRequest::new(),
+                self.links.max_age,
+                token.clone(),
+            )
+            .await
+            .map(|_| ()),
+            Err(error) => Err(LinkError::Store(error)),
+        };
+        match issued {
+            Ok(()) | Err(LinkError::Refused(_)) => {}
+            Err(error) => {
+                tracing::warn!(delivery = %delivery.id, error = %error_chain_text(&error), "webhook: the answer link could not be stored");
+            }
+        }
+        Some(public.link(&token))
     }
 
     /// Runs rounds every `poll_interval` until `stop` turns true (the server's worker).

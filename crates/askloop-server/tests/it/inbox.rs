@@ -159,6 +159,9 @@ impl RunStore for CountingStore {
             .update_run_with_events(state, expected_version, lease, events)
             .await
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.store.answer_links()
+    }
     async fn renew_lease(
         &self,
         run: &RunKey,

@@ -15,6 +15,7 @@ mod connections;
 mod edge;
 mod fork;
 mod inbox;
+mod links;
 mod metrics;
 mod pending_call;
 mod policy;

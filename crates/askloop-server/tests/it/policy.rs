@@ -22,6 +22,7 @@ use crate::support::*;
 on_both_stores!(
     issue34_approver_policy_over_http,
     issue34_a_quorum_through_the_chat_route,
+    issue34_answer_links_act_with_the_role_they_were_issued_for,
 );
 
 const SCRIPT: &str = r#"{"steps":[
@@ -293,4 +294,110 @@ async fn issue34_a_quorum_through_the_chat_route(backend: Backend) {
     })
     .await;
     assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
+}
+
+/// Answer links under an approver policy: a key may issue a link only for a role it holds; a
+/// link without the role is refused (403, the link still works); a link issued for `ops` votes
+/// as `link:<id>` from `POST /answer/{token}` (its issuer, the run's starter, does not make it
+/// a self-approval); a second approver completes the quorum.
+async fn issue34_answer_links_act_with_the_role_they_were_issued_for(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let counter = Counter::default();
+    let secrets: Vec<String> = (0..3).map(|_| ApiKey::new_secret()).collect();
+    let key = |index: usize, label: &str, roles: &[&str]| {
+        ApiKey::from_secret(&secrets[index], "team".into())
+            .label(label)
+            .roles(roles.iter().copied())
+    };
+    let server = guarded_server(
+        &store,
+        &counter,
+        vec![
+            key(0, "alice", &["ops"]),
+            key(1, "bob", &["ops"]),
+            key(2, "dave", &[]),
+        ],
+    );
+    let router = server.router();
+    let (alice, bob, dave) = (&secrets[0], &secrets[1], &secrets[2]);
+    let (_, chunks, _) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/stream",
+        Some(json!({"messages": "deploy"})),
+        Some(alice),
+    )
+    .await;
+    let run_id = chunks[0]["runId"].as_str().unwrap().to_owned();
+    let link = format!("/api/runs/{run_id}/calls/d1/link");
+
+    // dave holds no role: he cannot vouch for `ops`.
+    let (status, body) = call(
+        &router,
+        "POST",
+        &link,
+        Some(json!({"role": "ops"})),
+        Some(dave),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["code"], "not_permitted");
+
+    // A link without a role is refused by the policy, and still works afterwards.
+    let (status, plain) = call(&router, "POST", &link, None, Some(alice)).await;
+    assert_eq!(status, StatusCode::CREATED, "{plain}");
+    let plain = plain["path"].as_str().unwrap().to_owned();
+    let (status, body) = call(
+        &router,
+        "POST",
+        &plain,
+        Some(json!({"approved": true})),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["details"]["reason"], "missing_role");
+    let (status, _) = call(&router, "GET", &plain, None, None).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a refused answer leaves the link working"
+    );
+
+    // A link for `ops`, issued by the starter: a vote of the link, not of alice.
+    let (status, ops) = call(
+        &router,
+        "POST",
+        &link,
+        Some(json!({"role": "ops"})),
+        Some(alice),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{ops}");
+    let ops = ops["path"].as_str().unwrap().to_owned();
+    let (status, body) = call(&router, "POST", &ops, Some(json!({"approved": true})), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0, "1 of 2");
+    let (status, chunks, _) = approve(&router, &run_id, bob).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(types(&chunks).last(), Some(&"finish"), "{chunks:?}");
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
+    let (_, detail) = call(
+        &router,
+        "GET",
+        &format!("/api/runs/{run_id}"),
+        None,
+        Some(bob),
+    )
+    .await;
+    let decisions = detail["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 2, "{detail}");
+    assert!(
+        decisions[0]["by"].as_str().unwrap().starts_with("link:"),
+        "{detail}"
+    );
+    assert_eq!(decisions[0]["roles"], json!(["ops"]));
+    assert_eq!(decisions[0]["route"], "POST /answer/{token}");
+    assert_eq!(decisions[1]["by"], "bob");
 }

@@ -4,10 +4,11 @@
 //! [`RunStore`](askloop_core::RunStore) implementation (each commit one statement: a
 //! compare-and-swap, the new messages, the lease and the completion sequence in one call of a
 //! SQL function of the migration); `error.rs` the driver's errors mapped to store errors;
-//! `notify.rs` its change notifications (`LISTEN/NOTIFY`). The SQLite store (`sqlite/`) has the
+//! `notify.rs` its change notifications (`LISTEN/NOTIFY`); `links.rs` answer links. The SQLite store (`sqlite/`) has the
 //! same file for the same concern.
 
 mod error;
+mod links;
 mod notify;
 mod outbox;
 mod schema;

@@ -379,6 +379,10 @@ impl RunStore for PgStore {
         self.pool.close().await;
     }
 
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        Some(self)
+    }
+
     fn outbox(&self) -> Option<&dyn Outbox> {
         Some(self)
     }

@@ -9,6 +9,7 @@
 //! - `read.rs` — the read pool and every query;
 //! - `columns.rs` — a run's row, encoded on the caller's thread, and summaries from columns;
 //! - `outbox.rs` — the outbox: events written with their commit, webhook deliveries;
+//! - `links.rs` — answer links: their writes on the writer thread, their reads;
 //! - `store.rs` — the [`RunStore`](askloop_core::RunStore) implementation;
 //! - `error.rs` — SQLite's errors mapped to store errors;
 //! - `url.rs` — `sqlite://` store URLs.
@@ -19,6 +20,7 @@
 mod checkpoint;
 mod columns;
 mod error;
+mod links;
 mod outbox;
 mod read;
 mod schema;

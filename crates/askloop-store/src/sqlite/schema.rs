@@ -11,12 +11,13 @@ use rusqlite_migration::{HookError, HookResult, M, Migrations};
 use crate::sqlite::columns::{Head, millis};
 
 /// The schema version this build reads and writes.
-pub(super) const SCHEMA_VERSION: i64 = 6;
+pub(super) const SCHEMA_VERSION: i64 = 7;
 
 /// The migrations, in order: version 1 is the format-1 schema, version 2 the first of format
 /// 2 (one namespace of runs), version 3 keys runs and threads by resource, version 4 the change
 /// order (`change_seq`), version 5 the outbox of events and their webhook deliveries, version 6
-/// the current one (the outbox's retention: when each event was fanned out).
+/// the outbox's retention (when each event was fanned out), version 7 the current one (answer
+/// links).
 static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
     Migrations::new(vec![
         M::up(include_str!("../../migrations/sqlite/v1.sql")),
@@ -28,6 +29,7 @@ static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
         M::up(include_str!("../../migrations/sqlite/v4.sql")),
         M::up(include_str!("../../migrations/sqlite/v5.sql")),
         M::up(include_str!("../../migrations/sqlite/v6.sql")),
+        M::up(include_str!("../../migrations/sqlite/v7.sql")),
     ])
 });
 

@@ -171,6 +171,10 @@ impl RunStore for SqliteStore {
         SqliteStore::close(self).await;
     }
 
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        Some(self)
+    }
+
     fn outbox(&self) -> Option<&dyn Outbox> {
         Some(self)
     }

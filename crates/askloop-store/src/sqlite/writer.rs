@@ -61,6 +61,8 @@ pub(super) enum Write {
     },
     /// A write to the outbox (fan-out, claim, attempt, replay).
     Outbox(OutboxWrite),
+    /// A write to the answer links (create, use, release, revoke, prune).
+    Links(crate::sqlite::links::LinkWrite),
 }
 
 /// What a write returns: the run's version after it.
@@ -522,6 +524,7 @@ fn apply(connection: &Connection, write: &Write) -> Result<u64, StoreError> {
             expires_at_ms,
         } => renew_lease(connection, key, *expected_version, holder, *expires_at_ms),
         Write::Outbox(write) => crate::sqlite::outbox::apply(connection, write),
+        Write::Links(write) => crate::sqlite::links::apply(connection, write),
     }
 }
 

@@ -100,8 +100,9 @@ async fn issue9_a_format1_database_is_upgraded_in_place_and_its_runs_go_on() {
     assert_eq!(
         tables(&path),
         (
-            6,
+            7,
             [
+                "answer_links",
                 "run_events",
                 "run_messages",
                 "runs",
@@ -223,7 +224,7 @@ async fn issue9_a_format1_database_opened_read_only_is_refused_and_left_as_it_is
             error,
             OpenError::SchemaVersion {
                 found: 0,
-                supported: 6,
+                supported: 7,
                 ..
             }
         ),
@@ -326,8 +327,9 @@ async fn issue31_a_schema2_database_is_keyed_by_resource_in_place_and_its_runs_g
     assert_eq!(
         tables(&path),
         (
-            6,
+            7,
             [
+                "answer_links",
                 "run_events",
                 "run_messages",
                 "runs",

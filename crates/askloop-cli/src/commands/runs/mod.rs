@@ -1,5 +1,6 @@
-//! `askloop runs list|show|continue|recover|cancel|sweep`: look at stored runs, retry failed
-//! ones, take over abandoned ones, stop them, expire overdue questions.
+//! `askloop runs list|show|continue|recover|cancel|sweep|link`: look at stored runs, retry
+//! failed ones, take over abandoned ones, stop them, expire overdue questions, hand out answer
+//! links.
 
 use std::process::ExitCode;
 
@@ -15,6 +16,7 @@ use crate::output::{Mode, Output};
 use crate::registry::FlagScope;
 use crate::session::{Origin, Session};
 
+mod link;
 mod list;
 mod show;
 
@@ -30,6 +32,7 @@ fn wire_pending(
         .collect()
 }
 
+pub(crate) use link::link;
 pub(crate) use list::list;
 pub(crate) use show::show;
 
@@ -244,11 +247,13 @@ pub(crate) async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Res
 async fn deliver_webhooks(context: &Context, output: &mut Output) -> anyhow::Result<()> {
     let hooks = context.config().config.webhooks()?;
     let configured = !hooks.is_empty();
+    let links = context.config().config.server.link_settings(None)?;
     let deliverer = askloop_server::webhooks::Deliverer::new(
         context.store.clone(),
         hooks,
         crate::env::webhook_policy()?,
-    )?;
+    )?
+    .answer_links(links);
     let (mut delivered, mut failed, mut retrying) = (0, 0, 0);
     // Each round claims what is due now; a round without attempts ends it.
     for _ in 0..100 {
@@ -286,6 +291,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
             if due.is_empty() {
                 output.note("no question or approval has expired")?;
                 deliver_webhooks(context, &mut output).await?;
+                askloop_server::links::prune_links(context.store.as_ref()).await?;
                 return Ok(ExitCode::SUCCESS);
             }
             let mut failures = Failures::default();
@@ -317,6 +323,7 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
                 failures.record(&mut output, &run_id, "swept", swept)?;
             }
             deliver_webhooks(context, &mut output).await?;
+            askloop_server::links::prune_links(context.store.as_ref()).await?;
             failures.into_exit()
         })
         .await

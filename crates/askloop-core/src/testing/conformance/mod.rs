@@ -20,6 +20,7 @@ mod cancel;
 mod changes;
 mod fork;
 mod hitl;
+mod links;
 mod outbox;
 mod policy;
 mod store;
@@ -50,6 +51,10 @@ macro_rules! store_conformance_tests {
             issue34_cancel_and_decline_events,
             issue34_deliveries_are_claimed_once_and_recorded,
             issue34_prune_keeps_pending_and_deletes_old_finished,
+            issue34_answer_links_are_used_once_and_given_back_by_their_user,
+            issue34_racing_link_uses_have_one_winner,
+            issue34_links_are_revoked_per_call_within_their_tenant,
+            issue34_old_links_are_pruned_in_batches,
             insert_then_load_round_trips,
             load_of_unknown_run_is_not_found,
             insert_of_existing_id_is_refused,
@@ -310,6 +315,9 @@ impl RunStore for YieldingStore {
     }
     async fn close(&self) {
         self.inner.close().await;
+    }
+    fn answer_links(&self) -> Option<&dyn crate::store::AnswerLinks> {
+        self.inner.answer_links()
     }
     fn outbox(&self) -> Option<&dyn Outbox> {
         self.inner.outbox()

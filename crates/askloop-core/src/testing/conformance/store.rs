@@ -21,6 +21,7 @@ use crate::testing::conformance::cancel::*;
 use crate::testing::conformance::changes::*;
 use crate::testing::conformance::fork::*;
 use crate::testing::conformance::hitl::*;
+use crate::testing::conformance::links::*;
 use crate::testing::conformance::outbox::*;
 use crate::testing::conformance::policy::*;
 use crate::testing::conformance::support::*;
@@ -42,6 +43,10 @@ scenarios![
     issue34_cancel_and_decline_events,
     issue34_deliveries_are_claimed_once_and_recorded,
     issue34_prune_keeps_pending_and_deletes_old_finished,
+    issue34_answer_links_are_used_once_and_given_back_by_their_user,
+    issue34_racing_link_uses_have_one_winner,
+    issue34_links_are_revoked_per_call_within_their_tenant,
+    issue34_old_links_are_pruned_in_batches,
     insert_then_load_round_trips,
     load_of_unknown_run_is_not_found,
     insert_of_existing_id_is_refused,

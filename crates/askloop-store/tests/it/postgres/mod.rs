@@ -190,6 +190,9 @@ impl RunStore for SchemaStore {
     async fn close(&self) {
         self.store.close().await;
     }
+    fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
+        self.store.answer_links()
+    }
     fn outbox(&self) -> Option<&dyn askloop_core::store::Outbox> {
         self.store.outbox()
     }

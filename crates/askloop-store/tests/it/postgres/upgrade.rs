@@ -105,7 +105,7 @@ async fn issue31_a_schema_of_migration_1_is_keyed_by_resource_in_place() {
         .fetch_one(&mut sql)
         .await
         .unwrap();
-    assert_eq!(applied, 5);
+    assert_eq!(applied, 6);
     for run in &runs {
         let loaded = store.load_run(&run.key()).await.unwrap();
         assert_eq!((&loaded.state, loaded.version), (run, 1), "{}", run.key());
