@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use askloop_core::model::{LanguageModel, ModelSettings, ToolChoice};
-use askloop_core::{Agent, ApproverPolicy, AskUser, DynTool, RunStore, Tool};
+use askloop_core::{Agent, AgentBuilder, ApproverPolicy, AskUser, DynTool, RunStore, Tool};
 
 use askloop_mcp::{McpError, McpServerConfig, McpToolset};
 
@@ -281,6 +281,28 @@ impl AgentDefinition {
             builder = builder.shared_tool(self.builtin_tool(name, spec)?);
         }
         let mcp_tools = mcp.dyn_tools();
+        builder = self.approval_rules(builder, &mcp_tools, &extra)?;
+        for tool in mcp_tools {
+            builder = builder.shared_tool(tool);
+        }
+        for tool in extra {
+            builder = builder.shared_tool(tool);
+        }
+        Ok(builder.build()?)
+    }
+
+    /// `builder` with the agent's approval rules: which tools wait for approval
+    /// (`require_approval`, checked against the tools it has: its own, its MCP servers'
+    /// `mcp_tools`, and `extra`) and who may approve (`approvers`, per tool too).
+    ///
+    /// # Errors
+    /// Invalid input naming tools the agent does not have, or that need no approval.
+    fn approval_rules(
+        &self,
+        mut builder: AgentBuilder,
+        mcp_tools: &[Arc<dyn DynTool>],
+        extra: &[Arc<dyn DynTool>],
+    ) -> anyhow::Result<AgentBuilder> {
         if let askloop_mcp::RequireApproval::Only(names) = &self.require_approval {
             // A name that is not one of the agent's tools would let the tool it meant run
             // without approval; `ask_user` only asks, so it never waits for an approval.
@@ -340,13 +362,7 @@ impl AgentDefinition {
         for (tool, policy) in &self.tool_approvers {
             builder = builder.approvers_for(tool, policy.clone());
         }
-        for tool in mcp_tools {
-            builder = builder.shared_tool(tool);
-        }
-        for tool in extra {
-            builder = builder.shared_tool(tool);
-        }
-        Ok(builder.build()?)
+        Ok(builder)
     }
 }
 

@@ -215,23 +215,10 @@ pub(crate) async fn claim_resume(
         }
         let (state, resolved, votes_only) = match apply(agent, &stored, &items, actor.as_ref()) {
             Ok(applied) => applied,
-            // The caller's copy may be stale: decide on a fresh read.
-            Err(_) if preloaded => continue,
-            // Who may decide is decided on the fresh read: say why not.
-            Err(error @ ResumeError::NotPermitted { .. }) => return Err(error),
-            // A lost compare-and-swap means another resume won: say so, unless the second read
-            // shows this very answer recorded (then the resume is idempotent).
-            Err(
-                error @ ResumeError::AlreadyAnswered {
-                    same_answer: true, ..
-                },
-            ) if lost_race => return Err(error),
-            Err(_) if lost_race => {
-                return Err(ResumeError::Conflict {
-                    run_id: run_id.clone(),
-                });
-            }
-            Err(error) => return Err(error),
+            Err(error) => match refusal(error, preloaded, lost_race, run_id) {
+                Some(error) => return Err(error),
+                None => continue,
+            },
         };
         // Votes alone (approvals a quorum still waits beyond) leave the run suspended: it is
         // not claimed, only its calls' audit grows.
@@ -265,6 +252,29 @@ pub(crate) async fn claim_resume(
             }
             Err(error) => return Err(map_store_error(&key, error)),
         }
+    }
+}
+
+/// What a refusal of an attempt's responses means: `None` to decide again on a fresh read (the
+/// caller's copy, `preloaded`, may be stale), else the error to return — after a lost
+/// compare-and-swap (`lost_race`) a [`ResumeError::Conflict`], unless the fresh read shows this
+/// very answer recorded (then the resume is idempotent) or says who may not decide.
+fn refusal(
+    error: ResumeError,
+    preloaded: bool,
+    lost_race: bool,
+    run_id: &RunId,
+) -> Option<ResumeError> {
+    match error {
+        _ if preloaded => None,
+        error @ ResumeError::NotPermitted { .. } => Some(error),
+        error @ ResumeError::AlreadyAnswered {
+            same_answer: true, ..
+        } if lost_race => Some(error),
+        _ if lost_race => Some(ResumeError::Conflict {
+            run_id: run_id.clone(),
+        }),
+        error => Some(error),
     }
 }
 
@@ -501,41 +511,14 @@ fn resolve_call(
             (AuditAction::Expire, None),
         ),
         (CallState::AwaitingApproval { quorum, .. }, Resolution::Respond(response)) => {
-            let decision = approval_of(response).map_err(invalid)?;
-            let edit = match &decision {
-                CallResponse::ApproveWith { args } => {
-                    checked_edit(agent, run_id, &slot.call, args)?
+            let approval = resolve_approval(agent, run_id, slot, *quorum, response, party)?;
+            match approval {
+                Approval::Vote { edit } => return Ok((AuditAction::Approve, edit, true)),
+                Approval::Decided { decision, edit } => {
+                    let (next, action) = decide(&slot.call, &decision, resolution);
+                    (next, (action, edit))
                 }
-                _ => None,
-            };
-            let policy = agent
-                .approvers(&slot.call.name)
-                .cloned()
-                .unwrap_or_default();
-            // The quorum recorded with the call when it started waiting counts, unless the
-            // agent's is larger now.
-            let needed = policy.quorum.max(quorum.unwrap_or(1));
-            let model_args = slot.call.args.to_value();
-            let checked = match &decision {
-                CallResponse::Decline { .. } => Decision::Decline,
-                _ => Decision::Approve {
-                    args: edit.as_ref().map_or(&model_args, |edit| &edit.edited),
-                },
-            };
-            if let Verdict::Vote { recorded, quorum } =
-                permit(run_id, slot, &policy, needed, party, &checked)?
-            {
-                tracing::info!(
-                    %run_id,
-                    tool_call_id = %slot.call.id,
-                    recorded,
-                    quorum,
-                    "an approval was recorded; the call waits for more"
-                );
-                return Ok((AuditAction::Approve, edit, true));
             }
-            let (next, action) = decide(&slot.call, &decision, resolution);
-            (next, (action, edit))
         }
         _ => {
             return Err(ResumeError::Conflict {
@@ -545,6 +528,72 @@ fn resolve_call(
     };
     slot.state = next;
     Ok((action.0, action.1, false))
+}
+
+/// What an approval or decline of a call awaiting approval comes to.
+enum Approval {
+    /// A vote of a quorum that still waits: the call keeps waiting.
+    Vote {
+        /// The arguments the voter edited, if any.
+        edit: Option<ArgsEdit>,
+    },
+    /// The decision that ends the wait (the last vote of a quorum, a lone approval, a decline).
+    Decided {
+        /// The response as a decision ([`approval_of`]).
+        decision: CallResponse,
+        /// The arguments a person edited, if any.
+        edit: Option<ArgsEdit>,
+    },
+}
+
+/// Checks `response` to the call in `slot`, which awaits approval with the quorum recorded when
+/// it started waiting (`recorded_quorum`): its form, edited arguments against the tool's input
+/// schema, and the call's approver policy for `party`.
+fn resolve_approval(
+    agent: &AgentDefinition,
+    run_id: &RunId,
+    slot: &CallSlot,
+    recorded_quorum: Option<u32>,
+    response: &CallResponse,
+    party: Party<'_>,
+) -> Result<Approval, ResumeError> {
+    let decision = approval_of(response).map_err(|rejection| ResumeError::InvalidAnswer {
+        run_id: run_id.clone(),
+        tool_call_id: slot.call.id.clone(),
+        tool_name: slot.call.name.clone(),
+        rejection,
+    })?;
+    let edit = match &decision {
+        CallResponse::ApproveWith { args } => checked_edit(agent, run_id, &slot.call, args)?,
+        _ => None,
+    };
+    let policy = agent
+        .approvers(&slot.call.name)
+        .cloned()
+        .unwrap_or_default();
+    // The quorum recorded with the call when it started waiting counts, unless the agent's is
+    // larger now.
+    let needed = policy.quorum.max(recorded_quorum.unwrap_or(1));
+    let model_args = slot.call.args.to_value();
+    let checked = match &decision {
+        CallResponse::Decline { .. } => Decision::Decline,
+        _ => Decision::Approve {
+            args: edit.as_ref().map_or(&model_args, |edit| &edit.edited),
+        },
+    };
+    if let Verdict::Vote { recorded, quorum } =
+        permit(run_id, slot, &policy, needed, party, &checked)?
+    {
+        tracing::info!(
+            %run_id,
+            tool_call_id = %slot.call.id,
+            recorded,
+            quorum,
+            "an approval was recorded; the call waits for more"
+        );
+        return Ok(Approval::Vote { edit });
+    }
+    Ok(Approval::Decided { decision, edit })
 }
 
 /// The edit of `call`'s arguments into `args`, which a person approved (run `run_id`): `None`

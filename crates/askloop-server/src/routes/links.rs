@@ -225,25 +225,7 @@ pub(crate) async fn answer(
     let started = std::time::Instant::now();
     let request: LinkAnswerRequest = serde_json::from_slice(&body)
         .map_err(|error| ApiError::bad_request(format!("invalid body: {error}")))?;
-    match (&request.resume_data, request.approved) {
-        (Some(answer), None) => check_answer(&state, answer)?,
-        (None, Some(approved)) => {
-            if let Some(args) = &request.args {
-                if !approved {
-                    return Err(ApiError::bad_request("args go with approved: true only"));
-                }
-                check_edited_args(&state, args)?;
-            }
-            if let Some(reason) = &request.reason {
-                check_text("reason", reason, state.limits.answer_bytes)?;
-            }
-        }
-        _ => {
-            return Err(ApiError::bad_request(
-                "the body needs exactly one of resumeData or approved",
-            ));
-        }
-    }
+    check_link_answer(&state, &request)?;
     let open = match open_link(state.store.as_ref(), &token).await {
         Ok(Some(open)) => open,
         Ok(None) | Err(LinkError::Unsupported) => return Err(link_gone()),
@@ -307,6 +289,35 @@ pub(crate) async fn answer(
         outcome: outcome.to_owned(),
     })
     .into_response())
+}
+
+/// Checks the form of an answer through a link before the link is touched: exactly one of
+/// `resumeData` (checked as any answer) or `approved` (with `args` only when approving, and a
+/// bounded `reason`).
+fn check_link_answer(
+    state: &crate::state::AppState,
+    request: &LinkAnswerRequest,
+) -> Result<(), ApiError> {
+    match (&request.resume_data, request.approved) {
+        (Some(answer), None) => check_answer(state, answer)?,
+        (None, Some(approved)) => {
+            if let Some(args) = &request.args {
+                if !approved {
+                    return Err(ApiError::bad_request("args go with approved: true only"));
+                }
+                check_edited_args(state, args)?;
+            }
+            if let Some(reason) = &request.reason {
+                check_text("reason", reason, state.limits.answer_bytes)?;
+            }
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "the body needs exactly one of resumeData or approved",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Gives the use of `link` taken at `used_at` back after a refused answer (logged when the

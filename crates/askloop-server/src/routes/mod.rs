@@ -42,57 +42,8 @@ use crate::state::AppState;
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let limits = state.limits.clone();
     let metrics = state.metrics.clone();
-    // Streaming routes: no timeout (a stream lasts as long as its run; the run task is
-    // detached from the response anyway).
-    let streaming = Router::new()
-        .route("/api/agents/{agent_id}/stream", post(agents::stream))
-        .route(
-            "/api/agents/{agent_id}/resume-stream",
-            post(agents::resume_stream),
-        )
-        .route(
-            "/api/agents/{agent_id}/approve-tool-call",
-            post(agents::approve_tool_call),
-        )
-        .route(
-            "/api/agents/{agent_id}/decline-tool-call",
-            post(agents::decline_tool_call),
-        )
-        .route("/api/runs/{run_id}/continue", post(runs::continue_run))
-        .route("/api/runs/{run_id}/responses", post(runs::respond))
-        .route("/api/runs/{run_id}/fork", post(runs::fork_run))
-        .route("/api/runs/{run_id}/stream", get(runs::reattach))
-        .route("/api/inbox/events", get(inbox::inbox_events))
-        .merge(chat::routes());
-    let timed = Router::new()
-        .route("/api/agents", get(agents::list_agents))
-        .route("/api/agents/{agent_id}", get(agents::get_agent))
-        .route(
-            "/api/agents/{agent_id}/suspended-runs",
-            get(agents::suspended_runs),
-        )
-        .route("/api/runs", get(runs::list_runs))
-        .route("/api/runs/{run_id}", get(runs::get_run))
-        .route("/api/runs/{run_id}/cancel", post(runs::cancel_run))
-        .route(
-            "/api/runs/{run_id}/calls/{tool_call_id}/link",
-            post(links::create_link).delete(links::revoke_links),
-        )
-        .route("/answer/{token}", post(links::answer))
-        .route("/api/webhooks/deliveries", get(webhooks::list_deliveries))
-        .route(
-            "/api/webhooks/deliveries/{id}/replay",
-            post(webhooks::replay_delivery),
-        )
-        .route("/healthz", get(docs::healthz))
-        .route("/metrics", get(metrics::metrics))
-        .route("/openapi.json", get(docs::openapi_json))
-        .route("/docs", get(docs::docs_page))
-        .merge(page::routes())
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            limits.request_timeout,
-        ));
+    let streaming = streaming_routes();
+    let timed = timed_routes(limits.request_timeout);
     let body_read_timeout = limits.body_read_timeout;
     let edge = state.edge.clone();
     let cors = edge.cors_layer();
@@ -126,4 +77,62 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             }),
         )
         .with_state(state)
+}
+
+/// The streaming routes: no timeout (a stream lasts as long as its run; the run task is
+/// detached from the response anyway).
+fn streaming_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/agents/{agent_id}/stream", post(agents::stream))
+        .route(
+            "/api/agents/{agent_id}/resume-stream",
+            post(agents::resume_stream),
+        )
+        .route(
+            "/api/agents/{agent_id}/approve-tool-call",
+            post(agents::approve_tool_call),
+        )
+        .route(
+            "/api/agents/{agent_id}/decline-tool-call",
+            post(agents::decline_tool_call),
+        )
+        .route("/api/runs/{run_id}/continue", post(runs::continue_run))
+        .route("/api/runs/{run_id}/responses", post(runs::respond))
+        .route("/api/runs/{run_id}/fork", post(runs::fork_run))
+        .route("/api/runs/{run_id}/stream", get(runs::reattach))
+        .route("/api/inbox/events", get(inbox::inbox_events))
+        .merge(chat::routes())
+}
+
+/// The other routes, each answered within `request_timeout` (408 past it).
+fn timed_routes(request_timeout: std::time::Duration) -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/agents", get(agents::list_agents))
+        .route("/api/agents/{agent_id}", get(agents::get_agent))
+        .route(
+            "/api/agents/{agent_id}/suspended-runs",
+            get(agents::suspended_runs),
+        )
+        .route("/api/runs", get(runs::list_runs))
+        .route("/api/runs/{run_id}", get(runs::get_run))
+        .route("/api/runs/{run_id}/cancel", post(runs::cancel_run))
+        .route(
+            "/api/runs/{run_id}/calls/{tool_call_id}/link",
+            post(links::create_link).delete(links::revoke_links),
+        )
+        .route("/answer/{token}", post(links::answer))
+        .route("/api/webhooks/deliveries", get(webhooks::list_deliveries))
+        .route(
+            "/api/webhooks/deliveries/{id}/replay",
+            post(webhooks::replay_delivery),
+        )
+        .route("/healthz", get(docs::healthz))
+        .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(docs::openapi_json))
+        .route("/docs", get(docs::docs_page))
+        .merge(page::routes())
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ))
 }

@@ -1,18 +1,14 @@
 //! Answer links in SQLite: the writes ([`LinkWrite`], run by the writer thread like a commit:
-//! create, use, release, revoke, prune), the read of a link by its hash, and the
-//! [`AnswerLinks`] implementation of [`SqliteStore`].
+//! create, use, release, revoke, prune) and the read of a link by its hash; `store.rs` holds
+//! the `AnswerLinks` implementation of `SqliteStore`, as it holds the outbox's.
 
-use async_trait::async_trait;
-
-use askloop_core::store::{AnswerLink, AnswerLinks, LinkHash, LinkId, NewAnswerLink};
-use askloop_core::{RunKey, StoreError, ToolCallId};
+use askloop_core::StoreError;
+use askloop_core::store::AnswerLink;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::links::{LINK_COLUMNS, LinkRow, decode_link};
-use crate::sqlite::SqliteStore;
-use crate::sqlite::columns::{millis, unsigned};
+use crate::sqlite::columns::unsigned;
 use crate::sqlite::error::backend;
-use crate::sqlite::writer::Write;
 
 /// A write to the answer links, run by the writer thread; each returns how many rows changed.
 #[derive(Debug)]
@@ -107,7 +103,7 @@ pub(super) fn apply(connection: &Connection, write: &LinkWrite) -> Result<u64, S
 }
 
 /// The link whose token has this hash (hex), if any.
-fn find(connection: &Connection, hash: &str) -> Result<Option<AnswerLink>, StoreError> {
+pub(super) fn find(connection: &Connection, hash: &str) -> Result<Option<AnswerLink>, StoreError> {
     connection
         .prepare_cached(&format!(
             "SELECT {LINK_COLUMNS} FROM answer_links WHERE token_hash = ?1"
@@ -133,90 +129,8 @@ fn find(connection: &Connection, hash: &str) -> Result<Option<AnswerLink>, Store
         .map_err(backend)
 }
 
-impl SqliteStore {
-    /// Runs a link write on the writer thread.
-    async fn write_links(&self, write: LinkWrite) -> Result<u64, StoreError> {
-        self.writer()?.write(Write::Links(write)).await
-    }
-}
-
-#[async_trait]
-impl AnswerLinks for SqliteStore {
-    async fn create_link(&self, link: &NewAnswerLink) -> Result<AnswerLink, StoreError> {
-        let hash = link.hash.to_hex();
-        self.write_links(LinkWrite::Create {
-            hash: hash.clone(),
-            scope: link.run.scope().to_owned(),
-            run_id: link.run.run_id.as_str().to_owned(),
-            tool_call_id: link.tool_call_id.as_str().to_owned(),
-            role: link.role.clone(),
-            created_at_ms: millis(link.created_at_ms),
-            expires_at_ms: millis(link.expires_at_ms),
-        })
-        .await?;
-        self.point_read(|connection| find(connection, &hash))?
-            .ok_or_else(|| StoreError::backend(LinkVanished))
-    }
-
-    async fn find_link(&self, hash: &LinkHash) -> Result<Option<AnswerLink>, StoreError> {
-        let hash = hash.to_hex();
-        self.point_read(|connection| find(connection, &hash))
-    }
-
-    async fn use_link(
-        &self,
-        hash: &LinkHash,
-        now_ms: u64,
-    ) -> Result<Option<AnswerLink>, StoreError> {
-        let hash = hash.to_hex();
-        let used = self
-            .write_links(LinkWrite::Use {
-                hash: hash.clone(),
-                now_ms: millis(now_ms),
-            })
-            .await?;
-        if used == 0 {
-            return Ok(None);
-        }
-        self.point_read(|connection| find(connection, &hash))
-    }
-
-    async fn release_link(&self, id: LinkId, used_at_ms: u64) -> Result<bool, StoreError> {
-        let released = self
-            .write_links(LinkWrite::Release {
-                id: millis(id.0),
-                used_at_ms: millis(used_at_ms),
-            })
-            .await?;
-        Ok(released > 0)
-    }
-
-    async fn revoke_links(
-        &self,
-        run: &RunKey,
-        tool_call_id: &ToolCallId,
-        now_ms: u64,
-    ) -> Result<u64, StoreError> {
-        self.write_links(LinkWrite::Revoke {
-            scope: run.scope().to_owned(),
-            run_id: run.run_id.as_str().to_owned(),
-            tool_call_id: tool_call_id.as_str().to_owned(),
-            now_ms: millis(now_ms),
-        })
-        .await
-    }
-
-    async fn prune_links(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
-        self.write_links(LinkWrite::Prune {
-            older_than_ms: millis(older_than_ms),
-            limit: i64::try_from(limit).unwrap_or(i64::MAX),
-        })
-        .await
-    }
-}
-
 /// A link just stored (or found stored) could not be read back: only if it was pruned at once
 /// (an expiry far in the past and a prune racing the insert).
 #[derive(Debug, thiserror::Error)]
 #[error("the answer link was deleted as soon as it was stored")]
-struct LinkVanished;
+pub(super) struct LinkVanished;

@@ -1,20 +1,22 @@
 //! The [`RunStore`] implementation of [`SqliteStore`]: writes go to the writer thread
-//! (`writer.rs`), reads to the read pool (`read.rs`).
+//! (`writer.rs`), reads to the read pool (`read.rs`); its [`Outbox`] and [`AnswerLinks`] too
+//! (their SQL in `outbox.rs` and `links.rs`).
 
 use async_trait::async_trait;
 
 use askloop_core::event::RunEvent;
 use askloop_core::store::codec;
 use askloop_core::store::{
-    Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId, DeliveryNext, FanOut,
-    Lease, Outbox, ResourceFilter, RunFilter, RunPage, RunState, StoredEvent, StoredRun,
-    ThreadHistory,
+    AnswerLink, AnswerLinks, Delivery, DeliveryAttempt, DeliveryClaim, DeliveryFilter, DeliveryId,
+    DeliveryNext, FanOut, Lease, LinkHash, LinkId, NewAnswerLink, Outbox, ResourceFilter,
+    RunFilter, RunPage, RunState, StoredEvent, StoredRun, ThreadHistory,
 };
-use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, ThreadKey};
+use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, ThreadKey, ToolCallId};
 
 use crate::outbox::{encode_attempt, encode_events, filter_scope};
 use crate::sqlite::SqliteStore;
 use crate::sqlite::columns::{Head, millis};
+use crate::sqlite::links::{LinkVanished, LinkWrite, find};
 use crate::sqlite::outbox::{self, OutboxWrite};
 use crate::sqlite::read;
 use crate::sqlite::writer::Write;
@@ -272,4 +274,86 @@ impl Outbox for SqliteStore {
 /// A count as SQLite binds it.
 fn count(value: usize) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+impl SqliteStore {
+    /// Runs a link write on the writer thread.
+    async fn write_links(&self, write: LinkWrite) -> Result<u64, StoreError> {
+        self.writer()?.write(Write::Links(write)).await
+    }
+}
+
+#[async_trait]
+impl AnswerLinks for SqliteStore {
+    async fn create_link(&self, link: &NewAnswerLink) -> Result<AnswerLink, StoreError> {
+        let hash = link.hash.to_hex();
+        self.write_links(LinkWrite::Create {
+            hash: hash.clone(),
+            scope: link.run.scope().to_owned(),
+            run_id: link.run.run_id.as_str().to_owned(),
+            tool_call_id: link.tool_call_id.as_str().to_owned(),
+            role: link.role.clone(),
+            created_at_ms: millis(link.created_at_ms),
+            expires_at_ms: millis(link.expires_at_ms),
+        })
+        .await?;
+        self.point_read(|connection| find(connection, &hash))?
+            .ok_or_else(|| StoreError::backend(LinkVanished))
+    }
+
+    async fn find_link(&self, hash: &LinkHash) -> Result<Option<AnswerLink>, StoreError> {
+        let hash = hash.to_hex();
+        self.point_read(|connection| find(connection, &hash))
+    }
+
+    async fn use_link(
+        &self,
+        hash: &LinkHash,
+        now_ms: u64,
+    ) -> Result<Option<AnswerLink>, StoreError> {
+        let hash = hash.to_hex();
+        let used = self
+            .write_links(LinkWrite::Use {
+                hash: hash.clone(),
+                now_ms: millis(now_ms),
+            })
+            .await?;
+        if used == 0 {
+            return Ok(None);
+        }
+        self.point_read(|connection| find(connection, &hash))
+    }
+
+    async fn release_link(&self, id: LinkId, used_at_ms: u64) -> Result<bool, StoreError> {
+        let released = self
+            .write_links(LinkWrite::Release {
+                id: millis(id.0),
+                used_at_ms: millis(used_at_ms),
+            })
+            .await?;
+        Ok(released > 0)
+    }
+
+    async fn revoke_links(
+        &self,
+        run: &RunKey,
+        tool_call_id: &ToolCallId,
+        now_ms: u64,
+    ) -> Result<u64, StoreError> {
+        self.write_links(LinkWrite::Revoke {
+            scope: run.scope().to_owned(),
+            run_id: run.run_id.as_str().to_owned(),
+            tool_call_id: tool_call_id.as_str().to_owned(),
+            now_ms: millis(now_ms),
+        })
+        .await
+    }
+
+    async fn prune_links(&self, older_than_ms: u64, limit: usize) -> Result<u64, StoreError> {
+        self.write_links(LinkWrite::Prune {
+            older_than_ms: millis(older_than_ms),
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+        })
+        .await
+    }
 }

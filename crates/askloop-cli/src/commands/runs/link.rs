@@ -3,8 +3,9 @@
 
 use std::process::ExitCode;
 
-use askloop_core::ToolCallId;
+use askloop_core::store::StoredRun;
 use askloop_core::time::{lease_now_ms, rfc3339};
+use askloop_core::{RunKey, ToolCallId};
 use askloop_server::links::{LinkError, LinkRequest, LinkToken, PublicUrl, issue_link, links_of};
 
 use crate::cli::{GlobalArgs, LinkArgs};
@@ -35,33 +36,7 @@ async fn link_with(context: &Context, args: LinkArgs) -> anyhow::Result<ExitCode
         .resolve_run(&args.run_id, args.resource.as_deref())
         .await?;
     let stored = context.load_stored(&run).await?;
-    let tool_call_id = match &args.tool_call_id {
-        Some(id) => ToolCallId::new(id.as_str()),
-        None => {
-            let pending = stored.state.pending_tool_calls();
-            match pending.as_slice() {
-                [only] => only.tool_call_id.clone(),
-                [] => {
-                    return Err(invalid(format!(
-                        "run {run} has no waiting call (it is {}); see `{}`",
-                        stored.state.status(),
-                        context.command("runs show").run(&run)
-                    )));
-                }
-                several => {
-                    let ids: Vec<&str> = several
-                        .iter()
-                        .map(|call| call.tool_call_id.as_str())
-                        .collect();
-                    return Err(invalid(format!(
-                        "run {run} has {} waiting calls; say which with --tool-call-id: {}",
-                        ids.len(),
-                        ids.join(", ")
-                    )));
-                }
-            }
-        }
-    };
+    let tool_call_id = waiting_call(context, &run, &stored, args.tool_call_id.as_deref())?;
     let refused = |error: LinkError| match error {
         LinkError::Refused(refusal) => context.refused(&run, refusal),
         LinkError::Unsupported => invalid(format!(
@@ -116,4 +91,41 @@ async fn link_with(context: &Context, args: LinkArgs) -> anyhow::Result<ExitCode
             .raw("--revoke")
     ))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The call a link is for: `given`, else the run's one waiting call (refused when it waits on
+/// none, or on several: then `--tool-call-id` must say which).
+fn waiting_call(
+    context: &Context,
+    run: &RunKey,
+    stored: &StoredRun,
+    given: Option<&str>,
+) -> anyhow::Result<ToolCallId> {
+    Ok(match given {
+        Some(id) => ToolCallId::new(id),
+        None => {
+            let pending = stored.state.pending_tool_calls();
+            match pending.as_slice() {
+                [only] => only.tool_call_id.clone(),
+                [] => {
+                    return Err(invalid(format!(
+                        "run {run} has no waiting call (it is {}); see `{}`",
+                        stored.state.status(),
+                        context.command("runs show").run(run)
+                    )));
+                }
+                several => {
+                    let ids: Vec<&str> = several
+                        .iter()
+                        .map(|call| call.tool_call_id.as_str())
+                        .collect();
+                    return Err(invalid(format!(
+                        "run {run} has {} waiting calls; say which with --tool-call-id: {}",
+                        ids.len(),
+                        ids.join(", ")
+                    )));
+                }
+            }
+        }
+    })
 }
