@@ -185,6 +185,9 @@ pub(crate) struct ServerConfig {
     pub(crate) answer_link_max_hours: Option<u32>,
 }
 
+/// The longest life `[server] answer_link_max_hours` may give answer links: a year.
+const MAX_LINK_HOURS: u32 = 24 * 366;
+
 impl ServerConfig {
     /// How answer links are made: `public_url` (the flag's, else this table's) and
     /// `answer_link_max_hours`.
@@ -209,10 +212,10 @@ impl ServerConfig {
             settings = settings.public_url(url);
         }
         match self.answer_link_max_hours {
-            Some(0) => {
-                return Err(invalid(
-                    "[server] answer_link_max_hours must be at least 1".to_owned(),
-                ));
+            Some(hours) if !(1..=MAX_LINK_HOURS).contains(&hours) => {
+                return Err(invalid(format!(
+                    "[server] answer_link_max_hours must be 1 to {MAX_LINK_HOURS} (a year), not {hours}"
+                )));
             }
             Some(hours) => {
                 settings =
@@ -680,5 +683,24 @@ mod tests {
     fn bad_tool_choices_say_what_is_expected() {
         let error = parse("[agents.a]\ntool_choice = \"sometimes\"\n").unwrap_err();
         assert!(error.contains(r#""auto", "required", "none""#), "{error}");
+    }
+
+    #[test]
+    fn answer_links_live_an_hour_to_a_year() {
+        for (hours, ok) in [
+            (0_u64, false),
+            (1, true),
+            (8784, true),
+            (8785, false),
+            (4_294_967_295, false),
+        ] {
+            let config = parse(&format!("[server]\nanswer_link_max_hours = {hours}\n")).unwrap();
+            assert_eq!(config.server.link_settings(None).is_ok(), ok, "{hours}");
+        }
+        let config = parse("[server]\npublic_url = \"https://x.example/base\"\n").unwrap();
+        assert!(
+            config.server.link_settings(None).is_err(),
+            "a path is refused"
+        );
     }
 }

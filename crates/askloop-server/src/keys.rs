@@ -29,6 +29,11 @@ pub struct ApiKey {
     roles: Vec<String>,
 }
 
+/// The ids askloop's own actors use in the audit, which no key label may take: `web` (an open
+/// server's caller), `webhooks` (links the webhook deliverer issues), `sweep` and
+/// `askloop-server-sweep` (expiries), `cli` (the terminal before actors had users).
+pub const RESERVED_LABELS: [&str; 5] = ["web", "webhooks", "sweep", "askloop-server-sweep", "cli"];
+
 /// Why a key, or a set of keys, was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -39,6 +44,16 @@ pub enum KeyError {
     )]
     InvalidHash {
         /// The text given.
+        given: String,
+    },
+    /// A label the audit keeps for askloop's own actors: with a `:` (`cli:USER`, `link:ID`),
+    /// or one of [`RESERVED_LABELS`]. A key so labelled could pass for them.
+    #[error(
+        "the key label {given:?} is reserved: labels may not contain ':' nor be one of {}",
+        RESERVED_LABELS.join(", ")
+    )]
+    ReservedLabel {
+        /// The label given.
         given: String,
     },
     /// Two keys have the same secret (the same hash), for two tenants or even for one: a
@@ -102,6 +117,22 @@ impl ApiKey {
     pub fn agents(mut self, agents: Vec<AgentId>) -> Self {
         self.agents = Some(agents.into_iter().collect());
         self
+    }
+
+    /// Checks a label before [`ApiKey::label`]: a label with `:` (the form of `cli:USER` and
+    /// `link:ID`) or one of [`RESERVED_LABELS`] would let a key's decisions pass for
+    /// askloop's own actors'.
+    ///
+    /// # Errors
+    /// [`KeyError::ReservedLabel`].
+    pub fn check_label(label: &str) -> Result<(), KeyError> {
+        let label = label.trim();
+        if label.contains(':') || RESERVED_LABELS.contains(&label) {
+            return Err(KeyError::ReservedLabel {
+                given: label.to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// Names the key for the audit: the id of the [`Actor`] its requests act as (who started a
@@ -346,5 +377,13 @@ mod tests {
         for bad in ["", "zz", &"g".repeat(64), &"a".repeat(63)] {
             assert!(ApiKey::from_hash(bad, "r".into()).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn labels_of_askloops_own_actors_are_refused() {
+        for reserved in ["cli:ann", "link:1", "web", " webhooks ", "sweep", "cli"] {
+            assert!(ApiKey::check_label(reserved).is_err(), "{reserved:?}");
+        }
+        assert!(ApiKey::check_label("alice").is_ok());
     }
 }

@@ -158,6 +158,6 @@ pub mod webhooks;
 
 pub use edge::{AllowListError, AllowedHost, CorsOrigin};
 pub use error::ServerError;
-pub use keys::{ApiKey, KeyError};
+pub use keys::{ApiKey, KeyError, RESERVED_LABELS};
 pub use limits::Limits;
 pub use server::{Server, ServerBuilder};

@@ -104,29 +104,19 @@ pub(crate) fn shown_uri(uri: &axum::http::Uri) -> std::borrow::Cow<'_, str> {
 
 /// HMAC-SHA256 (RFC 2104) of `message` under `key`.
 fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut block = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let pad = |byte: u8| block.map(|key_byte| key_byte ^ byte);
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(pad(0x5c))
-        .chain_update(inner)
-        .finalize()
-        .into()
+    use hmac::{Hmac, Mac};
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+        // Not a fallible path: HMAC takes a key of any length (RFC 2104, section 2).
+        unreachable!("HMAC accepts a key of any length")
+    };
+    mac.update(message);
+    mac.finalize().into_bytes().into()
 }
 
 /// Why a [`PublicUrl`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid public URL {given:?}: {reason}; expected http:// or https://, a host, an optional port and path (e.g. https://askloop.example.com)"
+    "invalid public URL {given:?}: {reason}; expected http:// or https://, a host and an optional port (e.g. https://askloop.example.com)"
 )]
 pub struct PublicUrlError {
     /// The text given.
@@ -156,6 +146,12 @@ impl FromStr for PublicUrl {
         }
         if url.host_str().is_none_or(str::is_empty) {
             return Err(invalid("it has no host"));
+        }
+        if url.path() != "/" {
+            // The link page loads its script and style from the server's root.
+            return Err(invalid(
+                "it must be the server's root (no path): askloop serves links at /answer/…",
+            ));
         }
         if url.query().is_some() || url.fragment().is_some() {
             return Err(invalid("it must have no query or fragment"));
@@ -524,9 +520,10 @@ mod tests {
 
     #[test]
     fn public_urls_are_absolute_http_without_query() {
-        let url: PublicUrl = "https://askloop.example.com/base/".parse().unwrap();
-        assert_eq!(url.to_string(), "https://askloop.example.com/base");
+        let url: PublicUrl = "https://askloop.example.com/".parse().unwrap();
+        assert_eq!(url.to_string(), "https://askloop.example.com");
         for bad in [
+            "https://askloop.example.com/base/",
             "askloop.example.com",
             "ftp://x",
             "https://x/?a=1",

@@ -6,14 +6,18 @@ use std::process::ExitCode;
 use askloop_server::ApiKey;
 
 use crate::cli::KeysNewArgs;
+use crate::exit::invalid;
 
 /// Runs `askloop keys new`: prints a new random secret on the first line of stdout, then the
 /// `[[server.keys]]` lines of askloop.toml that accept it (its SHA-256, never the secret).
 /// The secret is stored nowhere.
 ///
 /// # Errors
-/// Writing stdout fails.
+/// Invalid input for a reserved label ([`ApiKey::check_label`]); writing stdout fails.
 pub(crate) fn new(args: &KeysNewArgs) -> anyhow::Result<ExitCode> {
+    if let Some(label) = &args.label {
+        ApiKey::check_label(label).map_err(|error| invalid(error.to_string()))?;
+    }
     let secret = ApiKey::new_secret();
     let mut stdout = std::io::stdout();
     stdout.write_all(key_text(&secret, args).as_bytes())?;

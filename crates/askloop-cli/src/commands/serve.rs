@@ -61,6 +61,9 @@ async fn serve_with(context: &Context, args: ServeArgs) -> anyhow::Result<ExitCo
              address (e.g. --addr 127.0.0.1:4111)"
         )));
     }
+    // Configuration is refused before the server listens (and says it does).
+    let webhooks = context.config().config.webhooks()?;
+    let links = context.config().config.server.link_settings(public_url)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
@@ -86,8 +89,6 @@ async fn serve_with(context: &Context, args: ServeArgs) -> anyhow::Result<ExitCo
     let sweep = registry
         .lease()
         .map_or(SWEEP_INTERVAL, |lease| lease.min(SWEEP_INTERVAL));
-    let webhooks = context.config().config.webhooks()?;
-    let links = context.config().config.server.link_settings(public_url)?;
     let server = Server::builder(registry.clone(), context.store.clone())
         .keys(keys)
         .allowed_hosts(allowed_hosts)
@@ -187,7 +188,10 @@ fn api_keys(config: &LoadedConfig, agent_ids: &[String]) -> anyhow::Result<Vec<A
             Some(label) if is_blank(label) => {
                 return Err(invalid(format!("{which}: `label` must not be blank")));
             }
-            Some(label) => key.label(label.trim()),
+            Some(label) => {
+                ApiKey::check_label(label).map_err(|error| invalid(format!("{which}: {error}")))?;
+                key.label(label.trim())
+            }
             None => key,
         };
         let key = key.roles(entry.roles.iter().cloned());

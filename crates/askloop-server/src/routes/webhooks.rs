@@ -71,8 +71,14 @@ pub(crate) async fn list_deliveries(
     let next_cursor = (deliveries.len() == limit as usize)
         .then(|| deliveries.last().map(|delivery| delivery.id.0))
         .flatten();
+    // A key limited to some agents sees their runs' deliveries only (a page may then hold
+    // fewer than `limit`; the cursor still pages on).
     Ok(Json(DeliveryList {
-        deliveries: deliveries.iter().map(DeliveryBody::of).collect(),
+        deliveries: deliveries
+            .iter()
+            .filter(|delivery| caller.may_use(&delivery.event.data.agent_id))
+            .map(DeliveryBody::of)
+            .collect(),
         next_cursor,
     }))
 }
@@ -93,15 +99,33 @@ pub(crate) async fn replay_delivery(
     PathParam(id): PathParam<u64>,
 ) -> Result<Json<ReplayedBody>, ApiError> {
     let resource = tenant(&caller, None)?.unwrap_or(ResourceFilter::Any);
-    outbox_of(&*state.store)?
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "delivery_not_found",
+            format!("delivery {id} not found"),
+        )
+    };
+    let outbox = outbox_of(&*state.store)?;
+    // The delivery, if the caller's tenant has it and the caller may use its run's agent.
+    let found = outbox
+        .list_deliveries(
+            &DeliveryFilter::new()
+                .resource(resource.clone())
+                .before(DeliveryId(id.saturating_add(1)))
+                .limit(1),
+        )
+        .await?;
+    if !found.first().is_some_and(|delivery| {
+        delivery.id.0 == id && caller.may_use(&delivery.event.data.agent_id)
+    }) {
+        return Err(not_found());
+    }
+    outbox
         .replay_delivery(DeliveryId(id), &resource, lease_now_ms())
         .await
         .map_err(|error| match error {
-            askloop_core::StoreError::DeliveryNotFound { id } => ApiError::new(
-                StatusCode::NOT_FOUND,
-                "delivery_not_found",
-                format!("delivery {id} not found"),
-            ),
+            askloop_core::StoreError::DeliveryNotFound { .. } => not_found(),
             other => other.into(),
         })?;
     Ok(Json(ReplayedBody {

@@ -114,6 +114,12 @@ fn slack_message(event: &RunEvent) -> Value {
             "text": {"type": "mrkdwn", "text": list.join("\n")},
         }));
     }
+    if let Some(args) = approval_args(event) {
+        blocks.push(json!({
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": args},
+        }));
+    }
     if let Some(url) = &event.data.answer_url {
         blocks.push(json!({
             "type": "actions",
@@ -136,7 +142,28 @@ fn slack_message(event: &RunEvent) -> Value {
         "type": "context",
         "elements": [{"type": "mrkdwn", "text": escape(&context)}],
     }));
-    json!({"text": headline, "blocks": blocks})
+    // `text` is what Slack shows in notifications: escaped as the blocks are, so a question
+    // cannot plant a mention (`<!channel>`) or a disguised link there.
+    json!({"text": escape(&headline), "blocks": blocks})
+}
+
+/// The most characters of a call's arguments a Slack message shows.
+const MAX_ARGS_CHARS: usize = 1_000;
+
+/// The arguments of an approval's call as a Slack code block (cut to [`MAX_ARGS_CHARS`]), for
+/// `approval.requested`; `None` for other events.
+fn approval_args(event: &RunEvent) -> Option<String> {
+    if event.kind != RunEventKind::ApprovalRequested {
+        return None;
+    }
+    let call = event.data.call.as_ref()?;
+    let text = serde_json::to_string_pretty(&call.args).ok()?;
+    let mut shown: String = text.chars().take(MAX_ARGS_CHARS).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    // Backticks would end the code block early.
+    Some(format!("```{}```", escape(&shown).replace('`', "'")))
 }
 
 #[cfg(test)]
@@ -159,7 +186,10 @@ mod tests {
     fn slack_messages_carry_the_question_and_options() {
         let body: Value =
             serde_json::from_slice(&body(&raised(), WebhookFormat::Slack, None).unwrap()).unwrap();
-        assert_eq!(body["text"], "Question: Ship <it>?");
+        assert_eq!(
+            body["text"], "Question: Ship &lt;it&gt;?",
+            "escaped: no mention"
+        );
         assert_eq!(
             body["blocks"][0]["text"]["text"],
             "*Question: Ship &lt;it&gt;?*"
@@ -183,5 +213,24 @@ mod tests {
         assert_eq!(body["type"], "question.raised");
         assert_eq!(body["data"]["call"]["toolCallId"], "c1");
         assert!(body["data"]["answerUrl"].is_null());
+    }
+
+    #[test]
+    fn slack_approvals_show_the_arguments_escaped() {
+        let mut event = raised();
+        event.kind = RunEventKind::ApprovalRequested;
+        if let Some(call) = event.data.call.as_mut() {
+            call.args = json!({"path": "<!channel> `rm`"});
+        }
+        let message = slack_message(&event);
+        let args = message["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|block| block["text"]["text"].as_str())
+            .find(|text| text.starts_with("```"))
+            .unwrap();
+        assert!(args.starts_with("```") && args.ends_with("```"), "{args}");
+        assert!(args.contains("&lt;!channel&gt; 'rm'"), "{args}");
     }
 }

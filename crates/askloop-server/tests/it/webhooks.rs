@@ -291,6 +291,8 @@ async fn issue34_deliveries_are_listed_and_replayed_per_tenant(backend: Backend)
     let keys = vec![
         ApiKey::from_secret("secret-a", "tenant-a".into()),
         ApiKey::from_secret("secret-b", "tenant-b".into()),
+        // Tenant A's, limited to another agent than the run's.
+        ApiKey::from_secret("secret-a-files", "tenant-a".into()).agents(vec!["files".into()]),
     ];
     let server = hooked_server(&store, &url, keys);
     let router = server.router();
@@ -326,10 +328,28 @@ async fn issue34_deliveries_are_listed_and_replayed_per_tenant(backend: Backend)
     )
     .await;
     assert_eq!(other["deliveries"], json!([]), "another tenant sees none");
+    let (_, limited) = call(
+        &router,
+        "GET",
+        "/api/webhooks/deliveries",
+        None,
+        Some("secret-a-files"),
+    )
+    .await;
+    assert_eq!(
+        limited["deliveries"],
+        json!([]),
+        "a key limited to other agents sees none"
+    );
     let path = format!("/api/webhooks/deliveries/{id}/replay");
-    let (status, body) = call(&router, "POST", &path, None, Some("secret-b")).await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
-    assert_eq!(body["code"], "delivery_not_found");
+    for (key, who) in [
+        ("secret-b", "another tenant"),
+        ("secret-a-files", "another agent's key"),
+    ] {
+        let (status, body) = call(&router, "POST", &path, None, Some(key)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{who}: {body}");
+        assert_eq!(body["code"], "delivery_not_found");
+    }
     let (status, body) = call(&router, "POST", &path, None, Some("secret-a")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     deliver_until(&server, &receiver, |got| got.len() == 2).await;
