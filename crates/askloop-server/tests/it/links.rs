@@ -594,6 +594,9 @@ async fn issue34_webhook_payloads_carry_the_same_answer_link_at_every_attempt(ba
         status_of(&store, &run_id).await == RunStatus::Completed
     })
     .await;
+    // A webhook's link is issued by `webhooks`: the answer is audited as by it.
+    let (by, _) = answered_by(&load(&store, &run_id).await, "c1").unwrap();
+    assert_eq!(by, "webhooks");
 }
 
 /// A store that passes runs on and keeps no answer links (`answer_links` left at `None`).
