@@ -370,14 +370,19 @@ async fn issue34_answer_links_act_with_the_role_they_were_issued_for(backend: Ba
 
     // Links issued by `who` for `ops`: their paths.
     let ops_link = async |who: &str| {
-        let (status, body) =
-            call(&router, "POST", &link, Some(json!({"role": "ops"})), Some(who)).await;
+        let (status, body) = call(
+            &router,
+            "POST",
+            &link,
+            Some(json!({"role": "ops"})),
+            Some(who),
+        )
+        .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         body["path"].as_str().unwrap().to_owned()
     };
-    let approve_through = async |path: &str| {
-        call(&router, "POST", path, Some(json!({"approved": true})), None).await
-    };
+    let approve_through =
+        async |path: &str| call(&router, "POST", path, Some(json!({"approved": true})), None).await;
 
     // A link for `ops` issued by the starter acts as alice: a self-approval, refused, and the
     // link still works (twice over: neither counts).
@@ -389,7 +394,11 @@ async fn issue34_answer_links_act_with_the_role_they_were_issued_for(backend: Ba
         assert_eq!(body["details"]["reason"], "self_approval");
         assert_eq!(body["details"]["actor"], "alice");
         let (status, _) = call(&router, "GET", &own, None, None).await;
-        assert_eq!(status, StatusCode::OK, "a refused answer leaves the link working");
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "a refused answer leaves the link working"
+        );
     }
     assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
 

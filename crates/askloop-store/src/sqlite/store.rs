@@ -13,10 +13,10 @@ use askloop_core::store::{
 };
 use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, ThreadKey, ToolCallId};
 
+use crate::links::encode_issuer;
 use crate::outbox::{encode_attempt, encode_events, filter_scope};
 use crate::sqlite::SqliteStore;
 use crate::sqlite::columns::{Head, millis};
-use crate::links::encode_issuer;
 use crate::sqlite::links::{LinkVanished, LinkWrite, find};
 use crate::sqlite::outbox::{self, OutboxWrite};
 use crate::sqlite::read;
