@@ -23,6 +23,7 @@ on_both_stores!(
     issue34_approver_policy_over_http,
     issue34_a_quorum_through_the_chat_route,
     issue34_answer_links_act_with_the_role_they_were_issued_for,
+    issue34_an_open_servers_links_are_its_one_party,
 );
 
 const SCRIPT: &str = r#"{"steps":[
@@ -446,4 +447,56 @@ async fn issue34_answer_links_act_with_the_role_they_were_issued_for(backend: Ba
             "{detail}"
         );
     }
+}
+
+/// On a server without keys every caller is `web`, the run's starter included: links made
+/// there act as `web` too, so under `self_approval = false` they are refused, however many.
+async fn issue34_an_open_servers_links_are_its_one_party(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let counter = Counter::default();
+    let agent = Agent::builder("guarded")
+        .model(ScriptedModel::from_json(SCRIPT).unwrap())
+        .tool(counter.clone())
+        .require_approval_for("count")
+        .approvers(ApproverPolicy::new().self_approval(false).quorum(2))
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let server = Server::builder(Arc::new(AgentSet::new().with(agent)), store.clone()).build();
+    let router = server.router();
+    let (status, chunks, _) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/stream",
+        Some(json!({"messages": "deploy"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let run_id = chunks[0]["runId"].as_str().unwrap().to_owned();
+    let before = load(&store, &run_id).await;
+    for _ in 0..2 {
+        let (status, made) = call(
+            &router,
+            "POST",
+            &format!("/api/runs/{run_id}/calls/d1/link"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{made}");
+        let path = made["path"].as_str().unwrap();
+        let (status, body) =
+            call(&router, "POST", path, Some(json!({"approved": true})), None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["details"]["reason"], "self_approval");
+        assert_eq!(body["details"]["actor"], "web");
+    }
+    assert_eq!(
+        load(&store, &run_id).await,
+        before,
+        "refusals change nothing"
+    );
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
 }
