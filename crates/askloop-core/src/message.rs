@@ -357,9 +357,9 @@ impl AuditAction {
 pub struct AuditRecord {
     /// What was done.
     pub action: AuditAction,
-    /// Who did it: the acting [`crate::Actor`]'s id (an API key's label, `cli:USER`,
-    /// `link:<id>`, `web`, a resource id, `sweep` for an expiry); `None` when the caller did
-    /// not say.
+    /// Who did it: the acting [`crate::Actor`]'s id (an API key's label, `cli:USER`, `web`, a
+    /// resource id, `sweep` for an expiry; for an answer link its issuer's, or `link:<id>`
+    /// when unknown); `None` when the caller did not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
     /// The resource the actor acted for, if it said (stored as `resource`; absent otherwise, and

@@ -517,7 +517,8 @@ pub(crate) struct RunDetail {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ActorBody {
     /// The actor's id: an API key's label (else its resource), `web` on an open server,
-    /// `cli:USER`, `link:<id>`, a library caller's name.
+    /// `cli:USER`, `webhooks` (a webhook delivery's answer link), `link:<id>` (an answer link
+    /// whose issuer is unknown; other links act as their issuer), a library caller's name.
     pub(crate) id: String,
     /// The resource it acted for.
     #[serde(skip_serializing_if = "Option::is_none")]

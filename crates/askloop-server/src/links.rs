@@ -17,7 +17,9 @@ use std::time::Duration;
 use askloop_core::model::Message;
 use askloop_core::store::{AnswerLink, AnswerLinks, LinkHash, NewAnswerLink, RunState, StoredRun};
 use askloop_core::time::lease_now_ms;
-use askloop_core::{PendingToolCall, ResumeError, RunStatus, RunStore, StoreError, ToolCallId};
+use askloop_core::{
+    Actor, PendingToolCall, ResumeError, RunStatus, RunStore, StoreError, ToolCallId,
+};
 use sha2::{Digest, Sha256};
 
 /// How long a link lives at most unless configured otherwise: 24 hours.
@@ -250,8 +252,8 @@ pub struct IssuedLink {
     pub link: AnswerLink,
 }
 
-/// What a link is asked for with: how long it should live (at most the settings' maximum) and
-/// the role it acts with.
+/// What a link is asked for with: how long it should live (at most the settings' maximum), the
+/// role it acts with, and who issues it (the party an answer through it acts as).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LinkRequest {
@@ -259,10 +261,14 @@ pub struct LinkRequest {
     pub expires_in: Option<Duration>,
     /// The role the link acts with (kept with the link for the approval policy).
     pub role: Option<String>,
+    /// Who issues the link (kept with the link: an answer through it acts as this party under
+    /// the approval policy, with the link's role only); `None`: unknown, the link then acts as
+    /// `link:<id>`.
+    pub issuer: Option<Actor>,
 }
 
 impl LinkRequest {
-    /// A link of the maximum age, without a role.
+    /// A link of the maximum age, without a role or an issuer.
     pub fn new() -> Self {
         Self::default()
     }
@@ -278,6 +284,13 @@ impl LinkRequest {
     #[must_use]
     pub fn role(mut self, role: Option<String>) -> Self {
         self.role = role;
+        self
+    }
+
+    /// A link issued by `issuer`.
+    #[must_use]
+    pub fn issuer(mut self, issuer: Actor) -> Self {
+        self.issuer = Some(issuer);
         self
     }
 }
@@ -410,7 +423,8 @@ pub async fn issue_link(
         now,
         expiry(&call, request, max_age, now),
     )
-    .role(request.role.clone());
+    .role(request.role.clone())
+    .issuer(request.issuer.clone());
     let link = links.create_link(&new).await.map_err(LinkError::Store)?;
     Ok(IssuedLink { token, link })
 }

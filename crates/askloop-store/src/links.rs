@@ -2,7 +2,7 @@
 //! [`AnswerLink`](askloop_core::store::AnswerLink).
 
 use askloop_core::store::{AnswerLink, LinkId};
-use askloop_core::{ResourceId, RunId, RunKey, ToolCallId};
+use askloop_core::{Actor, ResourceId, RunId, RunKey, ToolCallId};
 
 /// The columns of a link's row, as both stores select them (times in ms; `scope` `''` for no
 /// resource).
@@ -13,6 +13,8 @@ pub(crate) struct LinkRow {
     pub(crate) run_id: String,
     pub(crate) tool_call_id: String,
     pub(crate) role: Option<String>,
+    /// The issuer's [`Actor`] as JSON; `None` when unknown.
+    pub(crate) issuer: Option<String>,
     pub(crate) created_at_ms: u64,
     pub(crate) expires_at_ms: u64,
     pub(crate) used_at_ms: Option<u64>,
@@ -20,10 +22,17 @@ pub(crate) struct LinkRow {
 }
 
 /// The columns every link query selects, in [`LinkRow`]'s order.
-pub(crate) const LINK_COLUMNS: &str = "id, scope, run_id, tool_call_id, role, created_at_ms, \
-     expires_at_ms, used_at_ms, revoked_at_ms";
+pub(crate) const LINK_COLUMNS: &str = "id, scope, run_id, tool_call_id, role, issuer, \
+     created_at_ms, expires_at_ms, used_at_ms, revoked_at_ms";
 
-/// The link of a row.
+/// An issuer as its column holds it: the [`Actor`]'s JSON; `None` when unknown.
+pub(crate) fn encode_issuer(issuer: Option<&Actor>) -> Option<String> {
+    // An Actor is strings and a list of strings: serializing it cannot fail.
+    issuer.and_then(|actor| serde_json::to_string(actor).ok())
+}
+
+/// The link of a row. An issuer column that is not an [`Actor`]'s JSON reads as unknown
+/// (the link then acts as `link:<id>`, never as someone it does not name).
 pub(crate) fn decode_link(row: LinkRow) -> AnswerLink {
     let resource = (!row.scope.is_empty()).then(|| ResourceId::new(row.scope));
     let mut link = AnswerLink::new(
@@ -34,6 +43,13 @@ pub(crate) fn decode_link(row: LinkRow) -> AnswerLink {
         row.expires_at_ms,
     );
     link.role = row.role;
+    link.issuer = row.issuer.and_then(|json| {
+        serde_json::from_str::<Actor>(&json)
+            .inspect_err(|error| {
+                tracing::warn!(link = row.id, %error, "an answer link's issuer is unreadable");
+            })
+            .ok()
+    });
     link.used_at_ms = row.used_at_ms;
     link.revoked_at_ms = row.revoked_at_ms;
     link

@@ -1,6 +1,7 @@
 //! `askloop runs link` (issue 34): the link it prints is answered through `askloop serve`
 //! once; `--revoke` kills the call's links; the URL starts with `--base-url`, else
-//! `[server] public_url`; a call that does not wait gets no link. On SQLite and PostgreSQL.
+//! `[server] public_url`; a call that does not wait gets no link; an answer through a link
+//! acts as the operator who made it (`cli:NAME`). On SQLite and PostgreSQL.
 
 use serde_json::json;
 
@@ -70,7 +71,15 @@ fn issue34_runs_link_prints_a_link_the_server_answers_once(dir: &TestDir, store:
         let second = askloop(
             dir,
             store,
-            &["runs", "link", &run_id, "--base-url", &served.base],
+            &[
+                "runs",
+                "link",
+                &run_id,
+                "--base-url",
+                &served.base,
+                "--as",
+                "linker",
+            ],
         )
         .success();
         let second = second.stdout.trim().to_owned();
@@ -92,6 +101,10 @@ fn issue34_runs_link_prints_a_link_the_server_answers_once(dir: &TestDir, store:
             );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        // The link acted as its issuer, the operator, through the link's route.
+        let shown = askloop(dir, store, &["runs", "show", &run_id]).success();
+        assert!(shown.stdout.contains("by cli:linker"), "{}", shown.stdout);
+        assert!(shown.stdout.contains("(link "), "{}", shown.stdout);
         let again = client
             .post(&second)
             .json(&json!({"resumeData": "docs"}))

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
+use crate::actor::Actor;
 use crate::ids::{RunKey, ToolCallId};
 use crate::store::StoreError;
 
@@ -74,6 +75,9 @@ pub struct NewAnswerLink {
     pub tool_call_id: ToolCallId,
     /// The role the link acts with, if it was issued for one (kept, not interpreted by stores).
     pub role: Option<String>,
+    /// Who issued the link, if known (kept, not interpreted by stores): an answer through the
+    /// link acts as this party under the approver policy, with the link's role only.
+    pub issuer: Option<Actor>,
     /// When it was made, ms since the Unix epoch.
     pub created_at_ms: u64,
     /// When it stops working, ms since the Unix epoch (live while `now < expires_at_ms`).
@@ -82,7 +86,7 @@ pub struct NewAnswerLink {
 
 impl NewAnswerLink {
     /// A link of hash `hash` to call `tool_call_id` of `run`, made at `created_at_ms`, live
-    /// until `expires_at_ms`, without a role.
+    /// until `expires_at_ms`, without a role or an issuer.
     pub fn new(
         hash: LinkHash,
         run: RunKey,
@@ -95,6 +99,7 @@ impl NewAnswerLink {
             run,
             tool_call_id,
             role: None,
+            issuer: None,
             created_at_ms,
             expires_at_ms,
         }
@@ -104,6 +109,13 @@ impl NewAnswerLink {
     #[must_use]
     pub fn role(mut self, role: Option<String>) -> Self {
         self.role = role;
+        self
+    }
+
+    /// Who issued the link.
+    #[must_use]
+    pub fn issuer(mut self, issuer: Option<Actor>) -> Self {
+        self.issuer = issuer;
         self
     }
 }
@@ -120,6 +132,8 @@ pub struct AnswerLink {
     pub tool_call_id: ToolCallId,
     /// The role it acts with, if any.
     pub role: Option<String>,
+    /// Who issued it, if known (`None` for links stored before issuers were kept).
+    pub issuer: Option<Actor>,
     /// When it was made, ms since the Unix epoch.
     pub created_at_ms: u64,
     /// When it stops working, ms since the Unix epoch.
@@ -132,7 +146,7 @@ pub struct AnswerLink {
 
 impl AnswerLink {
     /// Link `id` to call `tool_call_id` of `run`, made at `created_at_ms`, live until
-    /// `expires_at_ms`, without a role, neither used nor revoked (set the fields).
+    /// `expires_at_ms`, without a role or an issuer, neither used nor revoked (set the fields).
     pub fn new(
         id: LinkId,
         run: RunKey,
@@ -145,6 +159,7 @@ impl AnswerLink {
             run,
             tool_call_id,
             role: None,
+            issuer: None,
             created_at_ms,
             expires_at_ms,
             used_at_ms: None,
@@ -162,6 +177,7 @@ impl AnswerLink {
             link.expires_at_ms,
         );
         stored.role = link.role.clone();
+        stored.issuer = link.issuer.clone();
         stored
     }
 

@@ -33,13 +33,26 @@ use crate::metrics::StreamKind;
 use crate::resume::resume_refused;
 use crate::state::State;
 
-/// Who answers through `link`: `link:<id>`, holding the role the link was issued for (if any),
-/// from the route `POST /answer/{token}`; no resource (whoever holds the link is not the
-/// run's tenant, so a run that forbids self-approval takes its decision).
+/// Who answers through `link`: its issuer — the issuer's id and resource (`link:<id>` and no
+/// resource when the issuer is unknown, as for links stored before issuers were kept) —
+/// holding only the role the link was issued for (if any, never the issuer's other roles),
+/// from the route `POST /answer/{token} (link <id>)` so the audit shows the link. So a link
+/// is its issuer under the approver policy: the run's starter's link is refused by a policy
+/// without self-approval, and two links of one issuer are one approver of a quorum.
 fn link_actor(link: &AnswerLink) -> Actor {
-    Actor::new(format!("link:{}", link.id))
+    let actor = match &link.issuer {
+        Some(issuer) => {
+            let actor = Actor::new(issuer.id.as_str());
+            match &issuer.resource {
+                Some(resource) => actor.resource(resource.clone()),
+                None => actor,
+            }
+        }
+        None => Actor::new(format!("link:{}", link.id)),
+    };
+    actor
         .roles(link.role.iter().cloned())
-        .route("POST /answer/{token}")
+        .route(format!("POST /answer/{{token}} (link {})", link.id))
 }
 
 /// A refused link operation as an `ApiError`: a call that does not wait answers as a resume
@@ -122,7 +135,9 @@ pub(crate) async fn create_link(
             ));
         }
     }
-    let mut request = LinkRequest::new().role(asked.role);
+    let mut request = LinkRequest::new()
+        .role(asked.role)
+        .issuer(caller.actor("POST /api/runs/{runId}/calls/{toolCallId}/link"));
     if let Some(seconds) = asked.expires_in_seconds {
         if seconds == 0 {
             return Err(ApiError::bad_request("expiresInSeconds must be at least 1"));

@@ -15,7 +15,7 @@ use askloop_core::store::{
     Delivery, DeliveryAttempt, DeliveryClaim, DeliveryNext, FanOut, Outbox, outbox_of,
 };
 use askloop_core::time::lease_now_ms;
-use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, error_chain_text};
+use askloop_core::{Actor, LeaseHolder, RunKey, RunStore, StoreError, error_chain_text};
 use tokio::sync::watch;
 
 use crate::links::{LinkError, LinkRequest, LinkSettings, LinkToken, issue_link};
@@ -33,6 +33,9 @@ const CLAIM_BATCH: usize = 32;
 const MAX_ERROR_CHARS: usize = 500;
 /// Events pruned per round, at most.
 const PRUNE_BATCH: usize = 1000;
+/// The id of the party that issues webhook deliveries' answer links: an answer through one
+/// acts as `webhooks` (no resource, no role) under the approver policy.
+pub(crate) const WEBHOOK_LINK_ISSUER: &str = "webhooks";
 /// The error recorded for a claimed delivery whose endpoint this deliverer does not know.
 pub(crate) const UNKNOWN_ENDPOINT: &str = "endpoint no longer configured";
 
@@ -337,12 +340,15 @@ impl Deliverer {
             &format!("askloop answer link\n{}\n{}", hook.name(), event.id),
         );
         let key = RunKey::new(event.data.resource_id.clone(), event.data.run_id.clone());
+        // Every endpoint's link is issued by one party, `webhooks` (no role): two webhook
+        // links are one approver, never a quorum.
+        let request = LinkRequest::new().issuer(Actor::new(WEBHOOK_LINK_ISSUER));
         let issued = match self.store.load_run(&key).await {
             Ok(stored) => issue_link(
                 self.store.as_ref(),
                 &stored,
                 &call.tool_call_id,
-                &LinkRequest::new(),
+                &request,
                 self.links.max_age,
                 token.clone(),
             )

@@ -145,8 +145,8 @@ async fn gone_page(router: &Router) -> Raw {
     page
 }
 
-/// Who the audit records for the answer of call `id` of `stored`.
-fn answered_by(stored: &StoredRun, id: &str) -> Option<String> {
+/// Who the audit records for the answer of call `id` of `stored`, and the route.
+fn answered_by(stored: &StoredRun, id: &str) -> Option<(String, Option<String>)> {
     stored
         .state
         .messages()
@@ -156,7 +156,7 @@ fn answered_by(stored: &StoredRun, id: &str) -> Option<String> {
                 .iter()
                 .find(|result| result.tool_call_id.as_str() == id)
                 .and_then(|result| result.audit.last())
-                .and_then(|record| record.by.clone()),
+                .and_then(|record| Some((record.by.clone()?, record.route.clone()))),
             _ => None,
         })
 }
@@ -199,8 +199,12 @@ async fn issue34_a_link_shows_its_question_and_answers_it_once(backend: Backend)
     })
     .await;
     let stored = load(&store, &run_id).await;
-    let by = answered_by(&stored, "c1").unwrap();
-    assert!(by.starts_with("link:"), "{by}");
+    // A link acts as its issuer: tenant A's key, unlabelled, is known by its resource; the
+    // route shows the link.
+    let (by, route) = answered_by(&stored, "c1").unwrap();
+    assert_eq!(by, "tenant-a");
+    let route = route.unwrap();
+    assert!(route.starts_with("POST /answer/{token} (link "), "{route}");
 
     // Used: the page and the answer of every dead link; nothing changes.
     let gone = gone_page(&router).await;
@@ -590,6 +594,9 @@ async fn issue34_webhook_payloads_carry_the_same_answer_link_at_every_attempt(ba
         status_of(&store, &run_id).await == RunStatus::Completed
     })
     .await;
+    // A webhook's link is issued by `webhooks`: the answer is audited as by it.
+    let (by, _) = answered_by(&load(&store, &run_id).await, "c1").unwrap();
+    assert_eq!(by, "webhooks");
 }
 
 /// A store that passes runs on and keeps no answer links (`answer_links` left at `None`).

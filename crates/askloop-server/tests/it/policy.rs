@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use askloop_core::registry::AgentSet;
 use askloop_core::testing::ScriptedModel;
 use askloop_core::testing::conformance::support::Counter;
-use askloop_core::{Agent, ApproverPolicy, RunStore};
+use askloop_core::{Agent, ApproverPolicy, RunStatus, RunStore};
 use askloop_server::{ApiKey, Server};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
@@ -23,6 +23,7 @@ on_both_stores!(
     issue34_approver_policy_over_http,
     issue34_a_quorum_through_the_chat_route,
     issue34_answer_links_act_with_the_role_they_were_issued_for,
+    issue34_an_open_servers_links_are_its_one_party,
 );
 
 const SCRIPT: &str = r#"{"steps":[
@@ -297,14 +298,16 @@ async fn issue34_a_quorum_through_the_chat_route(backend: Backend) {
 }
 
 /// Answer links under an approver policy: a key may issue a link only for a role it holds; a
-/// link without the role is refused (403, the link still works); a link issued for `ops` votes
-/// as `link:<id>` from `POST /answer/{token}` (its issuer, the run's starter, does not make it
-/// a self-approval); a second approver completes the quorum.
+/// link acts as its issuer, with the role it was issued for only. A link without the role is
+/// refused (403, the link still works); the starter's own link is refused as self-approval
+/// (and still works); two links of one issuer are one approver (the second is refused
+/// `already_approved`); a second, distinct issuer completes the quorum. The audit shows the
+/// issuer and the link's route.
 async fn issue34_answer_links_act_with_the_role_they_were_issued_for(backend: Backend) {
     let place = Place::new(backend).await;
     let store = place.open().await;
     let counter = Counter::default();
-    let secrets: Vec<String> = (0..3).map(|_| ApiKey::new_secret()).collect();
+    let secrets: Vec<String> = (0..4).map(|_| ApiKey::new_secret()).collect();
     let key = |index: usize, label: &str, roles: &[&str]| {
         ApiKey::from_secret(&secrets[index], "team".into())
             .label(label)
@@ -317,10 +320,11 @@ async fn issue34_answer_links_act_with_the_role_they_were_issued_for(backend: Ba
             key(0, "alice", &["ops"]),
             key(1, "bob", &["ops"]),
             key(2, "dave", &[]),
+            key(3, "carol", &["ops"]),
         ],
     );
     let router = server.router();
-    let (alice, bob, dave) = (&secrets[0], &secrets[1], &secrets[2]);
+    let (alice, bob, dave, carol) = (&secrets[0], &secrets[1], &secrets[2], &secrets[3]);
     let (_, chunks, _) = stream(
         &router,
         "POST",
@@ -365,23 +369,63 @@ async fn issue34_answer_links_act_with_the_role_they_were_issued_for(backend: Ba
         "a refused answer leaves the link working"
     );
 
-    // A link for `ops`, issued by the starter: a vote of the link, not of alice.
-    let (status, ops) = call(
-        &router,
-        "POST",
-        &link,
-        Some(json!({"role": "ops"})),
-        Some(alice),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{ops}");
-    let ops = ops["path"].as_str().unwrap().to_owned();
-    let (status, body) = call(&router, "POST", &ops, Some(json!({"approved": true})), None).await;
+    // Links issued by `who` for `ops`: their paths.
+    let ops_link = async |who: &str| {
+        let (status, body) = call(
+            &router,
+            "POST",
+            &link,
+            Some(json!({"role": "ops"})),
+            Some(who),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["path"].as_str().unwrap().to_owned()
+    };
+    let approve_through =
+        async |path: &str| call(&router, "POST", path, Some(json!({"approved": true})), None).await;
+
+    // A link for `ops` issued by the starter acts as alice: a self-approval, refused, and the
+    // link still works (twice over: neither counts).
+    for _ in 0..2 {
+        let own = ops_link(alice).await;
+        let (status, body) = approve_through(&own).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["code"], "not_permitted");
+        assert_eq!(body["details"]["reason"], "self_approval");
+        assert_eq!(body["details"]["actor"], "alice");
+        let (status, _) = call(&router, "GET", &own, None, None).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "a refused answer leaves the link working"
+        );
+    }
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
+
+    // bob's link votes as bob; bob's second link is bob again.
+    let (first, second) = (ops_link(bob).await, ops_link(bob).await);
+    let (status, body) = approve_through(&first).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(counter.executions.load(Ordering::SeqCst), 0, "1 of 2");
-    let (status, chunks, _) = approve(&router, &run_id, bob).await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(types(&chunks).last(), Some(&"finish"), "{chunks:?}");
+    let (status, body) = approve_through(&second).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["details"]["reason"], "already_approved");
+    assert_eq!(body["details"]["actor"], "bob");
+    // Nor does bob's key count again once his link has.
+    let (status, _, body) = approve(&router, &run_id, bob).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["details"]["reason"], "already_approved");
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
+
+    // A distinct issuer's link completes the quorum.
+    let carols = ops_link(carol).await;
+    let (status, body) = approve_through(&carols).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually("the run completes", || async {
+        status_of(&store, &run_id).await == RunStatus::Completed
+    })
+    .await;
     assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
     let (_, detail) = call(
         &router,
@@ -393,11 +437,66 @@ async fn issue34_answer_links_act_with_the_role_they_were_issued_for(backend: Ba
     .await;
     let decisions = detail["decisions"].as_array().unwrap();
     assert_eq!(decisions.len(), 2, "{detail}");
-    assert!(
-        decisions[0]["by"].as_str().unwrap().starts_with("link:"),
-        "{detail}"
+    for (decision, who) in decisions.iter().zip(["bob", "carol"]) {
+        assert_eq!(decision["by"], who, "{detail}");
+        assert_eq!(decision["resource"], "team", "{detail}");
+        assert_eq!(decision["roles"], json!(["ops"]), "only the link's role");
+        let route = decision["route"].as_str().unwrap();
+        assert!(
+            route.starts_with("POST /answer/{token} (link ") && route.contains("link"),
+            "{detail}"
+        );
+    }
+}
+
+/// On a server without keys every caller is `web`, the run's starter included: links made
+/// there act as `web` too, so under `self_approval = false` they are refused, however many.
+async fn issue34_an_open_servers_links_are_its_one_party(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let counter = Counter::default();
+    let agent = Agent::builder("guarded")
+        .model(ScriptedModel::from_json(SCRIPT).unwrap())
+        .tool(counter.clone())
+        .require_approval_for("count")
+        .approvers(ApproverPolicy::new().self_approval(false).quorum(2))
+        .shared_store(store.clone())
+        .build()
+        .unwrap();
+    let server = Server::builder(Arc::new(AgentSet::new().with(agent)), store.clone()).build();
+    let router = server.router();
+    let (status, chunks, _) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/stream",
+        Some(json!({"messages": "deploy"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let run_id = chunks[0]["runId"].as_str().unwrap().to_owned();
+    let before = load(&store, &run_id).await;
+    for _ in 0..2 {
+        let (status, made) = call(
+            &router,
+            "POST",
+            &format!("/api/runs/{run_id}/calls/d1/link"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{made}");
+        let path = made["path"].as_str().unwrap();
+        let (status, body) =
+            call(&router, "POST", path, Some(json!({"approved": true})), None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["details"]["reason"], "self_approval");
+        assert_eq!(body["details"]["actor"], "web");
+    }
+    assert_eq!(
+        load(&store, &run_id).await,
+        before,
+        "refusals change nothing"
     );
-    assert_eq!(decisions[0]["roles"], json!(["ops"]));
-    assert_eq!(decisions[0]["route"], "POST /answer/{token}");
-    assert_eq!(decisions[1]["by"], "bob");
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
 }

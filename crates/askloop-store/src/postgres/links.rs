@@ -9,7 +9,7 @@ use askloop_core::{RunKey, StoreError, ToolCallId};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use crate::links::{LINK_COLUMNS, LinkRow, decode_link};
+use crate::links::{LINK_COLUMNS, LinkRow, decode_link, encode_issuer};
 use crate::postgres::PgStore;
 use crate::postgres::error::backend;
 
@@ -31,6 +31,7 @@ fn link(row: &PgRow) -> Result<AnswerLink, StoreError> {
         run_id: row.try_get("run_id").map_err(get)?,
         tool_call_id: row.try_get("tool_call_id").map_err(get)?,
         role: row.try_get("role").map_err(get)?,
+        issuer: row.try_get("issuer").map_err(get)?,
         created_at_ms: small(row.try_get("created_at_ms").map_err(get)?),
         expires_at_ms: small(row.try_get("expires_at_ms").map_err(get)?),
         used_at_ms: row
@@ -51,7 +52,7 @@ impl AnswerLinks for PgStore {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "WITH inserted AS ( \
                INSERT INTO answer_links (token_hash, scope, run_id, tool_call_id, role, \
-                 created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 issuer, created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                ON CONFLICT (token_hash) DO NOTHING RETURNING {LINK_COLUMNS}) \
              SELECT {LINK_COLUMNS} FROM inserted \
              UNION ALL SELECT {LINK_COLUMNS} FROM answer_links WHERE token_hash = $1 \
@@ -62,6 +63,7 @@ impl AnswerLinks for PgStore {
         .bind(new.run.run_id.as_str())
         .bind(new.tool_call_id.as_str())
         .bind(new.role.as_deref())
+        .bind(encode_issuer(new.issuer.as_ref()))
         .bind(big(new.created_at_ms))
         .bind(big(new.expires_at_ms))
         .fetch_optional(&self.pool)

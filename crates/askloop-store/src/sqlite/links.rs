@@ -20,6 +20,8 @@ pub(super) enum LinkWrite {
         run_id: String,
         tool_call_id: String,
         role: Option<String>,
+        /// The issuer's Actor as JSON.
+        issuer: Option<String>,
         created_at_ms: i64,
         expires_at_ms: i64,
     },
@@ -47,12 +49,14 @@ pub(super) fn apply(connection: &Connection, write: &LinkWrite) -> Result<u64, S
             run_id,
             tool_call_id,
             role,
+            issuer,
             created_at_ms,
             expires_at_ms,
         } => connection
             .prepare_cached(
                 "INSERT OR IGNORE INTO answer_links (token_hash, scope, run_id, tool_call_id, \
-                 role, created_at_ms, expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                 role, issuer, created_at_ms, expires_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .and_then(|mut insert| {
                 insert.execute(params![
@@ -61,6 +65,7 @@ pub(super) fn apply(connection: &Connection, write: &LinkWrite) -> Result<u64, S
                     run_id,
                     tool_call_id,
                     role,
+                    issuer,
                     created_at_ms,
                     expires_at_ms
                 ])
@@ -117,10 +122,11 @@ pub(super) fn find(connection: &Connection, hash: &str) -> Result<Option<AnswerL
                         run_id: row.get(2)?,
                         tool_call_id: row.get(3)?,
                         role: row.get(4)?,
-                        created_at_ms: unsigned(row.get(5)?),
-                        expires_at_ms: unsigned(row.get(6)?),
-                        used_at_ms: row.get::<_, Option<i64>>(7)?.map(unsigned),
-                        revoked_at_ms: row.get::<_, Option<i64>>(8)?.map(unsigned),
+                        issuer: row.get(5)?,
+                        created_at_ms: unsigned(row.get(6)?),
+                        expires_at_ms: unsigned(row.get(7)?),
+                        used_at_ms: row.get::<_, Option<i64>>(8)?.map(unsigned),
+                        revoked_at_ms: row.get::<_, Option<i64>>(9)?.map(unsigned),
                     })
                 })
                 .optional()

@@ -13,6 +13,7 @@ use askloop_core::store::{
 };
 use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, ThreadKey, ToolCallId};
 
+use crate::links::encode_issuer;
 use crate::outbox::{encode_attempt, encode_events, filter_scope};
 use crate::sqlite::SqliteStore;
 use crate::sqlite::columns::{Head, millis};
@@ -293,6 +294,7 @@ impl AnswerLinks for SqliteStore {
             run_id: link.run.run_id.as_str().to_owned(),
             tool_call_id: link.tool_call_id.as_str().to_owned(),
             role: link.role.clone(),
+            issuer: encode_issuer(link.issuer.as_ref()),
             created_at_ms: millis(link.created_at_ms),
             expires_at_ms: millis(link.expires_at_ms),
         })

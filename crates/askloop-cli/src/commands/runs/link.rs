@@ -65,7 +65,10 @@ async fn link_with(context: &Context, args: LinkArgs) -> anyhow::Result<ExitCode
             .parse::<PublicUrl>()
             .map_err(|error| invalid(error.to_string()))?,
     };
-    let mut request = LinkRequest::new().role(args.role);
+    // The link is the operator's: an answer through it acts as `cli:NAME` (with its role only).
+    let mut request = LinkRequest::new()
+        .role(args.role)
+        .issuer(context.actor("cli runs link"));
     if let Some(expires_in) = args.expires_in {
         request = request.expires_in(expires_in);
     }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::actor::Actor;
 use crate::ids::{ResourceId, RunId, RunKey, ToolCallId};
 use crate::store::{AnswerLinks, LinkHash, NewAnswerLink, RunStore};
 use crate::testing::conformance::support::*;
@@ -80,6 +81,41 @@ pub(super) async fn issue34_answer_links_are_used_once_and_given_back_by_their_u
         "expired at its expiry"
     );
     assert!(links.use_link(&hash(2), 6_999).await.unwrap().is_some());
+}
+
+/// A link keeps who issued it, whole (id, resource, roles, route), through create, find and
+/// use; a link without an issuer reads back without one.
+pub(super) async fn issue34_links_keep_their_issuer(store: Arc<dyn RunStore>) {
+    let links = links(&store);
+    let run = owned("issued");
+    let bob = Actor::new("bob")
+        .resource("tenant-1")
+        .roles(["ops", "admin"])
+        .route("POST /api/runs/{runId}/calls/{toolCallId}/link");
+    let issued = links
+        .create_link(
+            &link(30, &run, "c1", u64::MAX / 2)
+                .role(Some("ops".into()))
+                .issuer(Some(bob.clone())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(issued.issuer.as_ref(), Some(&bob));
+    let found = links.find_link(&hash(30)).await.unwrap().unwrap();
+    assert_eq!(found.issuer.as_ref(), Some(&bob));
+    assert_eq!(found.role.as_deref(), Some("ops"));
+    let used = links.use_link(&hash(30), 2_000).await.unwrap().unwrap();
+    assert_eq!(used.issuer, Some(bob), "the use returns the issuer too");
+
+    let anonymous = links
+        .create_link(&link(31, &run, "c1", u64::MAX / 2))
+        .await
+        .unwrap();
+    assert_eq!(anonymous.issuer, None);
+    assert_eq!(
+        links.find_link(&hash(31)).await.unwrap().unwrap().issuer,
+        None
+    );
 }
 
 /// Of many racing uses of one link exactly one gets it.

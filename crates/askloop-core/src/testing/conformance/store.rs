@@ -45,6 +45,7 @@ scenarios![
     issue34_prune_keeps_pending_and_deletes_old_finished,
     issue34_answer_links_are_used_once_and_given_back_by_their_user,
     issue34_racing_link_uses_have_one_winner,
+    issue34_links_keep_their_issuer,
     issue34_links_are_revoked_per_call_within_their_tenant,
     issue34_old_links_are_pruned_in_batches,
     insert_then_load_round_trips,
