@@ -510,3 +510,63 @@ async fn fork_events(store: &Arc<dyn RunStore>, run_id: &RunId) -> Vec<(RunEvent
         })
         .collect()
 }
+
+/// A vote that edited the arguments shows them: the waiting call lists it with `args` (in the
+/// stored state and on the wire), a plain approval after it is refused `args_differ` naming
+/// them (nothing changes), and an approval of the same arguments completes the quorum.
+pub(super) async fn issue34_an_edited_vote_shows_what_it_approved(store: Arc<dyn RunStore>) {
+    let counter = Counter::default();
+    let agent = agent_with(
+        &store,
+        one_count(),
+        &counter,
+        ApproverPolicy::new().quorum(2),
+    );
+    let run_id = started_by(&agent, Actor::new("dev").resource(RESOURCE)).await;
+    let k1 = ToolCallId::new("k1");
+    let edited = json!({"label": "staging"});
+    chunks_of(
+        agent
+            .respond(key(&run_id))
+            .actor(ops("bob"))
+            .approve_with(&k1, edited.clone())
+            .stream()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let waiting = stored(&store, &run_id).await.pending_tool_calls();
+    assert_eq!(waiting[0].args, json!({"label": "deploy"}), "the model's");
+    assert_eq!(waiting[0].approvals[0].args.as_ref(), Some(&edited));
+    let wire = serde_json::to_value(crate::wire::PendingCall::of(&run_id, &waiting[0])).unwrap();
+    assert_eq!(wire["approvals"][0]["args"], edited);
+
+    let before = store.load_run(&key(&run_id)).await.unwrap();
+    let error = agent
+        .respond(key(&run_id))
+        .actor(ops("carol"))
+        .approve(&k1)
+        .stream()
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains(r#"{"label":"staging"}"#),
+        "the refusal names the approved arguments: {message}"
+    );
+    assert_eq!(refusal(error).code(), "args_differ");
+    assert_eq!(store.load_run(&key(&run_id)).await.unwrap(), before);
+
+    let chunks = chunks_of(
+        agent
+            .respond(key(&run_id))
+            .actor(ops("carol"))
+            .approve_with(&k1, edited)
+            .stream()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(has_finish(&chunks));
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1, "ran once");
+}
