@@ -45,8 +45,12 @@ export interface Question {
   expiresAt?: string;
   /** An approval that needs several approvers: how many (absent for one). */
   quorum?: number;
-  /** The approvals recorded so far, for a quorum: `{by, at}` (RFC 3339). */
-  approvals?: { by?: string; at: string }[];
+  /**
+   * The approvals recorded so far, for a quorum: `{by, at, args?}` (`at` RFC 3339; `args`: the
+   * arguments that approver approved, when they edited the model's — later approvers must
+   * approve the same ones).
+   */
+  approvals?: { by?: string; at: string; args?: unknown }[];
   agentId?: string;
   threadId?: string;
   resourceId?: string;
@@ -205,6 +209,14 @@ function approvalControl(id: string, question: Question): Control {
     const who = approvals.map((vote) => `${vote.by ?? "someone"} (${new Date(Date.parse(vote.at)).toLocaleString()})`);
     const votes = el("p", "meta votes", `Needs ${question.quorum} approvers; approved so far: ${approvals.length}${who.length ? ` — ${who.join(", ")}` : ""}`);
     wrap.append(votes);
+    // A vote that edited the arguments: what it approved (the next approvers must approve the
+    // same arguments, with "Edit arguments").
+    for (const vote of approvals) {
+      if (vote.args === undefined || vote.args === null) continue;
+      const line = el("p", "meta vote-args", `${vote.by ?? "someone"} approved with `);
+      line.append(el("code", undefined, JSON.stringify(vote.args)));
+      wrap.append(line);
+    }
   }
   const original = JSON.stringify(question.args ?? {}, null, 2);
   const args = el("pre", "args", original);

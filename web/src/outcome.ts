@@ -15,7 +15,7 @@ interface RunDetail {
   status: string;
   messages: { role: string; parts?: { type: string; text?: string }[] }[];
   failure?: { code: string; message: string };
-  pendingToolCalls?: { toolCallId: string; quorum?: number; approvals?: { by?: string; at: string }[] }[];
+  pendingToolCalls?: { toolCallId: string; quorum?: number; approvals?: { by?: string; at: string; args?: unknown }[] }[];
   /** Who decided what, when, from where (askloop-server's DecisionBody). */
   decisions?: { toolCallId: string; toolName: string; action: string; by?: string; roles?: string[]; route?: string; at: string }[];
 }

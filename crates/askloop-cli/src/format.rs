@@ -336,7 +336,14 @@ pub(crate) fn approval_line(call: &PendingToolCall) -> String {
             let by: Vec<String> = call
                 .approvals
                 .iter()
-                .map(|vote| escape_controls(vote.by.as_deref().unwrap_or("someone")).into_owned())
+                .map(|vote| {
+                    let who = escape_controls(vote.by.as_deref().unwrap_or("someone"));
+                    match &vote.args {
+                        // A vote that edited the arguments: what it approved.
+                        Some(args) => format!("{who} with {}", escape_controls(&args.to_string())),
+                        None => who.into_owned(),
+                    }
+                })
                 .collect();
             format!(
                 "; approval {} of {quorum} recorded: {}",

@@ -16,7 +16,9 @@
 //! - `quorum = N`: N distinct approvers (by actor id) must approve before the tool runs. Each
 //!   approval is committed as a vote (an `approve` audit record on the waiting call); the call
 //!   keeps waiting until the N-th; one decline declines. All votes approve the same arguments:
-//!   an approval with other (edited) arguments than the votes before it is refused.
+//!   an approval with other (edited) arguments than the votes before it is refused, and the
+//!   refusal names the arguments approved; a waiting call lists each vote with the arguments
+//!   it approved when they are not the model's ([`crate::ApprovalVote::args`]).
 //! - A policy that needs to know who acts (any roles, `self_approval = false`, a quorum above
 //!   one) refuses an actor-less response.
 
@@ -126,8 +128,27 @@ pub enum PolicyRefusal {
     #[error("the response does not say who acts; this call's policy needs to know")]
     Unidentified,
     /// Earlier approvers of this call approved other arguments.
-    #[error("earlier approvers of this call approved other arguments; approve the same ones")]
-    ArgsDiffer,
+    #[error(
+        "earlier approvers of this call approved other arguments: {approved}; approve the same ones"
+    )]
+    ArgsDiffer {
+        /// The arguments the earlier approvers approved, as JSON, cut to 500 characters (then
+        /// `…`).
+        approved: String,
+    },
+}
+
+/// How many characters of the approved arguments' JSON a [`PolicyRefusal::ArgsDiffer`] message
+/// shows at most.
+pub(crate) const APPROVED_ARGS_CHARS: usize = 500;
+
+/// `args` as JSON, cut to [`APPROVED_ARGS_CHARS`] characters (then `…`).
+fn approved_json(args: &Value) -> String {
+    let json = args.to_string();
+    match json.char_indices().nth(APPROVED_ARGS_CHARS) {
+        Some((end, _)) => format!("{}…", &json[..end]),
+        None => json,
+    }
 }
 
 impl PolicyRefusal {
@@ -139,7 +160,7 @@ impl PolicyRefusal {
             Self::SelfApproval { .. } => "self_approval",
             Self::AlreadyApproved { .. } => "already_approved",
             Self::Unidentified => "unidentified",
-            Self::ArgsDiffer => "args_differ",
+            Self::ArgsDiffer { .. } => "args_differ",
         }
     }
 }
@@ -240,7 +261,9 @@ pub(crate) fn check(
             });
         }
         if approved != *args {
-            return Err(PolicyRefusal::ArgsDiffer);
+            return Err(PolicyRefusal::ArgsDiffer {
+                approved: approved_json(approved),
+            });
         }
         recorded = recorded.saturating_add(1);
     }
@@ -312,6 +335,15 @@ mod tests {
     }
 
     #[test]
+    fn the_approved_arguments_are_cut() {
+        let long = json!({"text": "x".repeat(2 * APPROVED_ARGS_CHARS)});
+        let cut = approved_json(&long);
+        assert_eq!(cut.chars().count(), APPROVED_ARGS_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(approved_json(&json!({"a": 1})), r#"{"a":1}"#);
+    }
+
+    #[test]
     fn votes_approve_the_same_arguments() {
         let policy = ApproverPolicy::new().quorum(2);
         let model = json!({"to": "x"});
@@ -330,7 +362,23 @@ mod tests {
                 std::slice::from_ref(&first),
                 &model
             ),
-            Err(PolicyRefusal::ArgsDiffer)
+            Err(PolicyRefusal::ArgsDiffer {
+                approved: r#"{"to":"y"}"#.into()
+            })
+        );
+        assert!(
+            check(
+                &policy,
+                2,
+                Some(&carol),
+                None,
+                &plain,
+                std::slice::from_ref(&first),
+                &model
+            )
+            .unwrap_err()
+            .to_string()
+            .contains(r#"approved other arguments: {"to":"y"}"#)
         );
         let same = Decision::Approve { args: &edited };
         assert_eq!(

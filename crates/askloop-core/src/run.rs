@@ -318,14 +318,15 @@ impl CallSlot {
         }
     }
 
-    /// The approvals recorded on the call while it awaits approval (a quorum's votes so far).
+    /// The approvals recorded on the call while it awaits approval (a quorum's votes so far),
+    /// each with the arguments it approved when a person edited them.
     pub(crate) fn votes(&self) -> Vec<ApprovalVote> {
-        self.audit
-            .iter()
-            .filter(|record| record.action == AuditAction::Approve)
-            .map(|record| ApprovalVote {
+        let model_args = self.call.args.to_value();
+        crate::approvers::votes(&self.audit, &model_args)
+            .map(|(record, approved)| ApprovalVote {
                 by: record.by.clone(),
                 at_ms: record.at_ms,
+                args: (*approved != model_args).then(|| approved.clone()),
             })
             .collect()
     }
@@ -416,7 +417,8 @@ pub struct Decision<'a> {
     pub record: &'a AuditRecord,
 }
 
-/// One approval of a call that needs several ([`crate::ApproverPolicy::quorum`]): who and when.
+/// One approval of a call that needs several ([`crate::ApproverPolicy::quorum`]): who, when,
+/// and what it approved when that is not the model's arguments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -425,6 +427,10 @@ pub struct ApprovalVote {
     pub by: Option<String>,
     /// When, ms since the Unix epoch.
     pub at_ms: u64,
+    /// The arguments the approver approved, when they edited them (differ from the model's);
+    /// `None` for the model's. Later approvers must approve these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
 }
 
 /// What a pending call waits for.

@@ -5,7 +5,10 @@
 //! The fork is built and its answer checked in memory, by the claim's own rules
 //! ([`crate::run_loop::claim`]'s `apply`), before anything is written; then one insert stores it
 //! already claimed (`running`, the question `resuming` with the new answer, under this agent's
-//! lease). A refusal creates nothing. From there the fork streams as any claimed resume:
+//! lease), with the events of that insert: each call that waits in the fork is announced
+//! (`question.raised`, `approval.requested`) once; the question forked is answered at once and
+//! is not. A call of the step still awaiting approval starts in the fork with no votes: the
+//! original's votes stay the original's. A refusal creates nothing. From there the fork streams as any claimed resume:
 //! the question's resume path runs with the new answer, the other calls of its step keep the
 //! results the original recorded (they do not run again), and the model goes on. Tools the
 //! original ran after the question are not in the fork's conversation: they run again only if
@@ -22,13 +25,13 @@ use crate::actor::Actor;
 use crate::definition::AgentDefinition;
 use crate::error::ResumeError;
 use crate::ids::{RunId, RunRef, ThreadId, ToolCallId};
-use crate::message::{AssistantPart, Message, ToolCall, ToolResult};
+use crate::message::{AssistantPart, AuditAction, Message, ToolCall, ToolResult};
 use crate::response::CallResponse;
 use crate::run::{CallSlot, CallState, ForkedFrom, PendingStep, RunState, RunStatus};
 use crate::run_loop::claim::{
     Claim, Resolution, apply, live_lease, load_own_run, map_store_error, resolve,
 };
-use crate::run_loop::history_of;
+use crate::run_loop::{commit_insert, history_of};
 use crate::store::StoredRun;
 use crate::tool::Suspension;
 
@@ -69,9 +72,9 @@ pub(crate) async fn claim_fork(
         actor.as_ref(),
     )?;
     let lease = agent.new_lease();
-    let version = agent
-        .store
-        .insert_run(&state, Some(&lease))
+    // With its events: each call that waits in the fork is announced (the question forked is
+    // answered at once, so it never waits there).
+    let version = commit_insert(agent.store.as_ref(), &state, Some(&lease))
         .await
         .map_err(|error| map_store_error(&state.key(), error))?;
     tracing::info!(
@@ -173,8 +176,10 @@ fn recorded_slot(call: &ToolCall, results: &[ToolResult]) -> Option<CallSlot> {
 }
 
 /// The slot of `call` in the step the original is on: as it stands, except that an answer
-/// claimed in the original waits again in the fork; a call whose tool is running in the
-/// original refuses the fork (its outcome is the original's).
+/// claimed in the original waits again in the fork, and a call awaiting approval starts with
+/// no votes (the original's approvers approved the original's run, not the fork: a quorum's
+/// votes are the original's alone); a call whose tool is running in the original refuses the
+/// fork (its outcome is the original's).
 fn pending_slot(
     stored: &StoredRun,
     call: &ToolCall,
@@ -189,6 +194,10 @@ fn pending_slot(
             slot.state = CallState::Suspended {
                 suspension: suspension.clone(),
             };
+        }
+        CallState::AwaitingApproval { .. } => {
+            slot.audit
+                .retain(|record| record.action != AuditAction::Approve);
         }
         CallState::Running { .. } => {
             let run_id = stored.state.run_id.clone();

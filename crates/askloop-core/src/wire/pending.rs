@@ -31,7 +31,8 @@ use crate::wire::field::field_to_json;
 ///
 /// `resumeSchema`, `form` and `expiresAt` are absent when the call has none. An approval that
 /// needs several approvers also has `"quorum": 2` and, once some approved,
-/// `"approvals": [{"by": "ops-key", "at": "…"}]`. Not this shape:
+/// `"approvals": [{"by": "ops-key", "at": "…"}]` (a vote that edited the arguments also has
+/// `"args": {…}`, what it approved). Not this shape:
 /// the `tool-call-suspended` and `tool-call-approval` chunks and the suspended-runs list, which
 /// keep the reference framework's names (`suspendPayload`, `requiresApproval`).
 ///
@@ -112,8 +113,9 @@ pub struct PendingCall {
     pub quorum: Option<u32>,
 }
 
-/// One approval of a call that needs several, as JSON: `{"by": "ops-key", "at": "2026-12-05T14:00:00.000Z"}`
-/// (`by` absent when the approver was not named).
+/// One approval of a call that needs several, as JSON: `{"by": "ops-key", "at":
+/// "2026-12-05T14:00:00.000Z", "args": {…}}` (`by` absent when the approver was not named,
+/// `args` when the approver approved the model's arguments unedited).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
@@ -125,6 +127,11 @@ pub struct ApprovalJson {
     /// When (RFC 3339, UTC with milliseconds).
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub at: String,
+    /// The arguments this approver approved, when they edited them (differ from the call's
+    /// `args`); absent for the model's. Later approvers must approve the same ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub args: Option<Value>,
 }
 
 /// The JSON of a quorum's votes.
@@ -134,6 +141,7 @@ pub(crate) fn approvals_json(votes: &[ApprovalVote]) -> Vec<ApprovalJson> {
         .map(|vote| ApprovalJson {
             by: vote.by.clone(),
             at: crate::time::rfc3339(vote.at_ms),
+            args: vote.args.clone(),
         })
         .collect()
 }
@@ -149,6 +157,7 @@ fn votes_of(approvals: Option<&Value>) -> Vec<ApprovalVote> {
             Some(ApprovalVote {
                 by: vote.get("by").and_then(Value::as_str).map(str::to_owned),
                 at_ms: crate::time::parse_rfc3339(vote.get("at")?.as_str()?)?,
+                args: vote.get("args").filter(|args| !args.is_null()).cloned(),
             })
         })
         .collect()

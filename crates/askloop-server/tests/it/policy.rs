@@ -24,6 +24,7 @@ on_both_stores!(
     issue34_a_quorum_through_the_chat_route,
     issue34_answer_links_act_with_the_role_they_were_issued_for,
     issue34_an_open_servers_links_are_its_one_party,
+    issue34_an_edited_vote_shows_its_arguments_over_http,
 );
 
 const SCRIPT: &str = r#"{"steps":[
@@ -195,6 +196,71 @@ async fn issue34_approver_policy_over_http(backend: Backend) {
         audit[1]["route"],
         "POST /api/agents/{agentId}/approve-tool-call"
     );
+}
+
+/// A vote that edited the arguments: the run's waiting call lists it with the arguments it
+/// approved (`approvals[0].args`, beside the model's `args`), and a plain approval after it is
+/// refused 403 `args_differ` with a message naming them.
+async fn issue34_an_edited_vote_shows_its_arguments_over_http(backend: Backend) {
+    let place = Place::new(backend).await;
+    let store = place.open().await;
+    let counter = Counter::default();
+    let secrets: Vec<String> = (0..3).map(|_| ApiKey::new_secret()).collect();
+    let keys = ["alice", "bob", "carol"]
+        .iter()
+        .zip(&secrets)
+        .map(|(label, secret)| {
+            ApiKey::from_secret(secret, "team".into())
+                .label(*label)
+                .roles(["ops"])
+        })
+        .collect();
+    let router = guarded_server(&store, &counter, keys).router();
+    let (alice, bob, carol) = (&secrets[0], &secrets[1], &secrets[2]);
+    let (_, chunks, _) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/stream",
+        Some(json!({"messages": "deploy"})),
+        Some(alice),
+    )
+    .await;
+    let run_id = chunks[0]["runId"].as_str().unwrap().to_owned();
+    let edited = json!({"label": "staging"});
+    let (status, chunks, body) = stream(
+        &router,
+        "POST",
+        "/api/agents/guarded/approve-tool-call",
+        Some(json!({"runId": run_id, "toolCallId": "d1", "args": edited})),
+        Some(bob),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(chunks[0]["payload"]["approvals"][0]["args"], edited);
+    let (_, detail) = call(
+        &router,
+        "GET",
+        &format!("/api/runs/{run_id}"),
+        None,
+        Some(bob),
+    )
+    .await;
+    let waiting = &detail["pendingToolCalls"][0];
+    assert_eq!(waiting["args"], json!({"label": "deploy"}), "the model's");
+    assert_eq!(waiting["approvals"][0]["by"], "bob");
+    assert_eq!(waiting["approvals"][0]["args"], edited);
+
+    let (status, _, body) = approve(&router, &run_id, carol).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["details"]["reason"], "args_differ");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"approved other arguments: {"label":"staging"}"#),
+        "{body}"
+    );
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 0);
 }
 
 /// The AI SDK chat route: an `approval-responded` part of a call that needs two approvers is a

@@ -113,6 +113,8 @@ macro_rules! store_conformance_tests {
             issue34_a_quorum_of_two,
             issue34_one_decline_declines_a_quorum_call,
             issue34_concurrent_approvals_reach_the_quorum_once,
+            issue34_a_fork_carries_no_votes,
+            issue34_an_edited_vote_shows_what_it_approved,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

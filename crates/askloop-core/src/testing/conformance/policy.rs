@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
+use crate::event::RunEventKind;
 use crate::ids::{RunId, ToolCallId};
 use crate::message::AuditAction;
 use crate::run::{RunState, RunStatus};
@@ -369,4 +370,203 @@ pub(super) async fn issue34_concurrent_approvals_reach_the_quorum_once(store: Ar
         .collect();
     approvers.sort();
     assert_eq!(approvers, ["bob", "carol"]);
+}
+
+/// Agent `mix`: the agent's policy (role `ops`, no self-approval, a quorum of two) governs the
+/// approval of `count`; its one step asks `c1` and calls `count` (`d1`) beside it.
+fn mix_agent(store: &Arc<dyn RunStore>, counter: &Counter) -> Agent {
+    let steps = vec![
+        json!({"toolCalls": [
+            ask("c1", json!({"question": "Which env?"})),
+            {"id": "d1", "name": "count", "args": {"label": "deploy"}}
+        ]}),
+        json!({"text": "Done."}),
+    ];
+    Agent::builder("mix")
+        .shared_model(RecordingModel::new(&script(steps)))
+        .tool(AskUser::new())
+        .tool(counter.clone())
+        .require_approval_for("count")
+        .approvers(
+            ApproverPolicy::new()
+                .roles(["ops"])
+                .self_approval(false)
+                .quorum(2),
+        )
+        .shared_store(store.clone())
+        .build()
+        .unwrap()
+}
+
+/// The votes (approvers) recorded on the waiting call `id` of a run.
+fn votes_on(state: &RunState, id: &str) -> Vec<Option<String>> {
+    state
+        .pending_tool_calls()
+        .into_iter()
+        .find(|call| call.tool_call_id.as_str() == id)
+        .map(|call| call.approvals.into_iter().map(|vote| vote.by).collect())
+        .unwrap_or_default()
+}
+
+/// A fork carries no votes: bob votes on `d1`, then forks the run at `c1`. The fork (bob's run
+/// now) waits on `d1` with no votes and announces it (`approval.requested`, once, and no
+/// `question.raised` for the question it answered); bob may not approve his own run's call;
+/// alice and dan complete the fork's quorum. The original keeps bob's vote.
+pub(super) async fn issue34_a_fork_carries_no_votes(store: Arc<dyn RunStore>) {
+    let counter = Counter::default();
+    let agent = mix_agent(&store, &counter);
+    let run_id = started_by(&agent, ops("carol")).await;
+    let d1 = ToolCallId::new("d1");
+    chunks_of(
+        agent
+            .respond(key(&run_id))
+            .actor(ops("bob"))
+            .approve(&d1)
+            .stream()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let original = stored(&store, &run_id).await;
+    assert_eq!(votes_on(&original, "d1"), [Some("bob".to_owned())]);
+
+    let fork = agent
+        .fork(key(&run_id), &ToolCallId::new("c1"), json!("dev"))
+        .actor(ops("bob"))
+        .stream()
+        .await
+        .unwrap();
+    let fork_id = fork.run_id().clone();
+    chunks_of(fork).await;
+    let forked = stored(&store, &fork_id).await;
+    assert_eq!(
+        forked.started_by().map(|actor| actor.id.as_str()),
+        Some("bob")
+    );
+    assert_eq!(forked.status(), RunStatus::Suspended, "d1 still waits");
+    assert!(
+        votes_on(&forked, "d1").is_empty(),
+        "the fork's d1 has no votes"
+    );
+    let announced: Vec<(RunEventKind, String)> = fork_events(&store, &fork_id).await;
+    assert_eq!(
+        announced,
+        [(RunEventKind::ApprovalRequested, "d1".to_owned())],
+        "the fork announces d1 once and nothing of c1"
+    );
+
+    let error = agent
+        .respond(key(&fork_id))
+        .actor(ops("bob"))
+        .approve(&d1)
+        .stream()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refusal(error), PolicyRefusal::SelfApproval { starter } if starter == "bob"),
+        "bob started the fork"
+    );
+    for approver in ["alice", "dan"] {
+        chunks_of(
+            agent
+                .respond(key(&fork_id))
+                .actor(ops(approver))
+                .approve(&d1)
+                .stream()
+                .await
+                .unwrap(),
+        )
+        .await;
+    }
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1, "ran once");
+    let forked = stored(&store, &fork_id).await;
+    assert_eq!(forked.status(), RunStatus::Completed);
+    let approvers: Vec<Option<&str>> = forked
+        .decisions()
+        .iter()
+        .filter(|decision| decision.record.action == AuditAction::Approve)
+        .map(|decision| decision.record.by.as_deref())
+        .collect();
+    assert_eq!(approvers, [Some("alice"), Some("dan")]);
+    assert_eq!(
+        stored(&store, &run_id).await,
+        original,
+        "the original keeps its own vote"
+    );
+}
+
+/// The call events of the outbox about run `run_id`: each one's kind and call.
+async fn fork_events(store: &Arc<dyn RunStore>, run_id: &RunId) -> Vec<(RunEventKind, String)> {
+    crate::store::outbox_of(store.as_ref())
+        .unwrap()
+        .list_events(0, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|stored| &stored.event.data.run_id == run_id)
+        .filter_map(|stored| {
+            let call = stored.event.data.call?;
+            Some((stored.event.kind, call.tool_call_id.to_string()))
+        })
+        .collect()
+}
+
+/// A vote that edited the arguments shows them: the waiting call lists it with `args` (in the
+/// stored state and on the wire), a plain approval after it is refused `args_differ` naming
+/// them (nothing changes), and an approval of the same arguments completes the quorum.
+pub(super) async fn issue34_an_edited_vote_shows_what_it_approved(store: Arc<dyn RunStore>) {
+    let counter = Counter::default();
+    let agent = agent_with(
+        &store,
+        one_count(),
+        &counter,
+        ApproverPolicy::new().quorum(2),
+    );
+    let run_id = started_by(&agent, Actor::new("dev").resource(RESOURCE)).await;
+    let k1 = ToolCallId::new("k1");
+    let edited = json!({"label": "staging"});
+    chunks_of(
+        agent
+            .respond(key(&run_id))
+            .actor(ops("bob"))
+            .approve_with(&k1, edited.clone())
+            .stream()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let waiting = stored(&store, &run_id).await.pending_tool_calls();
+    assert_eq!(waiting[0].args, json!({"label": "deploy"}), "the model's");
+    assert_eq!(waiting[0].approvals[0].args.as_ref(), Some(&edited));
+    let wire = serde_json::to_value(crate::wire::PendingCall::of(&run_id, &waiting[0])).unwrap();
+    assert_eq!(wire["approvals"][0]["args"], edited);
+
+    let before = store.load_run(&key(&run_id)).await.unwrap();
+    let error = agent
+        .respond(key(&run_id))
+        .actor(ops("carol"))
+        .approve(&k1)
+        .stream()
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains(r#"{"label":"staging"}"#),
+        "the refusal names the approved arguments: {message}"
+    );
+    assert_eq!(refusal(error).code(), "args_differ");
+    assert_eq!(store.load_run(&key(&run_id)).await.unwrap(), before);
+
+    let chunks = chunks_of(
+        agent
+            .respond(key(&run_id))
+            .actor(ops("carol"))
+            .approve_with(&k1, edited)
+            .stream()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(has_finish(&chunks));
+    assert_eq!(counter.executions.load(Ordering::SeqCst), 1, "ran once");
 }

@@ -105,6 +105,8 @@ scenarios![
     issue34_a_quorum_of_two,
     issue34_one_decline_declines_a_quorum_call,
     issue34_concurrent_approvals_reach_the_quorum_once,
+    issue34_a_fork_carries_no_votes,
+    issue34_an_edited_vote_shows_what_it_approved,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
