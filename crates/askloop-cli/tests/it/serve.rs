@@ -601,7 +601,21 @@ pub fn a_server_killed_while_sending_a_webhook_sends_it_again(store: &str) {
         assert!(Instant::now() < deadline, "{:?}", received.lock().unwrap());
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Every delivery recorded as delivered: nothing more is on its way.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = dir.command(&["--store", store, "webhooks", "list", "--json"]);
+        let listed = crate::support::outcome(listed).success().json_lines();
+        if listed.len() == 3
+            && listed
+                .iter()
+                .all(|delivery| delivery["status"] == "delivered")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{listed:#?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let received = received.lock().unwrap().clone();
     assert_eq!(
         crate::webhooks::types(&received),
