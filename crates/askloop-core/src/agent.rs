@@ -18,6 +18,7 @@ use crate::run_loop::{self, Resolution};
 use crate::schema::SchemaError;
 use crate::store::{MemoryStore, RunStore, StoredRun};
 use crate::stream::{AgentStream, RunOutput};
+use crate::subagent::{DEFAULT_MAX_SUBAGENT_DEPTH, SubagentTool};
 use crate::tool::{DynTool, RegisteredTool};
 
 /// Default of [`AgentBuilder::max_steps`].
@@ -92,6 +93,9 @@ impl Agent {
             store: None,
             lease: DEFAULT_LEASE,
             approval: ApprovalPolicy::default(),
+            description: None,
+            subagents: Vec::new(),
+            max_subagent_depth: DEFAULT_MAX_SUBAGENT_DEPTH,
         }
     }
 
@@ -632,6 +636,25 @@ pub enum AgentBuildError {
         /// The name.
         tool: String,
     },
+    /// A sub-agent's runs would be stored elsewhere than its parent's: a sub-agent must share
+    /// its parent's store ([`AgentBuilder::shared_store`] with the same store).
+    #[error("sub-agent {subagent} of agent {agent} uses another store than its parent; give both the same store")]
+    SubagentStore {
+        /// The parent.
+        agent: AgentId,
+        /// The sub-agent.
+        subagent: AgentId,
+    },
+    /// Sub-agents nest deeper than the limit ([`AgentBuilder::max_subagent_depth`]).
+    #[error("agent {agent} has sub-agents {levels} levels deep; at most {limit} are allowed")]
+    SubagentTooDeep {
+        /// The agent.
+        agent: AgentId,
+        /// How many levels of sub-agents it has.
+        levels: u32,
+        /// The limit.
+        limit: u32,
+    },
     /// A tool's input schema is not a valid JSON Schema.
     #[error("tool {tool} has an invalid input schema")]
     InvalidToolSchema {
@@ -659,6 +682,9 @@ pub struct AgentBuilder {
     store: Option<Arc<dyn RunStore>>,
     lease: Duration,
     approval: ApprovalPolicy,
+    description: Option<String>,
+    subagents: Vec<Agent>,
+    max_subagent_depth: u32,
 }
 
 impl AgentBuilder {
@@ -748,6 +774,39 @@ impl AgentBuilder {
     /// one counts.
     pub fn approvers_for(mut self, name: impl Into<String>, policy: ApproverPolicy) -> Self {
         self.approval.tool_approvers.push((name.into(), policy));
+        self
+    }
+
+    /// Offers `agent` to this one as a tool, named by the sub-agent's id, described by its
+    /// [`AgentBuilder::description`], taking `{"prompt": string, "context"?: string}`. A call of
+    /// it starts a **child run** of `agent` (its own model, instructions, tools, limits and
+    /// policies; stored in the same store and resource, with [`crate::ParentRun`] naming this
+    /// run and call), streams the child's chunks as [`Chunk::Subagent`](crate::Chunk), and
+    /// returns the child's final text. When the child waits for a person, so does this run:
+    /// its waiting calls are the child's, named `THIS_CALL~CHILD_CALL`
+    /// ([`crate::SUBAGENT_CALL_SEPARATOR`]), with their origin
+    /// ([`crate::PendingToolCall::subagent`]); answering one through this run (any entry
+    /// point) resumes the child, then this run with the child's result. The sub-agent must use
+    /// this agent's store ([`AgentBuildError::SubagentStore`]); nesting is limited
+    /// ([`AgentBuilder::max_subagent_depth`]). See docs/subagents.md.
+    pub fn subagent(mut self, agent: Agent) -> Self {
+        self.subagents.push(agent);
+        self
+    }
+
+    /// What the agent does, in a sentence or two: the description of its tool when another
+    /// agent offers it as a sub-agent ([`AgentBuilder::subagent`]). Default: a sentence naming
+    /// the agent.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// How many levels of sub-agents may be below this agent (default
+    /// [`DEFAULT_MAX_SUBAGENT_DEPTH`], 3: a question asked three levels down is the deepest);
+    /// deeper trees are refused when built ([`AgentBuildError::SubagentTooDeep`]).
+    pub fn max_subagent_depth(mut self, levels: u32) -> Self {
+        self.max_subagent_depth = levels;
         self
     }
 
@@ -847,9 +906,24 @@ impl AgentBuilder {
     pub fn build(self) -> Result<Agent, AgentBuildError> {
         let model = self
             .model
+            .clone()
             .ok_or_else(|| AgentBuildError::MissingModel(self.id.clone()))?;
-        let mut tools: Vec<RegisteredTool> = Vec::with_capacity(self.tools.len());
-        for tool in self.tools {
+        let store = self
+            .store
+            .clone()
+            .unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        let subagents = self.check_subagents(&store)?;
+        let subagent_levels = subagents
+            .iter()
+            .map(|child| child.subagent_levels + 1)
+            .max()
+            .unwrap_or(0);
+        let mut offered = self.tools;
+        offered.extend(subagents.iter().map(|child| {
+            Arc::new(SubagentTool::new(Arc::clone(child))) as Arc<dyn DynTool>
+        }));
+        let mut tools: Vec<RegisteredTool> = Vec::with_capacity(offered.len());
+        for tool in offered {
             let name = tool.name().to_owned();
             if tools
                 .iter()
@@ -877,11 +951,42 @@ impl AgentBuilder {
                 max_steps: self.max_steps,
                 max_questions: self.max_questions,
                 settings: self.settings,
-                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                store,
                 lease_holder: LeaseHolder::generate(),
                 lease_duration: self.lease,
                 approval: self.approval,
+                description: self.description,
+                subagents,
+                subagent_levels,
             }),
         })
+    }
+
+    /// The sub-agents' definitions, checked: each uses `store`, and the tree below this agent
+    /// is at most [`AgentBuilder::max_subagent_depth`] levels deep.
+    fn check_subagents(
+        &self,
+        store: &Arc<dyn RunStore>,
+    ) -> Result<Vec<Arc<AgentDefinition>>, AgentBuildError> {
+        let mut definitions = Vec::with_capacity(self.subagents.len());
+        for child in &self.subagents {
+            let child = Arc::clone(&child.inner);
+            if !std::ptr::addr_eq(Arc::as_ptr(&child.store), Arc::as_ptr(store)) {
+                return Err(AgentBuildError::SubagentStore {
+                    agent: self.id.clone(),
+                    subagent: child.id.clone(),
+                });
+            }
+            let levels = child.subagent_levels + 1;
+            if levels > self.max_subagent_depth {
+                return Err(AgentBuildError::SubagentTooDeep {
+                    agent: self.id.clone(),
+                    levels,
+                    limit: self.max_subagent_depth,
+                });
+            }
+            definitions.push(child);
+        }
+        Ok(definitions)
     }
 }

@@ -3,9 +3,10 @@
 //! The JSON form that goes to clients (CLI `--json`, SSE) is produced in one place,
 //! [`crate::wire`]; this enum is not serialized directly.
 
-use crate::ids::AgentId;
-use crate::message::{FinishReason, ToolCall, ToolResult, Usage};
-use crate::tool::Suspension;
+use crate::ids::{AgentId, RunId, ToolCallId};
+use crate::message::{FinishReason, ToolArgs, ToolCall, ToolResult, Usage};
+use crate::run::{PendingKind, PendingToolCall, SubagentOrigin, approval_schema};
+use crate::message::Suspension;
 
 /// One event of a run's stream.
 ///
@@ -56,6 +57,9 @@ pub enum Chunk {
         call: ToolCall,
         /// What it asks, and which answers it accepts.
         suspension: Suspension,
+        /// Where the call comes from when a sub-agent asked it (the call's id is then
+        /// `PARENT_CALL~CHILD_CALL`); `None` for the run's own calls.
+        subagent: Option<SubagentOrigin>,
     },
     /// A tool call waits for a person's approval before its tool runs; the run state is
     /// already committed. Answer it with `approve_tool_call` / `decline_tool_call`.
@@ -74,6 +78,22 @@ pub enum Chunk {
         approvals: Vec<crate::run::ApprovalVote>,
         /// How many approvals the call needs, when more than one.
         quorum: Option<u32>,
+        /// Where the call comes from when a sub-agent's run waits for the approval; `None`
+        /// for the run's own calls.
+        subagent: Option<SubagentOrigin>,
+    },
+    /// A chunk of a sub-agent's child run, streamed while the parent's call of the sub-agent
+    /// runs ([`crate::AgentBuilder::subagent`]). The child's own waiting calls are not among
+    /// them: the parent announces them as its own when it suspends.
+    Subagent {
+        /// The child run.
+        run_id: RunId,
+        /// The sub-agent.
+        agent_id: AgentId,
+        /// The parent's call of the sub-agent.
+        tool_call_id: ToolCallId,
+        /// The child's chunk (itself a `Subagent` chunk for a grandchild's).
+        chunk: Box<Chunk>,
     },
     /// A model step finished.
     StepFinish {
@@ -93,4 +113,36 @@ pub enum Chunk {
         /// The text of the final step.
         text: String,
     },
+}
+
+impl Chunk {
+    /// The `tool-call-suspended` or `tool-call-approval` chunk that announces the waiting call
+    /// `pending` (an approval's with its votes so far; a sub-agent's child's with its origin):
+    /// how a stream ends, and how a replay tells it again.
+    pub fn waiting(pending: PendingToolCall) -> Self {
+        let call = ToolCall {
+            id: pending.tool_call_id,
+            name: pending.tool_name,
+            args: ToolArgs::Json(pending.args),
+        };
+        match pending.kind {
+            PendingKind::Approval => Self::ToolCallApproval {
+                call,
+                resume_schema: pending.resume_schema.unwrap_or_else(approval_schema),
+                expires_at_ms: pending.expires_at_ms,
+                approvals: pending.approvals,
+                quorum: pending.quorum,
+                subagent: pending.subagent,
+            },
+            _ => Self::ToolCallSuspended {
+                call,
+                suspension: Suspension {
+                    payload: pending.suspend_payload,
+                    resume_schema: pending.resume_schema,
+                    expires_at_ms: pending.expires_at_ms,
+                },
+                subagent: pending.subagent,
+            },
+        }
+    }
 }

@@ -33,6 +33,13 @@ pub(crate) struct AgentDefinition {
     /// Which calls need a person's approval before they run (besides the tools' own
     /// [`crate::Tool::requires_approval`]).
     pub(crate) approval: ApprovalPolicy,
+    /// What the agent does, for a parent that offers it as a sub-agent (its tool's
+    /// description).
+    pub(crate) description: Option<String>,
+    /// The agents offered to this one as tools, each by its id ([`crate::AgentBuilder::subagent`]).
+    pub(crate) subagents: Vec<Arc<AgentDefinition>>,
+    /// How many levels of sub-agents are below this agent (0 without any).
+    pub(crate) subagent_levels: u32,
 }
 
 /// A predicate over a call's checked arguments: whether it needs approval.
@@ -70,6 +77,23 @@ impl AgentDefinition {
             self.lease_holder.clone(),
             lease_now_ms().saturating_add(millis(self.lease_duration)),
         )
+    }
+
+    /// The sub-agent offered as the tool `name`, if that tool is one.
+    pub(crate) fn subagent(&self, name: &str) -> Option<&Arc<AgentDefinition>> {
+        self.subagents
+            .iter()
+            .find(|child| child.id.as_str() == name)
+    }
+
+    /// Whether a call of `name` left `resuming` or `running` by a driver that stopped runs
+    /// again when the run is taken over: an idempotent tool's, and a sub-agent's (its child run
+    /// keeps its own journal, so running the call again only picks the child up where it is).
+    pub(crate) fn reruns_after_crash(&self, name: &str) -> bool {
+        self.subagent(name).is_some()
+            || self
+                .tool(name)
+                .is_some_and(|tool| tool.tool().idempotent())
     }
 
     /// The registered tool with this name.

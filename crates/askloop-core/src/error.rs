@@ -246,6 +246,18 @@ pub enum ResumeError {
         /// The call left unfinished.
         tool_call_id: ToolCallId,
     },
+    /// The run is a sub-agent's child run: its calls are answered, and it is continued,
+    /// through its root run (whose waiting calls include the child's, as
+    /// `PARENT_CALL~CHILD_CALL`).
+    #[error(
+        "run {run_id} is a sub-agent's run: answer or continue it through its root run {root_run_id}"
+    )]
+    ChildRun {
+        /// The child run.
+        run_id: RunId,
+        /// The root of its tree.
+        root_run_id: RunId,
+    },
     /// The agent has no tool of that name (the run was started by an agent with other tools).
     #[error("the agent has no tool {tool_name}, which run {run_id} is waiting on")]
     ToolUnavailable {
@@ -355,6 +367,7 @@ impl ResumeError {
             Self::InProgress { .. } => "in_progress",
             Self::Interrupted { .. } => "interrupted",
             Self::ToolUnavailable { .. } => "tool_unavailable",
+            Self::ChildRun { .. } => "child_run",
             Self::WrongAgent { .. } => "wrong_agent",
             Self::DuplicateToolCall { .. } => "duplicate_tool_call",
             Self::UnnamedInBatch { .. } => "unnamed_tool_call",

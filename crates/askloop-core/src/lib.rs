@@ -70,6 +70,7 @@ mod response;
 mod run;
 mod run_loop;
 mod stream;
+mod subagent;
 mod suspending;
 mod text;
 mod tool;
@@ -106,12 +107,13 @@ pub use options::RunOptions;
 pub use paths::{DATA_DIR_ENV, data_dir};
 pub use response::CallResponse;
 pub use run::{
-    ApprovalVote, Decision, ForkedFrom, PendingKind, PendingToolCall, RunFailure, RunStatus,
-    UnknownRunStatus, approval_schema,
+    ApprovalVote, Decision, ForkedFrom, ParentRun, PendingKind, PendingToolCall, RunFailure,
+    RunStatus, SUBAGENT_CALL_SEPARATOR, SubagentOrigin, UnknownRunStatus, approval_schema,
 };
 pub use run_loop::ExpiredRun;
 pub use store::{RunStore, StoreError};
 pub use stream::{AgentStream, RunOutcome, RunOutput};
+pub use subagent::DEFAULT_MAX_SUBAGENT_DEPTH;
 pub use suspending::{Suspendable, Suspending, SuspendingError, SuspendingTool};
 pub use text::is_blank;
 pub use tool::{DynTool, Execution, ResumeRejection, Suspension, Tool, ToolContext, ToolError};

@@ -1,6 +1,7 @@
 //! [`RunOptions`]: where a new run goes (its thread and owner).
 
 use crate::actor::Actor;
+use crate::run::ParentRun;
 use crate::ids::{ResourceId, RunId, ThreadId};
 
 /// Where a new run goes: its thread and owner. Build with [`RunOptions::new`] and the setters.
@@ -39,6 +40,9 @@ pub struct RunOptions {
     /// Every id given must pass [`crate::IdKind::check`] (not blank, no control characters, at
     /// most 256 bytes), else the stream ends with [`crate::AgentError::InvalidId`].
     pub run_id: Option<RunId>,
+    /// The run and call that start this run as a sub-agent's child run (set by the sub-agent's
+    /// tool only).
+    pub(crate) parent: Option<ParentRun>,
 }
 
 impl RunOptions {

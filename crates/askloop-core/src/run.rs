@@ -70,7 +70,7 @@ use crate::message::{
     AuditAction, AuditRecord, FinishReason, Message, ToolCall, ToolResult, Usage,
 };
 use crate::time::now_ms;
-use crate::tool::Suspension;
+use crate::message::Suspension;
 
 /// The stored run format this build writes and reads.
 pub(crate) const RUN_FORMAT_VERSION: u32 = 2;
@@ -183,7 +183,61 @@ pub struct RunState {
     /// when unknown (runs stored before askloop recorded it, runs started with no actor, `by`
     /// or resource). Set at the insert, never changed.
     pub(crate) started_by: Option<Actor>,
+    /// The run and call that started this run as a sub-agent's child run
+    /// ([`crate::AgentBuilder::subagent`]); `None` for a run started on its own. Set at the
+    /// insert, never changed.
+    pub(crate) parent: Option<ParentRun>,
 }
+
+/// Where a child run sits in its tree: the run and the tool call (of the sub-agent's tool) that
+/// started it, the tree's root run and how deep it is (a root's child is at depth 1). The wire
+/// form is `{"runId", "toolCallId", "rootRunId", "depth"}` (also in the stored head as
+/// `parent`); the API shows it as `parentRunId`, `parentToolCallId` and `rootRunId`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ParentRun {
+    /// The parent run (in the same resource as the child).
+    pub run_id: RunId,
+    /// The parent's call of the sub-agent's tool that this run answers.
+    pub tool_call_id: ToolCallId,
+    /// The root of the tree: the run a person started.
+    pub root_run_id: RunId,
+    /// 1 for a root's child, 2 for its grandchild, ….
+    pub depth: u32,
+}
+
+/// What a sub-agent's call waits for: its child run and, copied from it when the call
+/// suspended, the child's waiting calls (with ids relative to the child; a grandchild's are
+/// already expanded in them). Stored with the call; [`RunState::pending_tool_calls`] shows each
+/// of them as a waiting call of this run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SubagentWait {
+    pub(crate) agent_id: AgentId,
+    pub(crate) run_id: RunId,
+    pub(crate) pending: Vec<PendingToolCall>,
+}
+
+/// Where a waiting call of a tree of runs comes from, when a sub-agent asked it: the agents from
+/// this run's child down to the run that asked (`path`), that run and the call's own id there.
+/// The wire form is `{"path": ["researcher", …], "runId", "toolCallId"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct SubagentOrigin {
+    /// The agents from this run's child to the asking run, in order.
+    pub path: Vec<AgentId>,
+    /// The run that asked.
+    pub run_id: RunId,
+    /// The call's id in the run that asked.
+    pub tool_call_id: ToolCallId,
+}
+
+/// What separates a sub-agent's call id from its child's call ids in the ids of the calls a
+/// tree of runs waits for: the root announces its child's call `c7`, made under its own call
+/// `c1`, as `c1~c7` (`~` needs no escaping in URLs).
+pub const SUBAGENT_CALL_SEPARATOR: char = '~';
 
 /// Where a forked run comes from: the run and the question (a tool call of that run) at which
 /// a person gave another answer ([`crate::Agent::fork`]). The wire form is
@@ -250,8 +304,13 @@ pub(crate) struct CallSlot {
 pub(crate) enum CallState {
     /// Finished with this result.
     Completed { result: ToolResult },
-    /// Waiting for an answer.
-    Suspended { suspension: Suspension },
+    /// Waiting for an answer. A sub-agent's call (`subagent`) waits for its child run's calls,
+    /// a copy of which it keeps ([`SubagentWait`]): answers reach them through this call.
+    Suspended {
+        suspension: Suspension,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subagent: Option<Box<SubagentWait>>,
+    },
     /// Waiting for a person to approve or decline the call before its tool runs (the agent
     /// requires approval for it). Approved, it becomes `running`; declined, `completed` with
     /// an error result giving the reason; once `expires_at_ms` (ms since the Unix epoch) has
@@ -356,7 +415,9 @@ impl CallState {
     /// `resuming` with its answer).
     pub(crate) fn suspension(&self) -> Option<&Suspension> {
         match self {
-            Self::Suspended { suspension } | Self::Resuming { suspension, .. } => Some(suspension),
+            Self::Suspended { suspension, .. } | Self::Resuming { suspension, .. } => {
+                Some(suspension)
+            }
             _ => None,
         }
     }
@@ -403,6 +464,10 @@ pub struct PendingToolCall {
     /// many; `None` for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum: Option<u32>,
+    /// Where the call comes from when a sub-agent asked it (its id is then
+    /// `PARENT_CALL~CHILD_CALL`, [`SUBAGENT_CALL_SEPARATOR`]); `None` for this run's own calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<SubagentOrigin>,
 }
 
 /// One decision on one call of a run ([`RunState::decisions`]): who did what, when, from where.
@@ -478,6 +543,7 @@ impl PendingToolCall {
             expires_at_ms: suspension.expires_at_ms,
             approvals: Vec::new(),
             quorum: None,
+            subagent: None,
         }
     }
 
@@ -509,7 +575,30 @@ impl PendingToolCall {
             expires_at_ms,
             approvals: Vec::new(),
             quorum: None,
+            subagent: None,
         }
+    }
+
+    /// This call of the child run `wait` (agent `wait.agent_id`), as the parent's call
+    /// `parent_call` announces it: its id prefixed with the parent's call id and
+    /// [`SUBAGENT_CALL_SEPARATOR`], its origin with the child's agent ahead of the path.
+    pub(crate) fn nested_under(mut self, parent_call: &ToolCallId, wait: &SubagentWait) -> Self {
+        let own_id = self.tool_call_id.clone();
+        self.tool_call_id = ToolCallId::new(format!(
+            "{parent_call}{SUBAGENT_CALL_SEPARATOR}{own_id}"
+        ));
+        self.subagent = Some(match self.subagent.take() {
+            Some(mut origin) => {
+                origin.path.insert(0, wait.agent_id.clone());
+                origin
+            }
+            None => SubagentOrigin {
+                path: vec![wait.agent_id.clone()],
+                run_id: wait.run_id.clone(),
+                tool_call_id: own_id,
+            },
+        });
+        self
     }
 }
 
@@ -580,6 +669,10 @@ pub struct RunSummary {
     /// ([`RunState::forked_from`]); absent from the JSON form otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkedFrom>,
+    /// The run and call that started this run as a sub-agent's child run
+    /// ([`RunState::parent`]); absent from the JSON form for a run started on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentRun>,
 }
 
 impl RunSummary {
@@ -627,6 +720,7 @@ impl RunState {
             updated_at_ms: now,
             forked_from: None,
             started_by: None,
+            parent: None,
         }
     }
 
@@ -674,6 +768,12 @@ impl RunState {
     /// The run and question this run was forked from, if it is a fork ([`crate::Agent::fork`]).
     pub fn forked_from(&self) -> Option<&ForkedFrom> {
         self.forked_from.as_ref()
+    }
+
+    /// The run and call that started this run as a sub-agent's child run, if it is one
+    /// ([`crate::AgentBuilder::subagent`]).
+    pub fn parent(&self) -> Option<&ParentRun> {
+        self.parent.as_ref()
     }
 
     /// The run's id.
@@ -807,18 +907,26 @@ impl RunState {
         };
         step.calls
             .iter()
-            .filter_map(|slot| match &slot.state {
-                CallState::Suspended { suspension } => {
-                    Some(PendingToolCall::new(&slot.call, suspension))
+            .flat_map(|slot| match &slot.state {
+                CallState::Suspended {
+                    subagent: Some(wait),
+                    ..
+                } => wait
+                    .pending
+                    .iter()
+                    .map(|pending| pending.clone().nested_under(&slot.call.id, wait))
+                    .collect(),
+                CallState::Suspended { suspension, .. } => {
+                    vec![PendingToolCall::new(&slot.call, suspension)]
                 }
                 CallState::AwaitingApproval {
                     expires_at_ms,
                     quorum,
-                } => Some(
+                } => vec![
                     PendingToolCall::approval(&slot.call, *expires_at_ms)
                         .with_votes(slot.votes(), *quorum),
-                ),
-                _ => None,
+                ],
+                _ => Vec::new(),
             })
             .collect()
     }
@@ -837,6 +945,7 @@ impl RunState {
             first_message: first_message(&self.messages),
             change_seq: None,
             forked_from: self.forked_from.clone(),
+            parent: self.parent.clone(),
         }
     }
 

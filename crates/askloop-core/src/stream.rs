@@ -110,9 +110,15 @@ impl AgentStream {
             match chunk? {
                 Chunk::TextDelta { text } => output.text.push_str(&text),
                 Chunk::StepFinish { usage, .. } => output.usage.add(usage),
-                Chunk::ToolCallSuspended { call, suspension } => {
+                Chunk::ToolCallSuspended {
+                    call,
+                    suspension,
+                    subagent,
+                } => {
                     if let RunOutcome::Suspended { pending } = &mut output.status {
-                        pending.push(PendingToolCall::new(&call, &suspension));
+                        let mut call = PendingToolCall::new(&call, &suspension);
+                        call.subagent = subagent;
+                        pending.push(call);
                     }
                 }
                 Chunk::ToolCallApproval {
@@ -120,13 +126,14 @@ impl AgentStream {
                     expires_at_ms,
                     approvals,
                     quorum,
+                    subagent,
                     ..
                 } => {
                     if let RunOutcome::Suspended { pending } = &mut output.status {
-                        pending.push(
-                            PendingToolCall::approval(&call, expires_at_ms)
-                                .with_votes(approvals, quorum),
-                        );
+                        let mut call = PendingToolCall::approval(&call, expires_at_ms)
+                            .with_votes(approvals, quorum);
+                        call.subagent = subagent;
+                        pending.push(call);
                     }
                 }
                 Chunk::Finish { reason, .. } => finished = Some(reason),

@@ -2,7 +2,7 @@
 //! the [`ToolContext`] a call runs with, and suspension ([`Execution::Suspend`]).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -10,9 +10,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::ids::{RunId, ToolCallId};
+use crate::actor::Actor;
+use crate::chunk::Chunk;
+use crate::ids::{ResourceId, RunId, ToolCallId};
 pub use crate::message::Suspension;
 use crate::model::ToolDefinition;
+use crate::run::{ParentRun, SubagentWait};
 use crate::schema::{SchemaValidator, schema_of};
 
 /// What a tool call produced: an output, or a request to suspend the run until someone answers.
@@ -36,6 +39,33 @@ pub struct ToolContext {
     tool_call_id: Option<ToolCallId>,
     resume_data: Option<Value>,
     suspension: Option<Suspension>,
+    scope: Option<Arc<CallScope>>,
+}
+
+/// What the loop tells a call about its run beyond the ids (set by the loop for every call in a
+/// run; what a sub-agent's tool needs to start and follow its child run).
+pub(crate) struct CallScope {
+    /// The run's resource.
+    pub(crate) resource_id: Option<ResourceId>,
+    /// The run's own parent, when the run is a child run.
+    pub(crate) parent: Option<ParentRun>,
+    /// Who started the run.
+    pub(crate) started_by: Option<Actor>,
+    /// Where a sub-agent's tool sends its child's chunks (the loop streams them).
+    pub(crate) chunks: futures::channel::mpsc::Sender<Chunk>,
+    /// What a sub-agent's call waits for when it suspends (its child's waiting calls), for the
+    /// loop to keep with the call.
+    pub(crate) wait: Mutex<Option<SubagentWait>>,
+}
+
+impl fmt::Debug for CallScope {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("CallScope")
+            .field("resource_id", &self.resource_id)
+            .field("parent", &self.parent)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ToolContext {
@@ -46,7 +76,19 @@ impl ToolContext {
             tool_call_id: Some(tool_call_id),
             resume_data,
             suspension: None,
+            scope: None,
         }
+    }
+
+    /// This context with what the loop tells a call about its run.
+    pub(crate) fn with_scope(mut self, scope: Arc<CallScope>) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// What the loop told this call about its run, inside a run.
+    pub(crate) fn scope(&self) -> Option<&CallScope> {
+        self.scope.as_deref()
     }
 
     /// This context with the suspension its answer resolves (set by the loop on resume).
@@ -62,6 +104,7 @@ impl ToolContext {
             tool_call_id: None,
             resume_data: None,
             suspension: None,
+            scope: None,
         }
     }
 

@@ -19,6 +19,7 @@ pub use crate::wire::pending::{ApprovalJson, PendingCall};
 use crate::chunk::Chunk;
 use crate::ids::RunId;
 use crate::message::{FinishReason, ToolCall, Usage};
+use crate::run::SubagentOrigin;
 
 fn envelope(kind: &str, run_id: &RunId, payload: Value) -> Value {
     json!({"type": kind, "runId": run_id.as_str(), "from": "AGENT", "payload": payload})
@@ -64,8 +65,13 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
             fields.insert("isError".into(), Value::Bool(result.is_error));
             envelope("tool-result", run_id, Value::Object(fields))
         }
-        Chunk::ToolCallSuspended { call, suspension } => {
+        Chunk::ToolCallSuspended {
+            call,
+            suspension,
+            subagent,
+        } => {
             let mut fields = call_fields(call);
+            insert_origin(&mut fields, subagent.as_ref());
             fields.insert("suspendPayload".into(), suspension.payload.clone());
             // The reference sends the resume schema as a JSON string, not an object.
             let schema = suspension
@@ -81,8 +87,10 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
             expires_at_ms,
             approvals,
             quorum,
+            subagent,
         } => {
             let mut fields = call_fields(call);
+            insert_origin(&mut fields, subagent.as_ref());
             // As for suspensions, the reference sends the schema as a JSON string.
             fields.insert(
                 "resumeSchema".into(),
@@ -118,7 +126,40 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
             run_id,
             json!({"stepResult": step_result(*reason, false), "output": {"text": text, "usage": usage_json(*usage)}}),
         ),
+        Chunk::Subagent {
+            run_id: child,
+            agent_id,
+            tool_call_id,
+            chunk,
+        } => envelope(
+            "subagent-chunk",
+            run_id,
+            json!({
+                "runId": child.as_str(),
+                "agentId": agent_id.as_str(),
+                "toolCallId": tool_call_id.as_str(),
+                "chunk": chunk_to_json(child, chunk),
+            }),
+        ),
     }
+}
+
+/// askloop's: a sub-agent's waiting call says where it comes from,
+/// `"subagent": {"path": [agent ids], "runId", "toolCallId"}` (the asking run and the call's own
+/// id there); absent for the run's own calls.
+fn insert_origin(fields: &mut serde_json::Map<String, Value>, origin: Option<&SubagentOrigin>) {
+    if let Some(origin) = origin {
+        fields.insert("subagent".into(), origin_json(origin));
+    }
+}
+
+/// The wire JSON of a sub-agent's waiting call's origin.
+pub fn origin_json(origin: &SubagentOrigin) -> Value {
+    json!({
+        "path": origin.path.iter().map(|agent| agent.as_str()).collect::<Vec<_>>(),
+        "runId": origin.run_id.as_str(),
+        "toolCallId": origin.tool_call_id.as_str(),
+    })
 }
 
 /// An `error` chunk: `{"type":"error", …, "payload":{"error":{"message","code"}}}`.

@@ -12,7 +12,7 @@ use askloop_core::model::{
     AssistantPart, FinishReason, Message, ToolArgs, ToolCall, ToolResult, Usage,
 };
 use askloop_core::store::{RunChange, RunChanges, RunState, StoredRun};
-use askloop_core::{Chunk, PendingKind, RunKey, RunStatus, Suspension, approval_schema, wire};
+use askloop_core::{Chunk, RunKey, RunStatus, wire};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -273,24 +273,7 @@ pub(crate) fn pending_chunks(state: &RunState) -> Vec<Value> {
                 args: ToolArgs::Json(pending.args.clone()),
             };
             let announce = Chunk::ToolCall { call: call.clone() };
-            let waiting = match pending.kind {
-                PendingKind::Approval => Chunk::ToolCallApproval {
-                    call,
-                    resume_schema: pending
-                        .resume_schema
-                        .clone()
-                        .unwrap_or_else(approval_schema),
-                    expires_at_ms: pending.expires_at_ms,
-                    approvals: pending.approvals.clone(),
-                    quorum: pending.quorum,
-                },
-                _ => {
-                    let mut suspension = Suspension::new(pending.suspend_payload.clone());
-                    suspension.resume_schema = pending.resume_schema.clone();
-                    suspension.expires_at_ms = pending.expires_at_ms;
-                    Chunk::ToolCallSuspended { call, suspension }
-                }
-            };
+            let waiting = Chunk::waiting(pending.clone());
             [
                 wire::chunk_to_json(run_id, &announce),
                 wire::chunk_to_json(run_id, &waiting),

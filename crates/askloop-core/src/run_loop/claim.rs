@@ -32,7 +32,9 @@ use crate::ids::{IdKind, RunId, RunKey, RunRef, ToolCallId};
 use crate::message::{ArgsEdit, AuditAction, AuditRecord};
 use crate::message::{ToolArgs, ToolCall, ToolResult};
 use crate::response::CallResponse;
-use crate::run::{CallSlot, CallState, PendingStep, RunState, RunStatus};
+use crate::run::{
+    CallSlot, CallState, PendingStep, RunState, RunStatus, SUBAGENT_CALL_SEPARATOR, SubagentWait,
+};
 use crate::store::{Lease, ListedRun, RunFilter, RunStore, StoreError, StoredRun, keys_of_run};
 use crate::time::{lease_now_ms, now_ms};
 use crate::tool::{ResumeRejection, ToolError};
@@ -147,6 +149,11 @@ fn own_run(
     Ok(stored)
 }
 
+/// The live lease of a running run, if a driver holds one now (for the sub-agent's tool).
+pub(crate) fn live_lease_of(stored: &StoredRun) -> Option<&Lease> {
+    live_lease(stored)
+}
+
 /// The live lease of a running run, if another driver holds one now.
 pub(super) fn live_lease(stored: &StoredRun) -> Option<&Lease> {
     if stored.state.status != RunStatus::Running {
@@ -174,6 +181,10 @@ pub(crate) enum Resolution {
     Respond(CallResponse),
     /// The call's deadline passed (applied by a sweep).
     Expire,
+    /// Responses to the waiting calls of the child run under a sub-agent's call, already
+    /// checked against the child ([`route`]): the sub-agent's call resumes with this
+    /// envelope (`subagent.rs`). Never built from outside.
+    Nested(Value),
 }
 
 /// Checks responses against the stored run and claims their calls in one compare-and-swap:
@@ -193,6 +204,40 @@ pub(crate) async fn claim_resume(
     actor: Option<Actor>,
     loaded: Option<StoredRun>,
 ) -> Result<Claim, ResumeError> {
+    claim_resume_as(agent, run, items, actor, loaded, false).await
+}
+
+/// [`claim_resume`] of a sub-agent's child run, by its parent's call (`subagent.rs`): the one
+/// way a child run is claimed with answers.
+pub(crate) async fn claim_resume_child(
+    agent: &AgentDefinition,
+    run: &RunRef,
+    items: Vec<(Option<ToolCallId>, Resolution)>,
+    actor: Option<Actor>,
+    loaded: Option<StoredRun>,
+) -> Result<Claim, ResumeError> {
+    claim_resume_as(agent, run, items, actor, loaded, true).await
+}
+
+/// Refuses to claim a sub-agent's child run from outside its tree (`by_parent` false).
+fn refuse_child(stored: &StoredRun, by_parent: bool) -> Result<(), ResumeError> {
+    match &stored.state.parent {
+        Some(parent) if !by_parent => Err(ResumeError::ChildRun {
+            run_id: stored.state.run_id.clone(),
+            root_run_id: parent.root_run_id.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+async fn claim_resume_as(
+    agent: &AgentDefinition,
+    run: &RunRef,
+    items: Vec<(Option<ToolCallId>, Resolution)>,
+    actor: Option<Actor>,
+    loaded: Option<StoredRun>,
+    by_parent: bool,
+) -> Result<Claim, ResumeError> {
     check_items(run.run_id(), &items)?;
     let key = resolve(agent.store.as_ref(), run).await?;
     let run_id = &key.run_id;
@@ -206,6 +251,7 @@ pub(crate) async fn claim_resume(
             Some(stored) => (own_run(agent, run_id, stored)?, true),
             None => (load_own_run(agent, &key).await?, false),
         };
+        refuse_child(&stored, by_parent)?;
         if busy_with_another_call(&stored, &items) && tokio::time::Instant::now() < busy_until {
             if !preloaded {
                 tokio::time::sleep(pause).await;
@@ -213,7 +259,11 @@ pub(crate) async fn claim_resume(
             }
             continue;
         }
-        let (state, resolved, votes_only) = match apply(agent, &stored, &items, actor.as_ref()) {
+        let applied = match route(agent, &stored, &items, actor.as_ref()).await {
+            Ok(routed) => apply(agent, &stored, &routed, actor.as_ref()),
+            Err(error) => Err(error),
+        };
+        let (state, resolved, votes_only) = match applied {
             Ok(applied) => applied,
             Err(error) => match refusal(error, preloaded, lost_race, run_id) {
                 Some(error) => return Err(error),
@@ -253,6 +303,128 @@ pub(crate) async fn claim_resume(
             Err(error) => return Err(map_store_error(&key, error)),
         }
     }
+}
+
+/// One batch of a claim: each response with the call it names (`None`: the only waiting one).
+type Items = Vec<(Option<ToolCallId>, Resolution)>;
+
+/// The batch with every response to a sub-agent's child's waiting call (named
+/// `PARENT_CALL~CHILD_CALL`, or unnamed when it is the run's only waiting call) turned into one
+/// [`Resolution::Nested`] per sub-agent call, after checking the responses against the child
+/// run as its own claim would (answers, deadlines, approver policies; deeper children the same
+/// way): a refusal there refuses the batch, and nothing changes anywhere.
+///
+/// # Errors
+/// Whatever the child's claim would refuse with, [`ResumeError::ToolUnavailable`] for a
+/// sub-agent the agent no longer has, [`ResumeError::Store`].
+async fn route(
+    agent: &AgentDefinition,
+    stored: &StoredRun,
+    items: &[(Option<ToolCallId>, Resolution)],
+    actor: Option<&Actor>,
+) -> Result<Items, ResumeError> {
+    let Some(step) = stored.state.pending_step.as_ref() else {
+        return Ok(items.to_vec());
+    };
+    if agent.subagents.is_empty() {
+        return Ok(items.to_vec());
+    }
+    let mut routed = Vec::with_capacity(items.len());
+    let mut nested: Vec<(usize, Items)> = Vec::new();
+    for (id, resolution) in items {
+        let target = match id {
+            Some(id) => nested_target(step, id),
+            None => only_nested(&stored.state, step),
+        };
+        match target {
+            Some((index, child_call)) if !matches!(resolution, Resolution::Nested(_)) => {
+                let item = (Some(child_call), resolution.clone());
+                match nested.iter_mut().find(|(at, _)| *at == index) {
+                    Some((_, group)) => group.push(item),
+                    None => nested.push((index, vec![item])),
+                }
+            }
+            _ => routed.push((id.clone(), resolution.clone())),
+        }
+    }
+    for (index, child_items) in nested {
+        let Some(slot) = step.calls.get(index) else {
+            continue;
+        };
+        let CallState::Suspended {
+            subagent: Some(wait),
+            ..
+        } = &slot.state
+        else {
+            continue;
+        };
+        let Some(child) = agent.subagent(&slot.call.name) else {
+            return Err(ResumeError::ToolUnavailable {
+                run_id: stored.state.run_id.clone(),
+                tool_name: slot.call.name.clone(),
+            });
+        };
+        let key = RunKey::new(stored.state.resource_id.clone(), wait.run_id.clone());
+        let child_stored = load_own_run(child, &key).await?;
+        let child_routed = Box::pin(route(child, &child_stored, &child_items, actor)).await?;
+        apply(child, &child_stored, &child_routed, actor)?;
+        let envelope = super::Envelope::new(&child_items, actor);
+        let envelope = serde_json::to_value(envelope).map_err(|error| {
+            ResumeError::Store(StoreError::Corrupt {
+                run_id: stored.state.run_id.clone(),
+                source: error,
+            })
+        })?;
+        routed.push((Some(slot.call.id.clone()), Resolution::Nested(envelope)));
+    }
+    Ok(routed)
+}
+
+/// The sub-agent call of `step` whose child waits for the call `id` names
+/// (`PARENT_CALL~CHILD_CALL`), and the child's call id.
+fn nested_target(step: &PendingStep, id: &ToolCallId) -> Option<(usize, ToolCallId)> {
+    step.calls.iter().enumerate().find_map(|(index, slot)| {
+        let CallState::Suspended {
+            subagent: Some(_), ..
+        } = &slot.state
+        else {
+            return None;
+        };
+        let rest = id
+            .as_str()
+            .strip_prefix(slot.call.id.as_str())?
+            .strip_prefix(SUBAGENT_CALL_SEPARATOR)?;
+        (!rest.is_empty()).then(|| (index, ToolCallId::new(rest)))
+    })
+}
+
+/// The run's only waiting call, when a sub-agent's child waits for it (an unnamed response
+/// answers it).
+fn only_nested(state: &RunState, step: &PendingStep) -> Option<(usize, ToolCallId)> {
+    let pending = state.pending_tool_calls();
+    match pending.as_slice() {
+        [only] if only.subagent.is_some() => nested_target(step, &only.tool_call_id),
+        _ => None,
+    }
+}
+
+/// Whether the id a response names is the call `slot_id` or one its sub-agent's child waits
+/// for.
+fn names_slot(id: &ToolCallId, slot_id: &ToolCallId) -> bool {
+    id == slot_id
+        || id
+            .as_str()
+            .strip_prefix(slot_id.as_str())
+            .is_some_and(|rest| rest.starts_with(SUBAGENT_CALL_SEPARATOR))
+}
+
+/// The ids under which a sub-agent's call `slot_id` announces its child's waiting calls.
+fn nested_ids(slot_id: &ToolCallId, wait: &SubagentWait) -> String {
+    wait.pending
+        .iter()
+        .map(|pending| format!("{slot_id}{SUBAGENT_CALL_SEPARATOR}{}", pending.tool_call_id))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What a refusal of an attempt's responses means: `None` to decide again on a fresh read (the
@@ -328,7 +500,7 @@ fn busy_with_another_call(stored: &StoredRun, items: &[(Option<ToolCallId>, Reso
             id.as_ref().is_some_and(|id| {
                 step.calls
                     .iter()
-                    .any(|slot| &slot.call.id == id && slot.state.is_waiting())
+                    .any(|slot| names_slot(id, &slot.call.id) && slot.state.is_waiting())
             })
         })
 }
@@ -349,6 +521,7 @@ fn recorded_answer(resolution: &Resolution) -> Option<Value> {
             reason: Some(reason),
         }) => Some(json!({"approved": false, "reason": reason})),
         Resolution::Expire => None,
+        Resolution::Nested(envelope) => Some(envelope.clone()),
     }
 }
 
@@ -475,7 +648,43 @@ fn resolve_call(
     }
     let (next, action) = match (&slot.state, resolution) {
         (
-            CallState::Suspended { suspension },
+            CallState::Suspended {
+                suspension,
+                subagent: Some(_),
+            },
+            Resolution::Nested(envelope),
+        ) => {
+            let resuming = CallState::Resuming {
+                suspension: suspension.clone(),
+                resume_data: envelope.clone(),
+            };
+            (resuming, (AuditAction::Answer, None))
+        }
+        (
+            CallState::Suspended {
+                subagent: Some(wait),
+                ..
+            },
+            Resolution::Respond(_),
+        ) => {
+            return Err(invalid(ResumeRejection {
+                expected: format!(
+                    "answers to the sub-agent's waiting calls, by their ids: {}",
+                    nested_ids(&slot.call.id, wait)
+                ),
+                problems: Vec::new(),
+            }));
+        }
+        (CallState::Suspended { subagent: None, .. }, Resolution::Nested(_)) => {
+            return Err(ResumeError::Conflict {
+                run_id: run_id.clone(),
+            });
+        }
+        (
+            CallState::Suspended {
+                suspension,
+                subagent: None,
+            },
             Resolution::Respond(CallResponse::Answer(answer)),
         ) => {
             let Some(tool) = agent.tool(&slot.call.name) else {
@@ -676,7 +885,7 @@ fn decide(
 /// The deadline of a waiting call (a question's or an approval's), if it has one.
 fn deadline_of(state: &CallState) -> Option<u64> {
     match state {
-        CallState::Suspended { suspension } => suspension.expires_at_ms,
+        CallState::Suspended { suspension, .. } => suspension.expires_at_ms,
         CallState::AwaitingApproval { expires_at_ms, .. } => *expires_at_ms,
         _ => None,
     }
@@ -893,9 +1102,26 @@ pub(crate) async fn claim_continue(
     agent: &AgentDefinition,
     run: &RunRef,
 ) -> Result<Claim, ResumeError> {
+    claim_continue_as(agent, run, false).await
+}
+
+/// [`claim_continue`] of a sub-agent's child run, by its parent's call (`subagent.rs`).
+pub(crate) async fn claim_continue_child(
+    agent: &AgentDefinition,
+    run: &RunRef,
+) -> Result<Claim, ResumeError> {
+    claim_continue_as(agent, run, true).await
+}
+
+async fn claim_continue_as(
+    agent: &AgentDefinition,
+    run: &RunRef,
+    by_parent: bool,
+) -> Result<Claim, ResumeError> {
     let key = resolve(agent.store.as_ref(), run).await?;
     let run_id = &key.run_id;
     let stored = load_own_run(agent, &key).await?;
+    refuse_child(&stored, by_parent)?;
     if !matches!(stored.state.status, RunStatus::Failed | RunStatus::Running) {
         return Err(ResumeError::NotContinuable {
             run_id: run_id.clone(),
@@ -968,10 +1194,7 @@ fn settle_unfinished(agent: &AgentDefinition, state: &mut RunState) {
             CallState::Running { .. } => None,
             _ => continue,
         };
-        let idempotent = agent
-            .tool(&slot.call.name)
-            .is_some_and(|tool| tool.tool().idempotent());
-        if idempotent {
+        if agent.reruns_after_crash(&slot.call.name) {
             continue;
         }
         tracing::warn!(

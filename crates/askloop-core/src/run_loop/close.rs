@@ -4,7 +4,7 @@
 use crate::chunk::Chunk;
 use crate::error::AgentError;
 use crate::message::{FinishReason, Message, Usage};
-use crate::run::{CallState, PendingStep, RunStatus, approval_schema};
+use crate::run::{PendingStep, RunState, RunStatus};
 use crate::run_loop::ActiveRun;
 use crate::run_loop::emit::Emitter;
 use crate::run_loop::model_step::StepResponse;
@@ -36,10 +36,8 @@ pub(super) async fn close_step(
         run.state.status = RunStatus::Suspended;
         run.state.pending_step = Some(step);
         run.commit().await?;
-        if let Some(step) = &run.state.pending_step {
-            for chunk in waiting_chunks(step) {
-                out.emit(chunk).await;
-            }
+        for chunk in waiting_chunks(&run.state) {
+            out.emit(chunk).await;
         }
         return Ok(StepEnd::Suspended);
     };
@@ -53,28 +51,14 @@ pub(super) async fn close_step(
     Ok(StepEnd::Continue)
 }
 
-/// One `tool-call-suspended` or `tool-call-approval` chunk per call of `step` that waits for a
-/// person, in call order (an approval's with the votes a quorum recorded so far).
-pub(super) fn waiting_chunks(step: &PendingStep) -> Vec<Chunk> {
-    step.calls
-        .iter()
-        .filter_map(|slot| match &slot.state {
-            CallState::Suspended { suspension } => Some(Chunk::ToolCallSuspended {
-                call: slot.call.clone(),
-                suspension: suspension.clone(),
-            }),
-            CallState::AwaitingApproval {
-                expires_at_ms,
-                quorum,
-            } => Some(Chunk::ToolCallApproval {
-                call: slot.call.clone(),
-                resume_schema: approval_schema(),
-                expires_at_ms: *expires_at_ms,
-                approvals: slot.votes(),
-                quorum: *quorum,
-            }),
-            _ => None,
-        })
+/// One `tool-call-suspended` or `tool-call-approval` chunk per call `state` waits for, in call
+/// order (an approval's with the votes a quorum recorded so far; a sub-agent's call as each of
+/// its child's waiting calls, [`RunState::pending_tool_calls`]).
+pub(super) fn waiting_chunks(state: &RunState) -> Vec<Chunk> {
+    state
+        .pending_tool_calls()
+        .into_iter()
+        .map(Chunk::waiting)
         .collect()
 }
 

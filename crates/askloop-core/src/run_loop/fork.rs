@@ -136,6 +136,7 @@ fn fork_step(stored: &StoredRun, tool_call_id: &ToolCallId) -> Result<ForkStep, 
             let question = question_of(&slot).ok_or_else(not_a_question)?;
             slot.state = CallState::Suspended {
                 suspension: question,
+                subagent: None,
             };
             slot.audit = Vec::new();
         }
@@ -193,6 +194,7 @@ fn pending_slot(
         CallState::Resuming { suspension, .. } => {
             slot.state = CallState::Suspended {
                 suspension: suspension.clone(),
+                subagent: None,
             };
         }
         CallState::AwaitingApproval { .. } => {

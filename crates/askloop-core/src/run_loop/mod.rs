@@ -21,6 +21,7 @@ mod claim;
 mod close;
 mod emit;
 mod end;
+mod envelope;
 mod fork;
 mod model_step;
 mod tools;
@@ -39,7 +40,11 @@ use tracing::Instrument;
 
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) use claim::OUTCOME_UNKNOWN;
-pub(crate) use claim::{Claim, Resolution, claim_continue, claim_resume};
+pub(crate) use envelope::Envelope;
+pub(crate) use claim::{
+    Claim, Resolution, claim_continue, claim_continue_child, claim_resume, claim_resume_child,
+    live_lease_of,
+};
 pub use end::ExpiredRun;
 pub(crate) use end::{cancel_in_store, cancel_run, expired_calls};
 pub(crate) use fork::claim_fork;
@@ -235,6 +240,7 @@ pub(crate) fn start(
             );
             let mut state = state;
             state.started_by = options.starter();
+            state.parent = options.parent.clone();
             let lease = agent.lease_for(&state);
             // Claims the thread's turn (or is refused: then nothing was stored).
             let version = commit_insert(agent.store.as_ref(), &state, lease.as_ref()).await?;
@@ -319,11 +325,7 @@ pub(crate) fn resume(agent: Arc<AgentDefinition>, claim: Claim) -> AgentStream {
     let (state, version, resolved) = claim.into_parts();
     let key = state.key();
     if state.status == RunStatus::Suspended {
-        let chunks = state
-            .pending_step
-            .as_ref()
-            .map(close::waiting_chunks)
-            .unwrap_or_default();
+        let chunks = close::waiting_chunks(&state);
         let stream = driven(move |mut out| async move {
             for chunk in chunks {
                 out.emit(chunk).await;

@@ -8,8 +8,10 @@
 //! call's outcome (result or suspension) is committed as soon as it exists. A crash then leaves
 //! every side effect either recorded or visibly unfinished, never silently lost or repeated.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::channel::mpsc;
+use futures::future::Either;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::Value;
@@ -24,7 +26,10 @@ use crate::run::{CallSlot, CallState, PendingStep, RunStatus};
 use crate::run_loop::ActiveRun;
 use crate::run_loop::emit::Emitter;
 use crate::time::now_ms;
-use crate::tool::{Execution, Suspension, ToolContext, ToolError};
+use crate::tool::{CallScope, Execution, Suspension, ToolContext, ToolError};
+
+/// How many sub-agent chunks wait for the stream before a sub-agent's child pauses.
+const SUBAGENT_CHUNKS: usize = 16;
 
 /// One call to run: its index in the step, its checked arguments, and on resume its answer and
 /// the suspension that answer resolves.
@@ -89,7 +94,7 @@ pub(super) async fn run_calls(
     if journaled {
         record(run, &step).await?;
     }
-    run_work(run, &agent, &mut step, work, journaled).await?;
+    run_work(run, &agent, &mut step, work, journaled, out).await?;
     for slot in &step.calls {
         if let CallState::Completed { result } = &slot.state {
             out.emit(Chunk::ToolResult {
@@ -129,13 +134,23 @@ async fn run_work(
     step: &mut PendingStep,
     work: Vec<Work>,
     journaled: bool,
+    out: &mut Emitter,
 ) -> Result<(), AgentError> {
     let run_id = run.state.run_id.clone();
+    // Sub-agents' chunks, streamed while their calls run.
+    let (sink, mut chunks) = mpsc::channel(SUBAGENT_CHUNKS);
     let mut running: FuturesUnordered<_> = work
         .into_iter()
         .map(|(index, args, answer, suspension)| {
             let call = step.calls[index].call.clone();
             let run_id = &run_id;
+            let scope = Arc::new(CallScope {
+                resource_id: run.state.resource_id.clone(),
+                parent: run.state.parent.clone(),
+                started_by: run.state.started_by.clone(),
+                chunks: sink.clone(),
+                wait: Mutex::new(None),
+            });
             async move {
                 let idempotent = is_idempotent(agent, &call);
                 // Attribute names of the OpenTelemetry GenAI semantic conventions.
@@ -147,7 +162,7 @@ async fn run_work(
                     resumed = answer.is_some(),
                     outcome = tracing::field::Empty,
                 );
-                let outcome = execute(agent, run_id, &call, args, answer, suspension)
+                let outcome = execute(agent, run_id, &call, args, answer, suspension, scope)
                     .instrument(span.clone())
                     .await;
                 span.record("outcome", outcome_name(&outcome));
@@ -155,7 +170,27 @@ async fn run_work(
             }
         })
         .collect();
-    while let Some((index, idempotent, outcome)) = running.next().await {
+    drop(sink);
+    let mut streaming = true;
+    loop {
+        let next = if streaming {
+            match futures::future::select(running.next(), chunks.next()).await {
+                Either::Left((next, _)) => next,
+                Either::Right((Some(chunk), _)) => {
+                    out.emit(chunk).await;
+                    continue;
+                }
+                Either::Right((None, _)) => {
+                    streaming = false;
+                    continue;
+                }
+            }
+        } else {
+            running.next().await
+        };
+        let Some((index, idempotent, outcome)) = next else {
+            break;
+        };
         if let Some(slot) = step.calls.get_mut(index) {
             slot.state = outcome;
             // An approved call's result records its approval as its answer, so a repeated
@@ -170,6 +205,10 @@ async fn run_work(
         if journaled && !idempotent {
             record(run, step).await?;
         }
+    }
+    // What a finished call sent last.
+    while let Ok(chunk) = chunks.try_recv() {
+        out.emit(chunk).await;
     }
     Ok(())
 }
@@ -275,7 +314,7 @@ pub(super) async fn settle_claimed(
             .await;
         }
     }
-    run_work(run, &agent, &mut step, work, true).await?;
+    run_work(run, &agent, &mut step, work, true, out).await?;
     for index in claimed {
         let Some(slot) = step.calls.get(index) else {
             continue;
@@ -315,6 +354,7 @@ async fn execute(
     args: Value,
     answer: Option<Value>,
     suspension: Option<Suspension>,
+    scope: Arc<CallScope>,
 ) -> CallState {
     // A resumed call's result keeps the question it answered.
     let question = suspension.clone().map(Box::new);
@@ -333,7 +373,8 @@ async fn execute(
             answer,
         );
     };
-    let mut context = ToolContext::in_run(run_id.clone(), call.id.clone(), answer.clone());
+    let mut context = ToolContext::in_run(run_id.clone(), call.id.clone(), answer.clone())
+        .with_scope(Arc::clone(&scope));
     if let Some(suspension) = suspension {
         context = context.with_suspension(suspension);
     }
@@ -359,7 +400,18 @@ async fn execute(
             if suspension.resume_schema.is_none() {
                 suspension.resume_schema = tool.tool().resume_schema();
             }
-            CallState::Suspended { suspension }
+            // A sub-agent's call waits for its child's calls.
+            let subagent = scope
+                .wait
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+                .filter(|_| agent.subagent(&call.name).is_some())
+                .map(Box::new);
+            CallState::Suspended {
+                suspension,
+                subagent,
+            }
         }
         Err(error) => failed(error, answer),
     }

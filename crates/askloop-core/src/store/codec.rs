@@ -19,6 +19,7 @@ use crate::actor::Actor;
 use crate::ids::{AgentId, ResourceId, RunId, ThreadId};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::run::{
+    ParentRun,
     CallSlot, CallState, ForkedFrom, PendingStep, RUN_FORMAT_VERSION, RunFailure, RunState,
     RunStatus,
 };
@@ -51,6 +52,8 @@ struct HeadOut<'a> {
     forked_from: &'a Option<ForkedFrom>,
     #[serde(skip_serializing_if = "Option::is_none")]
     started_by: &'a Option<Actor>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent: &'a Option<ParentRun>,
 }
 
 impl<'a> HeadOut<'a> {
@@ -74,6 +77,7 @@ impl<'a> HeadOut<'a> {
             updated_at_ms: state.updated_at_ms,
             forked_from: &state.forked_from,
             started_by: &state.started_by,
+            parent: &state.parent,
         }
     }
 }
@@ -105,6 +109,8 @@ struct HeadIn {
     forked_from: Option<ForkedFrom>,
     #[serde(default)]
     started_by: Option<Actor>,
+    #[serde(default)]
+    parent: Option<ParentRun>,
 }
 
 impl HeadIn {
@@ -129,6 +135,7 @@ impl HeadIn {
             updated_at_ms: self.updated_at_ms,
             forked_from: self.forked_from,
             started_by: self.started_by,
+            parent: self.parent,
         }
     }
 }
@@ -400,7 +407,10 @@ pub fn upgrade_v1(run_id: &RunId, text: &str) -> Result<RunState, StoreError> {
                 call: slot.call,
                 state: match slot.state {
                     V1CallState::Completed { result } => CallState::Completed { result },
-                    V1CallState::Suspended { suspension } => CallState::Suspended { suspension },
+                    V1CallState::Suspended { suspension } => CallState::Suspended {
+                        suspension,
+                        subagent: None,
+                    },
                     V1CallState::Resuming {
                         suspension,
                         resume_data,
@@ -432,6 +442,7 @@ pub fn upgrade_v1(run_id: &RunId, text: &str) -> Result<RunState, StoreError> {
         updated_at_ms: v1.updated_at_ms,
         forked_from: None,
         started_by: None,
+        parent: None,
     })
 }
 

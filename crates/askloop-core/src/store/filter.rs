@@ -92,6 +92,12 @@ pub struct RunFilter {
     /// Only forks of the run with this id ([`RunSummary::forked_from`]; a fork is in its
     /// original's resource).
     pub forked_from: Option<RunId>,
+    /// Only the child runs that the run with this id started through its sub-agents
+    /// ([`RunSummary::parent`]; a child is in its parent's resource).
+    pub parent_run_id: Option<RunId>,
+    /// Only runs that are no sub-agent's child run (what a person started: the roots of the
+    /// trees, whose waiting calls include their children's).
+    pub top_level: bool,
     /// Only runs after this position of the newest-first order (from [`RunPage::next_cursor`]).
     pub cursor: Option<RunCursor>,
     /// At most this many runs; `None` for all.
@@ -159,6 +165,21 @@ impl RunFilter {
         self
     }
 
+    /// Only the child runs that run `run_id` started through its sub-agents
+    /// ([`crate::AgentBuilder::subagent`]): the runs whose `parent` names it (with
+    /// [`RunFilter::resource`], those of the parent's resource).
+    pub fn children_of(mut self, run_id: impl Into<RunId>) -> Self {
+        self.parent_run_id = Some(run_id.into());
+        self
+    }
+
+    /// Only runs that are no sub-agent's child run: an inbox lists these, each root showing
+    /// its children's waiting calls as its own.
+    pub fn top_level(mut self) -> Self {
+        self.top_level = true;
+        self
+    }
+
     /// Continues a listing after this cursor.
     pub fn after(mut self, cursor: RunCursor) -> Self {
         self.cursor = Some(cursor);
@@ -209,6 +230,13 @@ impl RunFilter {
                     .as_ref()
                     .is_some_and(|from| &from.run_id == original)
             })
+            && self.parent_run_id.as_ref().is_none_or(|parent| {
+                summary
+                    .parent
+                    .as_ref()
+                    .is_some_and(|link| &link.run_id == parent)
+            })
+            && (!self.top_level || summary.parent.is_none())
     }
 
     /// Whether a run at this position comes after the cursor (always, without one).

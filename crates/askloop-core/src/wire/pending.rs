@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::form::Field;
 use crate::ids::{RunId, ToolCallId};
 use crate::message::{ToolArgs, ToolCall};
-use crate::run::{ApprovalVote, PendingKind, PendingToolCall};
+use crate::run::{ApprovalVote, PendingKind, PendingToolCall, SubagentOrigin};
 use crate::tool::Suspension;
 use crate::wire::field::field_to_json;
 
@@ -111,6 +111,13 @@ pub struct PendingCall {
     /// For an approval that needs several approvers: how many. Absent for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum: Option<u32>,
+    /// Where the call comes from when a sub-agent asked it: `{"path": ["researcher", …],
+    /// "runId", "toolCallId"}` (the agents from this run's child to the asking run, that run,
+    /// and the call's id there; `toolCallId` above is `PARENT_CALL~CHILD_CALL`). Absent for the
+    /// run's own calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub subagent: Option<SubagentOrigin>,
 }
 
 /// One approval of a call that needs several, as JSON: `{"by": "ops-key", "at":
@@ -181,6 +188,7 @@ impl PendingCall {
             expires_at: call.expires_at_ms.map(crate::time::rfc3339),
             approvals: approvals_json(&call.approvals),
             quorum: call.quorum,
+            subagent: call.subagent.clone(),
         }
     }
 
@@ -229,6 +237,10 @@ impl PendingCall {
                 ),
             _ => return None,
         };
+        let mut pending = pending;
+        pending.subagent = payload
+            .get("subagent")
+            .and_then(|origin| serde_json::from_value(origin.clone()).ok());
         Some(Self::of(&run_id, &pending))
     }
 }
@@ -320,6 +332,7 @@ mod tests {
             &Chunk::ToolCallSuspended {
                 call: call.clone(),
                 suspension: suspension.clone(),
+                subagent: None,
             },
         );
         let stored = PendingCall::of(&RunId::from("R"), &PendingToolCall::new(&call, &suspension));
@@ -338,6 +351,7 @@ mod tests {
                     expires_at_ms: deadline,
                     approvals: Vec::new(),
                     quorum: None,
+                    subagent: None,
                 },
             );
             let stored = PendingCall::of(
