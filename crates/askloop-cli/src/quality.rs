@@ -411,7 +411,9 @@ async fn drain(stream: askloop_core::AgentStream) -> Drained {
     while let Some(chunk) = stream.next().await {
         match chunk {
             Ok(Chunk::TextDelta { text: delta }) => drained.text.push_str(&delta),
-            Ok(Chunk::ToolCallSuspended { call, suspension, .. }) => {
+            Ok(Chunk::ToolCallSuspended {
+                call, suspension, ..
+            }) => {
                 drained.suspended = Some((call, suspension.payload));
             }
             Ok(Chunk::Finish { .. }) => drained.finished = true,

@@ -10,9 +10,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::StreamExt;
 use futures::channel::mpsc;
 use futures::future::Either;
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tracing::Instrument;
