@@ -37,7 +37,7 @@ use crate::options::RunOptions;
 use crate::run::{ParentRun, RunState, RunStatus, SubagentWait};
 use crate::run_loop::{self, Envelope};
 use crate::schema::schema_of;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoredRun};
 use crate::stream::AgentStream;
 use crate::tool::{DynTool, Execution, ResumeRejection, ToolContext, ToolError};
 
@@ -261,58 +261,74 @@ impl<'a> Child<'a> {
                     let Some(given) = envelope.take() else {
                         return Ok(self.suspend(&stored.state, context));
                     };
-                    let items = given.resolutions();
-                    let claimed = run_loop::claim_resume_child(
-                        self.agent,
-                        &RunRef::Key(self.key.clone()),
-                        items,
-                        given.actor().cloned(),
-                        Some(stored),
-                    )
-                    .await;
-                    match claimed {
-                        Ok(claim) => {
-                            let stream = run_loop::resume(Arc::clone(self.agent), claim);
-                            self.forward(stream, context).await;
-                        }
-                        Err(ResumeError::Conflict { .. } | ResumeError::InProgress { .. }) => {
-                            envelope = Some(given);
-                            tokio::time::sleep(DRIVER_POLL).await;
-                        }
-                        // Refused: the answer was taken before (a run again after a crash) or
-                        // no longer fits; the child's calls as they stand are the outcome.
-                        Err(error) => tracing::info!(
-                            run_id = %self.key.run_id,
-                            error = %error_chain_text(&error),
-                            "a sub-agent's answer was not applied again"
-                        ),
-                    }
+                    envelope = self.answer(stored, given, context).await;
                 }
-                RunStatus::Running => {
-                    if let Some(lease) = run_loop::live_lease_of(&stored) {
-                        let left = lease
-                            .expires_at_ms
-                            .saturating_sub(crate::time::lease_now_ms());
-                        tokio::time::sleep(DRIVER_POLL.min(Duration::from_millis(left.max(1))))
-                            .await;
-                        continue;
-                    }
-                    match run_loop::claim_continue_child(self.agent, &RunRef::Key(self.key.clone()))
-                        .await
-                    {
-                        Ok(claim) => {
-                            let stream = run_loop::resume(Arc::clone(self.agent), claim);
-                            self.forward(stream, context).await;
-                        }
-                        Err(ResumeError::Conflict { .. } | ResumeError::InProgress { .. }) => {
-                            tokio::time::sleep(DRIVER_POLL).await;
-                        }
-                        Err(error) => return Err(error_chain_text(&error)),
-                    }
-                }
+                RunStatus::Running => self.follow(&stored, context).await?,
             }
         }
         Err("the sub-agent's run did not settle".into())
+    }
+
+    /// Claims the waiting child with the answers `given` and drives it; gives them back when
+    /// the claim must be tried again (another driver is settling the child).
+    async fn answer(
+        &self,
+        stored: StoredRun,
+        given: Envelope,
+        context: &ToolContext,
+    ) -> Option<Envelope> {
+        let claimed = run_loop::claim_resume_child(
+            self.agent,
+            &RunRef::Key(self.key.clone()),
+            given.resolutions(),
+            given.actor().cloned(),
+            Some(stored),
+        )
+        .await;
+        match claimed {
+            Ok(claim) => {
+                let stream = run_loop::resume(Arc::clone(self.agent), claim);
+                self.forward(stream, context).await;
+                None
+            }
+            Err(ResumeError::Conflict { .. } | ResumeError::InProgress { .. }) => {
+                tokio::time::sleep(DRIVER_POLL).await;
+                Some(given)
+            }
+            // Refused: the answer was taken before (a run again after a crash) or no longer
+            // fits; the child's calls as they stand are the outcome.
+            Err(error) => {
+                tracing::info!(
+                    run_id = %self.key.run_id,
+                    error = %error_chain_text(&error),
+                    "a sub-agent's answer was not applied again"
+                );
+                None
+            }
+        }
+    }
+
+    /// A running child: waits while its driver's lease lives, else takes it over and drives it.
+    async fn follow(&self, stored: &StoredRun, context: &ToolContext) -> Result<(), String> {
+        if let Some(lease) = run_loop::live_lease_of(stored) {
+            let left = lease
+                .expires_at_ms
+                .saturating_sub(crate::time::lease_now_ms());
+            tokio::time::sleep(DRIVER_POLL.min(Duration::from_millis(left.max(1)))).await;
+            return Ok(());
+        }
+        match run_loop::claim_continue_child(self.agent, &RunRef::Key(self.key.clone())).await {
+            Ok(claim) => {
+                let stream = run_loop::resume(Arc::clone(self.agent), claim);
+                self.forward(stream, context).await;
+                Ok(())
+            }
+            Err(ResumeError::Conflict { .. } | ResumeError::InProgress { .. }) => {
+                tokio::time::sleep(DRIVER_POLL).await;
+                Ok(())
+            }
+            Err(error) => Err(error_chain_text(&error)),
+        }
     }
 
     /// The options of the child's insert: its derived id, its own thread (named by its id), the
