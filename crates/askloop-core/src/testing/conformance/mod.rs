@@ -24,6 +24,7 @@ mod links;
 mod outbox;
 mod policy;
 mod store;
+mod subagents;
 pub mod support;
 mod tenancy;
 mod waits;
@@ -115,6 +116,9 @@ macro_rules! store_conformance_tests {
             issue34_concurrent_approvals_reach_the_quorum_once,
             issue34_a_fork_carries_no_votes,
             issue34_an_edited_vote_shows_what_it_approved,
+            issue35_summaries_carry_the_parent_link,
+            issue35_children_are_listed_by_parent_within_their_resource,
+            issue35_top_level_and_children_page_with_status_and_cursor,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

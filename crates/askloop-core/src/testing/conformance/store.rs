@@ -24,6 +24,7 @@ use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::links::*;
 use crate::testing::conformance::outbox::*;
 use crate::testing::conformance::policy::*;
+use crate::testing::conformance::subagents::*;
 use crate::testing::conformance::support::*;
 use crate::testing::conformance::tenancy::*;
 use crate::testing::conformance::waits::*;
@@ -107,6 +108,9 @@ scenarios![
     issue34_concurrent_approvals_reach_the_quorum_once,
     issue34_a_fork_carries_no_votes,
     issue34_an_edited_vote_shows_what_it_approved,
+    issue35_summaries_carry_the_parent_link,
+    issue35_children_are_listed_by_parent_within_their_resource,
+    issue35_top_level_and_children_page_with_status_and_cursor,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
