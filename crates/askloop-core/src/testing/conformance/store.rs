@@ -24,6 +24,7 @@ use crate::testing::conformance::hitl::*;
 use crate::testing::conformance::links::*;
 use crate::testing::conformance::outbox::*;
 use crate::testing::conformance::policy::*;
+use crate::testing::conformance::subagent_listing::*;
 use crate::testing::conformance::subagents::*;
 use crate::testing::conformance::support::*;
 use crate::testing::conformance::tenancy::*;
@@ -115,6 +116,9 @@ scenarios![
     issue35_a_crash_in_the_childs_model_call_is_recovered_at_the_root,
     issue35_a_refused_nested_decision_changes_nothing_in_the_tree,
     issue35_a_childs_deadline_is_swept_through_the_root,
+    issue35_summaries_carry_the_parent_link,
+    issue35_children_are_listed_by_parent_within_their_resource,
+    issue35_top_level_and_children_page_with_status_and_cursor,
 ];
 
 async fn insert_then_load_round_trips(store: Arc<dyn RunStore>) {
