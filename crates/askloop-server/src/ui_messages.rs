@@ -104,10 +104,21 @@ fn apply_results(parts: &mut [Value], results: &[ToolResult]) {
 }
 
 /// The run's pending calls: an approval's tool part `approval-requested`, and per call a
-/// `data-askloop-question` part whose `data` is the [`PendingCall`].
+/// `data-askloop-question` part whose `data` is the [`PendingCall`]; a sub-agent's waiting
+/// call (which no step of this run made) gets its tool part first.
 fn push_pending(parts: &mut Vec<Value>, run: &RunState) {
     for pending in run.pending_tool_calls() {
         let id = pending.tool_call_id.as_str();
+        // A sub-agent's waiting call (`PARENT_CALL~CHILD_CALL`) has no step of this run: its
+        // tool part is added here, as the live stream announces it.
+        if pending.subagent.is_some() && tool_part(parts, id).is_none() {
+            parts.push(json!({
+                "type": format!("tool-{}", pending.tool_name),
+                "toolCallId": id,
+                "state": "input-available",
+                "input": pending.args,
+            }));
+        }
         if pending.kind == PendingKind::Approval
             && let Some(part) = tool_part(parts, id)
         {

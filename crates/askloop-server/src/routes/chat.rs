@@ -253,7 +253,7 @@ impl Chat<'_> {
             .filter_map(|part| part.get("toolCallId").and_then(Value::as_str))
             .map(str::to_owned)
             .collect();
-        let ui = UiStream::new(self.metadata(&run_id), None, known);
+        let ui = UiStream::new(self.metadata(&run_id), None, known).with_subagents(&last.parts);
         let respond = self
             .agent
             .respond(waiting.key())
