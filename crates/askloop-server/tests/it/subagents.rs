@@ -437,8 +437,17 @@ async fn issue35_the_chat_shows_a_subagents_work_and_question(backend: Backend) 
             .any(|part| part["type"] == "data-askloop-question"
                 && part["data"]["subagent"]["toolCallId"] == "r1")
     );
+    // … and the child's work as the stream last showed it.
+    let work: Vec<&Value> = parts
+        .iter()
+        .filter(|part| part["type"] == "data-askloop-subagent")
+        .collect();
+    assert_eq!(work.len(), 1, "{parts:#?}");
+    assert_eq!(work[0]["id"], child.as_str());
+    assert_eq!(work[0]["data"], last["data"]);
 
     // The answer, as `addToolOutput` sends it (with the child's data part the client shows).
+    let shown = last["data"].clone();
     let mut answered = parts.clone();
     for part in &mut answered {
         if part["toolCallId"] == "s1~r1" {
@@ -446,7 +455,6 @@ async fn issue35_the_chat_shows_a_subagents_work_and_question(backend: Backend) 
             part["output"] = json!("arxiv");
         }
     }
-    answered.push(json!({"type": "data-askloop-subagent", "id": child, "data": last["data"]}));
     let (status, chunks, body) = stream(
         &router,
         "POST",
@@ -485,4 +493,21 @@ async fn issue35_the_chat_shows_a_subagents_work_and_question(backend: Backend) 
         .collect();
     assert_eq!(text, "Report done.");
     assert_eq!(chunks.last().unwrap()["finishReason"], "stop");
+    let (_, messages) = call(
+        &router,
+        "GET",
+        &format!("/api/agents/supervisor/chat/{chat}/messages"),
+        None,
+        None,
+    )
+    .await;
+    let parts = messages["messages"][1]["parts"].as_array().unwrap();
+    let work = parts
+        .iter()
+        .find(|part| part["type"] == "data-askloop-subagent")
+        .unwrap_or_else(|| panic!("{parts:#?}"));
+    let mut done = shown;
+    done["status"] = json!("completed");
+    done["text"] = json!("Looking into it.Found it in arxiv.");
+    assert_eq!(work["data"], done);
 }
