@@ -481,8 +481,7 @@ async fn issue35_the_chat_shows_a_subagents_work_and_question(backend: Backend) 
     assert!(nested_done < parent_done, "{kinds:?}");
     let last = chunks
         .iter()
-        .filter(|chunk| chunk["type"] == "data-askloop-subagent")
-        .next_back()
+        .rfind(|chunk| chunk["type"] == "data-askloop-subagent")
         .unwrap();
     assert_eq!(last["data"]["status"], "completed");
     assert_eq!(last["data"]["text"], "Looking into it.Found it in arxiv.");
