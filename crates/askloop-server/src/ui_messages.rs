@@ -61,25 +61,32 @@ pub(crate) fn ui_messages(run: &RunState, subagents: Vec<Value>) -> Vec<Value> {
 /// The `data-askloop-subagent` part of child run `child` as the chat stream last sends it
 /// ([`crate::ui_stream`]): `parent_run_id` the run whose call started it, `started_by` that call
 /// as the root names it (`s1`, a grandchild's `s1~c5`), `path` the sub-agents from the root's
-/// child down to it; its text is every text part of its steps, its status the run's.
+/// child down to it; its text is its steps' texts, a line break between two, its status the
+/// run's.
 pub(crate) fn subagent_part(
     child: &RunState,
     parent_run_id: &str,
     started_by: &str,
     path: &[String],
 ) -> Value {
-    let text: String = child
+    let steps: Vec<String> = child
         .messages()
         .iter()
-        .flat_map(|message| match message {
-            Message::Assistant { parts } => parts.as_slice(),
-            _ => &[],
-        })
-        .filter_map(|part| match part {
-            AssistantPart::Text { text } => Some(text.as_str()),
+        .filter_map(|message| match message {
+            Message::Assistant { parts } => Some(
+                parts
+                    .iter()
+                    .filter_map(|part| match part {
+                        AssistantPart::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<String>(),
+            ),
             _ => None,
         })
+        .filter(|text| !text.is_empty())
         .collect();
+    let text = steps.join("\n");
     let run_id = child.run_id().as_str();
     json!({
         "type": "data-askloop-subagent",

@@ -27,7 +27,7 @@
 //! data part of the same type and id) as it changes: `data: {runId, agentId, parentRunId,
 //! toolCallId, path, text, status}` — `toolCallId` is the call that started it as the root
 //! names it (`c1`, a grandchild's `c1~c5`), `path` the sub-agents from the root's down to it,
-//! `text` the child's text so far, `status` `running`, `suspended` (the stream ended while it
+//! `text` the child's text so far (its steps' texts, a line break between two), `status` `running`, `suspended` (the stream ended while it
 //! waits), `completed`, `failed` or `cancelled`. A child's waiting calls come as the root's own
 //! (`tool-call-suspended` with the composite id `PARENT_CALL~CHILD_CALL` and its `subagent`
 //! origin): a tool part of that id and its `data-askloop-question`, answered like any other; the
@@ -101,6 +101,8 @@ pub(crate) struct UiStream {
     finished: bool,
     /// The child runs seen so far (`data-askloop-subagent`), by run id.
     subagents: BTreeMap<String, Value>,
+    /// The child runs whose next text starts a new step's: a line break goes before it.
+    step_breaks: HashSet<String>,
 }
 
 impl UiStream {
@@ -117,6 +119,7 @@ impl UiStream {
             parts: 0,
             finished: false,
             subagents: BTreeMap::new(),
+            step_breaks: HashSet::new(),
         }
     }
 
@@ -288,10 +291,20 @@ impl UiStream {
             .and_then(Value::as_str)
             .unwrap_or_default()
         {
-            "start" | "step-start" => set_status(entry, "running"),
+            "start" => set_status(entry, "running"),
+            "step-start" => {
+                if !str_field(entry, "text").is_empty() {
+                    self.step_breaks.insert(run_id.to_owned());
+                }
+                set_status(entry, "running")
+            }
             "text-delta" => {
                 let delta = str_field(&payload, "text");
-                let text = format!("{}{delta}", str_field(entry, "text"));
+                let mut text = str_field(entry, "text");
+                if !delta.is_empty() && self.step_breaks.remove(run_id) {
+                    text.push('\n');
+                }
+                let text = format!("{text}{delta}");
                 entry["text"] = json!(text);
                 entry["status"] = json!("running");
                 !delta.is_empty()

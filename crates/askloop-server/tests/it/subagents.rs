@@ -484,7 +484,7 @@ async fn issue35_the_chat_shows_a_subagents_work_and_question(backend: Backend) 
         .rfind(|chunk| chunk["type"] == "data-askloop-subagent")
         .unwrap();
     assert_eq!(last["data"]["status"], "completed");
-    assert_eq!(last["data"]["text"], "Looking into it.Found it in arxiv.");
+    assert_eq!(last["data"]["text"], "Looking into it.\nFound it in arxiv.");
     let text: String = chunks
         .iter()
         .filter(|chunk| chunk["type"] == "text-delta")
@@ -507,6 +507,6 @@ async fn issue35_the_chat_shows_a_subagents_work_and_question(backend: Backend) 
         .unwrap_or_else(|| panic!("{parts:#?}"));
     let mut done = shown;
     done["status"] = json!("completed");
-    done["text"] = json!("Looking into it.Found it in arxiv.");
+    done["text"] = json!("Looking into it.\nFound it in arxiv.");
     assert_eq!(work["data"], done);
 }
