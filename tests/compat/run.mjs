@@ -7,7 +7,12 @@
 // Covers: listAgents and details; stream -> `tool-call-suspended` seen through the client's own
 // stream processing -> listSuspendedRuns -> resumeStream with the answer -> streamed text ->
 // finish; an invalid answer (400 with the allowed labels); an unknown run (404); declineToolCall
-// and approveToolCall of an MCP tool that requires approval; approving a finished run (409).
+// and approveToolCall of an MCP tool that requires approval; approving a finished run (409);
+// sub-agents (issue 35): a supervisor whose researcher sub-agent asks — the supervisor's stream
+// ends with the nested question (composite id `s1~r1`, `subagent` origin), listSuspendedRuns
+// lists the supervisor's run only, resumeStream on the root answers it in one stream (the
+// researcher's `subagent-chunk`s, then the supervisor's finish), and resumeStream of the child
+// run itself is 409 `child_run`. (These need askloop.toml's `subagents` and `description`.)
 // Any failure prints what differed and exits 1.
 
 import { spawn } from 'node:child_process';
@@ -138,6 +143,31 @@ writeFileSync(
     ],
   }),
 );
+const researcherScript = join(tmp, 'researcher.json');
+writeFileSync(
+  researcherScript,
+  JSON.stringify({
+    steps: [
+      {
+        text: 'Looking into it.',
+        toolCalls: [
+          { id: 'r1', name: 'ask_user', args: { question: 'Which source?', options: [{ label: 'arxiv' }, { label: 'web' }] } },
+        ],
+      },
+      { text: 'Found it in arxiv.' },
+    ],
+  }),
+);
+const supervisorScript = join(tmp, 'supervisor.json');
+writeFileSync(
+  supervisorScript,
+  JSON.stringify({
+    steps: [
+      { toolCalls: [{ id: 's1', name: 'researcher', args: { prompt: 'Find the paper.' } }] },
+      { text: 'Report done.' },
+    ],
+  }),
+);
 const fsServer = join(here, 'node_modules', '@modelcontextprotocol', 'server-filesystem', 'dist', 'index.js');
 writeFileSync(
   join(tmp, 'askloop.toml'),
@@ -150,6 +180,15 @@ writeFileSync(
     '[agents.files.mcp.fs]',
     `command = ["node", ${JSON.stringify(fsServer)}, "notes"]`,
     'require_approval = ["write_file"]',
+    '',
+    '[agents.researcher]',
+    `model = ${JSON.stringify(`scripted:${researcherScript}`)}`,
+    'description = "Finds papers; may ask which source to use."',
+    '',
+    '[agents.supervisor]',
+    `model = ${JSON.stringify(`scripted:${supervisorScript}`)}`,
+    'tools = []',
+    'subagents = ["researcher"]',
     '',
   ].join('\n'),
 );
@@ -309,6 +348,55 @@ await test('approveToolCall of a finished run is 409; of an unknown run 404', as
   check(approvedRun, 'needs the run of the approve case');
   await rejection(files.approveToolCall({ runId: approvedRun, toolCallId: 'w1' }), 409, 'approveToolCall of a finished run');
   await rejection(files.declineToolCall({ runId: 'no-such-run', toolCallId: 'w1' }), 404, 'declineToolCall of an unknown run');
+});
+
+const supervisor = client.getAgent('supervisor');
+const researcher = client.getAgent('researcher');
+let rootRun;
+let childRun;
+await test('sub-agents: the supervisor\'s stream ends with the researcher\'s question (composite id, origin)', async () => {
+  const chunks = await chunksOf(supervisor.stream('Write the report.', { memory: { thread: 'compat-team', resource: 'compat-user' } }), 'stream (supervisor)');
+  rootRun = chunks[0]?.runId;
+  check(chunks.every((c) => c.runId === rootRun), 'every chunk carries the root run\'s id', chunks);
+  const nested = chunks.filter((c) => c.type === 'subagent-chunk');
+  check(nested.length > 0, 'the researcher\'s chunks come as subagent-chunk', types(chunks));
+  check(nested.every((c) => c.payload.agentId === 'researcher' && c.payload.toolCallId === 's1'), 'marked with the sub-agent and the supervisor\'s call', nested);
+  const last = chunks.at(-1);
+  check(last.type === 'tool-call-suspended', 'the stream ends with tool-call-suspended', types(chunks));
+  check(last.payload.toolCallId === 's1~r1' && last.payload.toolName === 'ask_user', 'the nested call s1~r1 of ask_user', last.payload);
+  check(last.payload.suspendPayload?.question === 'Which source?', 'with the researcher\'s question', last.payload);
+  check(JSON.stringify(last.payload.subagent?.path) === '["researcher"]' && last.payload.subagent?.toolCallId === 'r1', 'and its origin', last.payload);
+  childRun = last.payload.subagent.runId;
+  check(typeof childRun === 'string' && childRun !== rootRun, 'the child run is another run', last.payload);
+});
+
+await test('sub-agents: listSuspendedRuns lists the root only, with the nested call', async () => {
+  check(rootRun, 'needs the run of the sub-agent stream case');
+  const list = await supervisor.listSuspendedRuns({ resourceId: 'compat-user' });
+  const run = list.runs.find((r) => r.runId === rootRun);
+  check(run && run.toolCalls?.length === 1 && run.toolCalls[0].toolCallId === 's1~r1', 'the supervisor\'s run waits for s1~r1', list);
+  const children = await researcher.listSuspendedRuns({ resourceId: 'compat-user' });
+  check(children.total === 0, 'the child run is no entry of its own', children);
+});
+
+await test('sub-agents: resumeStream of the child run itself is 409 child_run', async () => {
+  check(childRun, 'needs the run of the sub-agent stream case');
+  const error = await rejection(researcher.resumeStream('arxiv', { runId: childRun, toolCallId: 'r1' }), 409, 'resumeStream of the child run');
+  check(error.body.code === 'child_run' && error.body.message.includes(rootRun), 'code child_run, naming the root run', error.body);
+});
+
+await test('sub-agents: resumeStream on the root answers the nested question: the researcher\'s chunks, then the finish', async () => {
+  check(rootRun, 'needs the run of the sub-agent stream case');
+  const chunks = await chunksOf(supervisor.resumeStream('arxiv', { runId: rootRun, toolCallId: 's1~r1' }), 'resumeStream (nested)');
+  check(chunks.every((c) => c.runId === rootRun), 'every chunk carries the root run\'s id', chunks);
+  const inner = chunks.filter((c) => c.type === 'subagent-chunk').map((c) => c.payload.chunk);
+  check(inner.some((c) => c.type === 'tool-result' && c.payload.toolCallId === 'r1' && JSON.stringify(c.payload.result).includes('arxiv')), 'the researcher\'s r1 got the answer', inner);
+  check(inner.filter((c) => c.type === 'text-delta').map((c) => c.payload.text).join('').includes('Found it in arxiv.'), 'the researcher went on', inner);
+  const parentResult = chunks.find((c) => c.type === 'tool-result' && c.payload.toolCallId === 's1');
+  check(parentResult && JSON.stringify(parentResult.payload.result).includes('Found it in arxiv.'), 'the supervisor\'s s1 has the researcher\'s text', parentResult);
+  check(chunks.findIndex((c) => c.type === 'subagent-chunk') < chunks.indexOf(parentResult), 'the child\'s chunks come first', types(chunks));
+  check(textOf(chunks) === 'Report done.', 'then the supervisor\'s text', textOf(chunks));
+  check(chunks.at(-1)?.type === 'finish', 'the stream ends with finish', types(chunks));
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,6 @@ import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const only = process.argv.slice(2);
-const files = (only.length ? only : ["protocol.test.mjs", "e2e.test.mjs", "issue33.test.mjs", "issue34.test.mjs", "issue34-fork.test.mjs", "links.test.mjs", "approvers.test.mjs", "stop.test.mjs", "cors.test.mjs"]).map((file) => join(here, file));
+const files = (only.length ? only : ["protocol.test.mjs", "e2e.test.mjs", "issue33.test.mjs", "issue34.test.mjs", "issue34-fork.test.mjs", "issue35.test.mjs", "links.test.mjs", "approvers.test.mjs", "stop.test.mjs", "cors.test.mjs"]).map((file) => join(here, file));
 const result = spawnSync(process.execPath, ["--test", "--test-concurrency=1", ...files], { stdio: "inherit" });
 process.exit(result.status ?? 1);

@@ -10,6 +10,9 @@
 // this chat raised or resolved elsewhere (another tab, the CLI) reloads the chat, so a
 // question answered elsewhere is never left answerable here; while questions show, the chat
 // also checks their run every few seconds (GET /api/runs/{runId}), in case an event was missed.
+// A sub-agent's work (a `data-askloop-subagent` part per child run) shows collapsed under the
+// parent's tool call, its text inside; its questions are the root's (tool parts under composite
+// ids `PARENT_CALL~CHILD_CALL`), with a line saying which sub-agent asked.
 
 import { AbstractChat, DefaultChatTransport, type ChatState, type ChatStatus, type UIMessage } from "ai";
 import { authHeaders, followEvents, requestJson } from "./api";
@@ -17,6 +20,46 @@ import { renderQuestionForm, type Question, type Response } from "./form";
 
 type Part = UIMessage["parts"][number];
 type ToolPart = Part & { toolCallId: string; state: string; input?: unknown; output?: unknown; approval?: { id: string } };
+
+/** A child run as the chat stream shows it (`data-askloop-subagent`, docs/wire-format.md). */
+interface SubagentWork {
+  runId: string;
+  agentId: string;
+  parentRunId?: string;
+  /** The call that started it, as the root names it (`s1`, a grandchild's `s1~c5`). */
+  toolCallId: string;
+  path?: string[];
+  text: string;
+  status: string;
+}
+
+/** The sub-agents' work in a message, by the root's call (first id of `toolCallId`) under which it shows. */
+function subagentWork(message: UIMessage): Map<string, SubagentWork[]> {
+  const work = new Map<string, SubagentWork[]>();
+  for (const part of message.parts) {
+    if (part.type !== "data-askloop-subagent") continue;
+    const data = (part as { data: SubagentWork }).data;
+    const call = String(data.toolCallId ?? "").split("~")[0] ?? "";
+    work.set(call, [...(work.get(call) ?? []), data]);
+  }
+  return work;
+}
+
+/** The status of a sub-agent's run in words. */
+function subagentStatus(status: string): string {
+  switch (status) {
+    case "running":
+      return "working…";
+    case "suspended":
+      return "waits for an answer";
+    case "completed":
+      return "done";
+    case "cancelled":
+      return "cancelled";
+    default:
+      return "failed";
+  }
+}
 
 class State implements ChatState<UIMessage> {
   status: ChatStatus = "ready";
@@ -80,7 +123,12 @@ export function pendingQuestions(messages: UIMessage[]): Question[] {
       described.set(data.toolCallId, data);
     }
   }
-  const runId = (last.metadata as { runId?: string } | undefined)?.runId ?? "";
+  const meta = last.metadata as { runId?: string; agentId?: string } | undefined;
+  const runId = meta?.runId ?? "";
+  // A sub-agent's question says who asked through the root's agent.
+  for (const [id, question] of described) {
+    if (question.subagent && !question.agentId && meta?.agentId) described.set(id, { ...question, agentId: meta.agentId });
+  }
   const questions: Question[] = [];
   for (const part of last.parts) {
     if (!isToolPart(part)) continue;
@@ -131,6 +179,8 @@ export class ChatView {
   private form: ReturnType<typeof renderQuestionForm> | null = null;
   private rejection: ((problems: Record<string, string> | null) => void) | null = null;
   private lastProblems: Record<string, string> | null = null;
+  /** The sub-agent runs whose work a person opened (kept open across redraws). */
+  private openSubagents = new Set<string>();
 
   constructor(
     readonly agentId: string,
@@ -391,6 +441,8 @@ export class ChatView {
       who.className = "who";
       who.textContent = message.role === "user" ? "You" : "Agent";
       box.append(who);
+      const work = subagentWork(message);
+      const shown = new Set<string>();
       for (const part of message.parts) {
         if (part.type === "text") {
           const text = document.createElement("span");
@@ -402,7 +454,7 @@ export class ChatView {
           line.className = "tool";
           line.textContent = describeToolPart(part);
           const runId = (message.metadata as { runId?: string } | undefined)?.runId;
-          if (runId && !this.busy && toolName(part) === "ask_user" && part.state === "output-available") {
+          if (runId && !this.busy && toolName(part) === "ask_user" && part.state === "output-available" && !part.toolCallId.includes("~")) {
             const change = document.createElement("button");
             change.type = "button";
             change.className = "change-answer";
@@ -413,7 +465,15 @@ export class ChatView {
             line.append(" ", change);
           }
           box.append(line);
+          if (!shown.has(part.toolCallId)) {
+            shown.add(part.toolCallId);
+            for (const child of work.get(part.toolCallId) ?? []) box.append(this.subagentBox(child));
+          }
         }
+      }
+      // Work whose call is not shown (yet): at the end of the message.
+      for (const [call, children] of work) {
+        if (!shown.has(call)) for (const child of children) box.append(this.subagentBox(child));
       }
       items.push(box);
     }
@@ -427,6 +487,27 @@ export class ChatView {
     log.replaceChildren(...items);
     this.stopButton.hidden = !this.busy;
     this.drawPending();
+  }
+
+  /** A sub-agent's work, collapsed by default: who, how far, and its text when opened. */
+  private subagentBox(work: SubagentWork): HTMLElement {
+    const box = document.createElement("details");
+    box.className = "subagent";
+    box.dataset.testid = "subagent";
+    box.dataset.runId = work.runId;
+    box.open = this.openSubagents.has(work.runId);
+    box.addEventListener("toggle", () => {
+      if (box.open) this.openSubagents.add(work.runId);
+      else this.openSubagents.delete(work.runId);
+    });
+    const summary = document.createElement("summary");
+    const path = work.path && work.path.length > 0 ? work.path.join(" → ") : work.agentId;
+    summary.textContent = `Sub-agent ${path}: ${subagentStatus(work.status)}`;
+    const text = document.createElement("div");
+    text.className = "subagent-text";
+    text.textContent = work.text === "" ? "(no text yet)" : work.text;
+    box.append(summary, text);
+    return box;
   }
 
   /**

@@ -51,6 +51,13 @@ export interface Question {
    * approve the same ones).
    */
   approvals?: { by?: string; at: string; args?: unknown }[];
+  /**
+   * A sub-agent's call, shown by its root run: the sub-agents from the root's child down to the
+   * one that asked (`path`), that run and the call's id there (`toolCallId` above is then
+   * `PARENT_CALL~CHILD_CALL`). Absent for the run's own calls.
+   */
+  subagent?: { path: string[]; runId: string; toolCallId: string };
+  /** The run's agent (for a sub-agent's call: the root's). */
   agentId?: string;
   threadId?: string;
   resourceId?: string;
@@ -108,7 +115,20 @@ export function questionText(question: Question): string {
   return field.title ?? field.description ?? `${question.toolName} asks for an answer`;
 }
 
-/** Renders one question (its legend, deadline, controls and problem line). */
+/**
+ * Who asked a sub-agent's question, in words: "asked by researcher (via supervisor)" — the
+ * asking sub-agent, then the agents it reports through up to the root's (when known). Null for
+ * the run's own questions.
+ */
+export function originText(question: Question): string | null {
+  const path = question.subagent?.path ?? [];
+  const asker = path[path.length - 1];
+  if (!asker) return null;
+  const via = [...path.slice(0, -1).reverse(), ...(question.agentId ? [question.agentId] : [])];
+  return via.length > 0 ? `asked by ${asker} (via ${via.join(", ")})` : `asked by ${asker}`;
+}
+
+/** Renders one question (its legend, who asked it, deadline, controls and problem line). */
 export function renderQuestion(question: Question): RenderedQuestion {
   const id = uid("q");
   const box = el("fieldset", "question");
@@ -116,6 +136,12 @@ export function renderQuestion(question: Question): RenderedQuestion {
   const legend = el("legend", "q", questionText(question));
   legend.id = `${id}-legend`;
   box.append(legend);
+  const origin = originText(question);
+  if (origin !== null) {
+    const line = el("p", "origin", origin);
+    line.dataset.testid = "question-origin";
+    box.append(line);
+  }
   const deadline = deadlineOf(question);
   if (deadline !== null) {
     const line = el("p", "deadline", "Answer by ");

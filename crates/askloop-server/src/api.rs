@@ -276,6 +276,12 @@ pub(crate) struct RunsQuery {
     /// names it.
     #[serde(default)]
     pub(crate) forked_from: Option<String>,
+    /// Only the child runs this run started through its sub-agents (the runs whose
+    /// `parentRunId` names it). Without it, the listing shows only top-level runs (what a
+    /// person started): a sub-agent's child run is listed under its parent, and its waiting
+    /// calls are its root's.
+    #[serde(default)]
+    pub(crate) parent_run_id: Option<String>,
     /// The `nextCursor` of the previous page.
     #[serde(default)]
     pub(crate) cursor: Option<String>,
@@ -425,6 +431,47 @@ pub(crate) struct RunSummaryBody {
     /// forked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) forked_from: Option<ForkedFromBody>,
+    /// For a sub-agent's child run: the run whose tool call started it; absent for a run a
+    /// person started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) parent_run_id: Option<String>,
+    /// For a sub-agent's child run: the parent's call (of the sub-agent's tool) it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) parent_tool_call_id: Option<String>,
+    /// For a sub-agent's child run: the root of its tree, the run a person started (its
+    /// questions are answered, and it is continued, through that run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) root_run_id: Option<String>,
+}
+
+/// A child run of a run's sub-agents, as `GET /api/runs/{runId}` lists it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ChildRunBody {
+    /// The child run.
+    pub(crate) run_id: String,
+    /// Its agent (the sub-agent).
+    pub(crate) agent_id: String,
+    /// `running`, `suspended`, `completed`, `failed` or `cancelled`.
+    pub(crate) status: String,
+    /// The parent's call of the sub-agent that started it.
+    pub(crate) tool_call_id: String,
+}
+
+impl ChildRunBody {
+    /// The entry of child run `summary` (its `toolCallId` from its link to the parent).
+    pub(crate) fn of(summary: &RunSummary) -> Self {
+        Self {
+            run_id: summary.run_id.to_string(),
+            agent_id: summary.agent_id.to_string(),
+            status: summary.status.to_string(),
+            tool_call_id: summary
+                .parent
+                .as_ref()
+                .map(|parent| parent.tool_call_id.to_string())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// The run and question a fork comes from.
@@ -457,6 +504,18 @@ impl RunSummaryBody {
                 run_id: from.run_id.to_string(),
                 tool_call_id: from.tool_call_id.to_string(),
             }),
+            parent_run_id: summary
+                .parent
+                .as_ref()
+                .map(|parent| parent.run_id.to_string()),
+            parent_tool_call_id: summary
+                .parent
+                .as_ref()
+                .map(|parent| parent.tool_call_id.to_string()),
+            root_run_id: summary
+                .parent
+                .as_ref()
+                .map(|parent| parent.root_run_id.to_string()),
         }
     }
 }
@@ -510,6 +569,10 @@ pub(crate) struct RunDetail {
     /// expired or cancelled which call, when, from which route (each vote of a quorum too,
     /// also while the call still waits).
     pub(crate) decisions: Vec<DecisionBody>,
+    /// The child runs the run's sub-agents started, oldest first (each a run of its own:
+    /// `GET /api/runs/{runId}` of the child shows its work; its questions are this tree's
+    /// root's).
+    pub(crate) children: Vec<ChildRunBody>,
 }
 
 /// Who acted: an actor as the audit keeps it.
@@ -582,7 +645,8 @@ impl DecisionBody {
 }
 
 impl RunDetail {
-    pub(crate) fn of(state: &RunState) -> Result<Self, ApiError> {
+    /// The detail of `state`, whose sub-agents started `children` (child runs' summaries).
+    pub(crate) fn of(state: &RunState, children: &[RunSummary]) -> Result<Self, ApiError> {
         let messages = state
             .messages()
             .iter()
@@ -608,6 +672,7 @@ impl RunDetail {
                 route: actor.route.clone(),
             }),
             decisions: state.decisions().iter().map(DecisionBody::of).collect(),
+            children: children.iter().map(ChildRunBody::of).collect(),
         })
     }
 }
@@ -646,6 +711,11 @@ pub(crate) struct SuspendedCall {
     /// What the tool asked.
     #[schema(value_type = Object)]
     pub(crate) suspend_payload: Value,
+    /// askloop's: where the call comes from when a sub-agent asked it (`{path, runId,
+    /// toolCallId}`; `toolCallId` above is then `PARENT_CALL~CHILD_CALL`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) subagent: Option<Value>,
 }
 
 /// A suspended run, in the reference framework's shape.
@@ -684,6 +754,7 @@ impl SuspendedRun {
                     args: call.args.clone(),
                     requires_approval: call.kind == PendingKind::Approval,
                     suspend_payload: call.suspend_payload.clone(),
+                    subagent: call.subagent.as_ref().map(askloop_core::wire::origin_json),
                 })
                 .collect(),
         }

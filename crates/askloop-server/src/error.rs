@@ -331,7 +331,7 @@ impl From<ResumeError> for ApiError {
 /// The `details` of a refused resume's error body, for the refusals that have more to say:
 /// what an answer must be and every problem (`invalid_answer`), the call, its tool and every
 /// problem of edited arguments (`invalid_args`), the pending calls, the deadline, the lease,
-/// the resources of an ambiguous run id.
+/// the resources of an ambiguous run id, the root of a sub-agent's child run (`child_run`).
 fn resume_details(error: &ResumeError) -> Option<Value> {
     Some(match error {
         ResumeError::InvalidAnswer { rejection, .. } => serde_json::json!({
@@ -382,6 +382,9 @@ fn resume_details(error: &ResumeError) -> Option<Value> {
             lease_expires_at_ms,
             ..
         } => serde_json::json!({ "leaseExpiresAt": lease_expires_at_ms }),
+        ResumeError::ChildRun { root_run_id, .. } => {
+            serde_json::json!({ "rootRunId": root_run_id.as_str() })
+        }
         ResumeError::AmbiguousRun { resources, .. } => {
             let resources: Vec<Option<&str>> = resources
                 .iter()

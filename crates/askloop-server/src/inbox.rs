@@ -6,7 +6,9 @@
 //! ([`askloop_core::store::RunFilter::changed_after`]): one full listing of the suspended runs
 //! when it starts, then, each time, only the runs changed since the cursor — a run no longer
 //! suspended has its calls resolved, a suspended one has its pending calls diffed: a new call
-//! is `question-raised`, a call gone is `question-resolved`. When nothing changed that costs
+//! is `question-raised`, a call gone is `question-resolved`. Only top-level runs are entries
+//! ([`RunFilter::top_level`]): a sub-agent's question is one of its root's calls
+//! (`PARENT_CALL~CHILD_CALL`, with its `subagent` origin), raised and resolved under the root. When nothing changed that costs
 //! one indexed query returning nothing. Events fan out over a tokio broadcast channel; each
 //! listener keeps those its key may see. A listener that falls more than [`BUFFER`] events
 //! behind is not skipped ahead silently: it gets a `resync` event and the questions pending
@@ -250,6 +252,7 @@ impl Inbox {
         async_stream::stream! {
             let mut filter = RunFilter::new()
                 .status(RunStatus::Suspended)
+                .top_level()
                 .resource_filter(resource)
                 .limit(LISTENER_PAGE);
             loop {
@@ -335,6 +338,7 @@ async fn list_pending(inner: &InboxInner) -> Result<Listing, askloop_core::Store
     let announce = *inner.ready.borrow();
     let mut filter = RunFilter::new()
         .status(RunStatus::Suspended)
+        .top_level()
         .limit(POLL_PAGE);
     let mut pending = HashMap::new();
     let mut raised = Vec::new();
@@ -382,7 +386,10 @@ async fn list_changes(
             for run in &page.runs {
                 let key = run.key();
                 let held = match run.summary() {
-                    Some(summary) if summary.status == RunStatus::Suspended => {
+                    // A sub-agent's child run is never an entry: its root lists its calls.
+                    Some(summary)
+                        if summary.status == RunStatus::Suspended && summary.parent.is_none() =>
+                    {
                         raised.extend(raised_since(shared.current.get(&key), summary));
                         HeldRun::of(summary)
                     }

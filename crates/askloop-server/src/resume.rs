@@ -118,6 +118,22 @@ pub(crate) fn run_response(
     )
 }
 
+/// Refuses a route that would answer, approve, decline, continue or fork a sub-agent's child
+/// run directly: 409 `child_run`, naming the root run (`details.rootRunId`), through which the
+/// child's waiting calls are answered (as `PARENT_CALL~CHILD_CALL`) and the tree is continued.
+/// Checked before the run's agent is looked up, so the answer is the same on a server that does
+/// not define the sub-agent; core's claim refuses the same.
+pub(crate) fn refuse_child_run(stored: &StoredRun) -> Result<(), ApiError> {
+    match stored.state.parent() {
+        Some(parent) => Err(ResumeError::ChildRun {
+            run_id: stored.state.run_id().clone(),
+            root_run_id: parent.root_run_id.clone(),
+        }
+        .into()),
+        None => Ok(()),
+    }
+}
+
 /// A refused resume as an `ApiError`; an invalid answer's details also list the question's
 /// allowed labels when it has options.
 pub(crate) fn resume_refused(error: ResumeError, stored: &StoredRun) -> ApiError {

@@ -64,14 +64,29 @@ pub(crate) async fn sweep_once(state: &AppState) {
     }
 }
 
-/// Expires the due questions and approvals of runs this server does not drive now, each run's
-/// expiry streamed by the run hub.
+/// Expires the due questions and approvals of top-level runs this server does not drive now,
+/// each run's expiry streamed by the run hub (a sub-agent's child run's calls are its root's).
 async fn expire_due(state: &AppState) {
     let now = lease_now_ms();
     match expired_runs(state.store.as_ref(), now).await {
         Ok(expired) => {
             for run in expired {
                 if state.hub.is_live(&run.key()) {
+                    continue;
+                }
+                // The run as the expiry's claim finds it, for a client told the whole turn.
+                let before = state
+                    .store
+                    .load_run(&run.key())
+                    .await
+                    .ok()
+                    .map(|stored| stored.state);
+                // A sub-agent's child run is expired through its root, whose waiting calls
+                // include the child's (with their deadlines).
+                if before
+                    .as_ref()
+                    .is_some_and(|state| state.parent().is_some())
+                {
                     continue;
                 }
                 let agent = match state.agents.agent(&run.agent_id).await {
@@ -81,13 +96,6 @@ async fn expire_due(state: &AppState) {
                         continue;
                     }
                 };
-                // The run as the expiry's claim finds it, for a client told the whole turn.
-                let before = state
-                    .store
-                    .load_run(&run.key())
-                    .await
-                    .ok()
-                    .map(|stored| stored.state);
                 match agent.expire_due(&run, Some(SWEEPER.to_owned())).await {
                     Ok(stream) => drop(state.hub.spawn(
                         stream,
@@ -105,14 +113,19 @@ async fn expire_due(state: &AppState) {
     }
 }
 
-/// Continues the runs left `running` under an expired lease (their process died) that this
-/// server does not drive now.
+/// Continues the top-level runs left `running` under an expired lease (their process died)
+/// that this server does not drive now. A sub-agent's child run is recovered through its root
+/// (the root's call of the sub-agent takes the child over), never on its own.
 async fn recover_abandoned(state: &AppState) {
-    let running =
-        match crate::listing::all_runs(state, RunFilter::new().status(RunStatus::Running)).await {
-            Ok(running) => running,
-            Err(_) => return,
-        };
+    let running = match crate::listing::all_runs(
+        state,
+        RunFilter::new().status(RunStatus::Running).top_level(),
+    )
+    .await
+    {
+        Ok(running) => running,
+        Err(_) => return,
+    };
     for summary in running {
         let key = summary.key();
         if state.hub.is_live(&key) {
@@ -126,6 +139,7 @@ async fn recover_abandoned(state: &AppState) {
             }
         };
         let abandoned = stored.state.status() == RunStatus::Running
+            && stored.state.parent().is_none()
             && stored.lease.as_ref().is_none_or(|lease| !lease.is_live());
         if !abandoned {
             continue;

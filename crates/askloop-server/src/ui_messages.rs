@@ -11,11 +11,12 @@ use serde_json::{Value, json};
 use crate::ui_stream::error_text;
 
 /// The UI messages of one run: the person's message, then one assistant message with every
-/// step (a `step-start` part, text, reasoning and tool parts), its results, and its pending
-/// calls. A fork's messages begin with the history it copied (several person's messages): each
+/// step (a `step-start` part, text, reasoning and tool parts), its results, the work of its
+/// sub-agents (`subagents`: the child runs' `data-askloop-subagent` parts, [`subagent_part`]),
+/// and its pending calls. A fork's messages begin with the history it copied (several person's messages): each
 /// earlier exchange is a pair of its own (`user-RUN-N`, `msg-RUN-N`), the last one keeps the
 /// run's ids (`user-RUN` when it is the only one, `msg-RUN`).
-pub(crate) fn ui_messages(run: &RunState) -> Vec<Value> {
+pub(crate) fn ui_messages(run: &RunState, subagents: Vec<Value>) -> Vec<Value> {
     let run_id = run.run_id().as_str();
     let metadata = json!({
         "runId": run_id,
@@ -49,11 +50,57 @@ pub(crate) fn ui_messages(run: &RunState) -> Vec<Value> {
             Message::Tool { results } => apply_results(&mut parts, results),
         }
     }
+    parts.extend(subagents);
     push_pending(&mut parts, run);
     if !parts.is_empty() {
         out.push(assistant(format!("msg-{run_id}"), parts));
     }
     out
+}
+
+/// The `data-askloop-subagent` part of child run `child` as the chat stream last sends it
+/// ([`crate::ui_stream`]): `parent_run_id` the run whose call started it, `started_by` that call
+/// as the root names it (`s1`, a grandchild's `s1~c5`), `path` the sub-agents from the root's
+/// child down to it; its text is its steps' texts, a line break between two, its status the
+/// run's.
+pub(crate) fn subagent_part(
+    child: &RunState,
+    parent_run_id: &str,
+    started_by: &str,
+    path: &[String],
+) -> Value {
+    let steps: Vec<String> = child
+        .messages()
+        .iter()
+        .filter_map(|message| match message {
+            Message::Assistant { parts } => Some(
+                parts
+                    .iter()
+                    .filter_map(|part| match part {
+                        AssistantPart::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<String>(),
+            ),
+            _ => None,
+        })
+        .filter(|text| !text.is_empty())
+        .collect();
+    let text = steps.join("\n");
+    let run_id = child.run_id().as_str();
+    json!({
+        "type": "data-askloop-subagent",
+        "id": run_id,
+        "data": {
+            "runId": run_id,
+            "agentId": child.agent_id().as_str(),
+            "parentRunId": parent_run_id,
+            "toolCallId": started_by,
+            "path": path,
+            "text": text,
+            "status": child.status().to_string(),
+        },
+    })
 }
 
 /// The parts of one model step: `step-start`, then its text, reasoning and tool parts (a tool
@@ -104,10 +151,21 @@ fn apply_results(parts: &mut [Value], results: &[ToolResult]) {
 }
 
 /// The run's pending calls: an approval's tool part `approval-requested`, and per call a
-/// `data-askloop-question` part whose `data` is the [`PendingCall`].
+/// `data-askloop-question` part whose `data` is the [`PendingCall`]; a sub-agent's waiting
+/// call (which no step of this run made) gets its tool part first.
 fn push_pending(parts: &mut Vec<Value>, run: &RunState) {
     for pending in run.pending_tool_calls() {
         let id = pending.tool_call_id.as_str();
+        // A sub-agent's waiting call (`PARENT_CALL~CHILD_CALL`) has no step of this run: its
+        // tool part is added here, as the live stream announces it.
+        if pending.subagent.is_some() && tool_part(parts, id).is_none() {
+            parts.push(json!({
+                "type": format!("tool-{}", pending.tool_name),
+                "toolCallId": id,
+                "state": "input-available",
+                "input": pending.args,
+            }));
+        }
         if pending.kind == PendingKind::Approval
             && let Some(part) = tool_part(parts, id)
         {
@@ -145,7 +203,7 @@ mod tests {
             ]
         });
         let state = codec::decode_state(&RunId::new("f1"), &state.to_string()).unwrap();
-        let messages = ui_messages(&state);
+        let messages = ui_messages(&state, Vec::new());
         let ids: Vec<&str> = messages
             .iter()
             .map(|message| message["id"].as_str().unwrap())

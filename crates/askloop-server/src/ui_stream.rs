@@ -19,7 +19,21 @@
 //! | `step-finish` | `finish-step` |
 //! | `finish` | `finish` with its `finishReason` |
 //! | `error` | `error` (`errorText`) |
+//! | `subagent-chunk` | `data-askloop-subagent` per child run (below); a child's `tool-result` of a call announced here also `tool-output-available` / `tool-output-error` under the call's composite id |
 //! | end of a suspended stream | `finish` (`finishReason: "tool-calls"`) |
+//!
+//! A sub-agent's work never joins the root's text: each child run (a grandchild's too) is one
+//! `data-askloop-subagent` part, `id` = the child run's id, sent again (the AI SDK replaces a
+//! data part of the same type and id) as it changes: `data: {runId, agentId, parentRunId,
+//! toolCallId, path, text, status}` — `toolCallId` is the call that started it as the root
+//! names it (`c1`, a grandchild's `c1~c5`), `path` the sub-agents from the root's down to it,
+//! `text` the child's text so far (its steps' texts, a line break between two), `status` `running`, `suspended` (the stream ended while it
+//! waits), `completed`, `failed` or `cancelled`. A child's waiting calls come as the root's own
+//! (`tool-call-suspended` with the composite id `PARENT_CALL~CHILD_CALL` and its `subagent`
+//! origin): a tool part of that id and its `data-askloop-question`, answered like any other; the
+//! resumed stream's child `tool-result` of that call completes that tool part. A request's
+//! `data-askloop-subagent` parts seed the converter ([`UiStream::with_subagents`]), so a resumed
+//! child's text goes on from what the client shows.
 //!
 //! Text parts are closed (`text-end`, `reasoning-end`) before any other part and at the end.
 //!
@@ -29,11 +43,12 @@
 //! the client (which resets the message on a replay's first `start`) rebuilds that message
 //! instead of adding one.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
+use askloop_core::SUBAGENT_CALL_SEPARATOR;
 use askloop_core::wire::PendingCall;
 use axum::http::HeaderValue;
 use axum::response::Response;
@@ -84,6 +99,10 @@ pub(crate) struct UiStream {
     reasoning: Option<String>,
     parts: u32,
     finished: bool,
+    /// The child runs seen so far (`data-askloop-subagent`), by run id.
+    subagents: BTreeMap<String, Value>,
+    /// The child runs whose next text starts a new step's: a line break goes before it.
+    step_breaks: HashSet<String>,
 }
 
 impl UiStream {
@@ -99,7 +118,29 @@ impl UiStream {
             reasoning: None,
             parts: 0,
             finished: false,
+            subagents: BTreeMap::new(),
+            step_breaks: HashSet::new(),
         }
+    }
+
+    /// Seeds the child runs the client shows (`data-askloop-subagent` parts of the request's
+    /// message): a resumed child's text goes on from there.
+    pub(crate) fn with_subagents<'part>(
+        mut self,
+        parts: impl IntoIterator<Item = &'part Value>,
+    ) -> Self {
+        for part in parts {
+            if part.get("type").and_then(Value::as_str) != Some("data-askloop-subagent") {
+                continue;
+            }
+            if let (Some(id), Some(data)) =
+                (part.get("id").and_then(Value::as_str), part.get("data"))
+                && data.is_object()
+            {
+                self.subagents.insert(id.to_owned(), data.clone());
+            }
+        }
+        self
     }
 
     /// The UI message stream of `chunks` (wire chunk JSON texts).
@@ -193,9 +234,104 @@ impl UiStream {
             }
             "finish" => self.finish(&payload, &mut out),
             "error" => self.failed(&payload, &mut out),
+            "subagent-chunk" => self.subagent(chunk, &mut out),
             _ => {}
         }
         out
+    }
+
+    /// A `subagent-chunk` (nested once per level): the child run's `data-askloop-subagent`
+    /// part when its text or status changes; a child's result of a call announced here (by its
+    /// composite id) completes that call's tool part.
+    fn subagent(&mut self, chunk: &Value, out: &mut Vec<Value>) {
+        let mut parent_run = str_field(chunk, "runId");
+        let mut calls: Vec<String> = Vec::new();
+        let mut path: Vec<Value> = Vec::new();
+        let mut current = chunk;
+        while current.get("type").and_then(Value::as_str) == Some("subagent-chunk") {
+            let Some(payload) = current.get("payload") else {
+                return;
+            };
+            let child = str_field(payload, "runId");
+            calls.push(str_field(payload, "toolCallId"));
+            path.push(json!(str_field(payload, "agentId")));
+            let Some(inner) = payload.get("chunk") else {
+                return;
+            };
+            if inner.get("type").and_then(Value::as_str) != Some("subagent-chunk") {
+                let started_by = calls.join(&SUBAGENT_CALL_SEPARATOR.to_string());
+                self.child_chunk(&child, &parent_run, &started_by, &path, inner, out);
+                return;
+            }
+            parent_run = child;
+            current = inner;
+        }
+    }
+
+    /// One chunk `inner` of child run `run_id`, started by the call the root names `started_by`.
+    fn child_chunk(
+        &mut self,
+        run_id: &str,
+        parent_run: &str,
+        started_by: &str,
+        path: &[Value],
+        inner: &Value,
+        out: &mut Vec<Value>,
+    ) {
+        let payload = inner.get("payload").cloned().unwrap_or(Value::Null);
+        let agent_id = path.last().cloned().unwrap_or(Value::Null);
+        let entry = self.subagents.entry(run_id.to_owned()).or_insert_with(|| {
+            json!({
+                "runId": run_id, "agentId": agent_id, "parentRunId": parent_run,
+                "toolCallId": started_by, "path": path, "text": "", "status": "running",
+            })
+        });
+        let changed = match inner
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+        {
+            "start" => set_status(entry, "running"),
+            "step-start" => {
+                if !str_field(entry, "text").is_empty() {
+                    self.step_breaks.insert(run_id.to_owned());
+                }
+                set_status(entry, "running")
+            }
+            "text-delta" => {
+                let delta = str_field(&payload, "text");
+                let mut text = str_field(entry, "text");
+                if !delta.is_empty() && self.step_breaks.remove(run_id) {
+                    text.push('\n');
+                }
+                let text = format!("{text}{delta}");
+                entry["text"] = json!(text);
+                entry["status"] = json!("running");
+                !delta.is_empty()
+            }
+            "finish" => set_status(entry, "completed"),
+            "error" => {
+                let cancelled =
+                    payload.pointer("/error/code").and_then(Value::as_str) == Some("cancelled");
+                set_status(entry, if cancelled { "cancelled" } else { "failed" })
+            }
+            "tool-result" => {
+                let composite = format!(
+                    "{started_by}{SUBAGENT_CALL_SEPARATOR}{}",
+                    str_field(&payload, "toolCallId")
+                );
+                if self.known.contains(&composite) {
+                    let mut result = payload.clone();
+                    result["toolCallId"] = json!(composite);
+                    self.tool_result(&result, out);
+                }
+                false
+            }
+            _ => false,
+        };
+        if changed && let Some(data) = self.subagents.get(run_id) {
+            out.push(json!({"type": "data-askloop-subagent", "id": run_id, "data": data}));
+        }
     }
 
     /// A `text-delta`: ends an open reasoning part, starts a text part unless one is open.
@@ -322,11 +458,32 @@ impl UiStream {
         let mut out = self.start();
         self.close_text(&mut out);
         if !self.finished {
+            // Ended suspended: a child still running waits (for a person, or for its own child).
+            for (id, data) in &mut self.subagents {
+                if set_status(data, "suspended") {
+                    out.push(json!({"type": "data-askloop-subagent", "id": id, "data": data}));
+                }
+            }
             out.push(json!({"type": "finish", "finishReason": "tool-calls", "messageMetadata": self.metadata}));
             self.finished = true;
         }
         out
     }
+}
+
+/// Sets a child's `status` from `running` to `status` (a finished child's status stays);
+/// whether it changed.
+fn set_status(data: &mut Value, status: &str) -> bool {
+    let now = data
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let settled = matches!(now, "completed" | "failed" | "cancelled");
+    if now == status || (settled && status != "running") {
+        return false;
+    }
+    data["status"] = json!(status);
+    true
 }
 
 /// The text of a payload's field `key` (empty when absent or not a text).
@@ -453,6 +610,89 @@ mod tests {
         assert_eq!(out[2]["approvalId"], "c2");
         assert_eq!(out[3]["data"]["kind"], "approval");
         assert_eq!(out[3]["data"]["payload"]["args"]["path"], "/tmp/x");
+    }
+
+    /// A sub-agent's chunks (a grandchild's too) become one data part per child run, never the
+    /// root's text; a child's result of a nested call announced here completes its tool part.
+    #[test]
+    fn issue35_subagent_chunks_become_data_parts_per_child_run() {
+        let nested = |child: &str, agent: &str, call: &str, chunk: Value| {
+            json!({"type": "subagent-chunk", "runId": "R", "from": "AGENT", "payload": {
+                "runId": child, "agentId": agent, "toolCallId": call, "chunk": chunk,
+            }})
+        };
+        let child_chunk = |kind: &str, run: &str, payload: Value| json!({"type": kind, "runId": run, "from": "AGENT", "payload": payload});
+        let mut ui = UiStream::new(
+            json!({"runId": "R"}),
+            None,
+            HashSet::from(["s1~r1".to_owned()]),
+        );
+        let mut out = Vec::new();
+        out.extend(ui.push(&nested(
+            "C",
+            "researcher",
+            "s1",
+            child_chunk("text-delta", "C", json!({"text": "Hel"})),
+        )));
+        out.extend(ui.push(&nested(
+            "C",
+            "researcher",
+            "s1",
+            child_chunk("text-delta", "C", json!({"text": "lo"})),
+        )));
+        out.extend(ui.push(&nested(
+            "C",
+            "researcher",
+            "s1",
+            child_chunk("tool-result", "C", json!({"toolCallId": "r1", "toolName": "ask_user", "args": {}, "result": {"content": "User answered: arxiv"}, "isError": false})),
+        )));
+        // A grandchild G, started by C's call c5.
+        out.extend(ui.push(&nested(
+            "C",
+            "researcher",
+            "s1",
+            nested(
+                "G",
+                "reader",
+                "c5",
+                child_chunk("text-delta", "G", json!({"text": "Deep"})),
+            ),
+        )));
+        out.extend(ui.push(&nested(
+            "C",
+            "researcher",
+            "s1",
+            child_chunk("finish", "C", json!({})),
+        )));
+        out.extend(ui.end());
+        assert_eq!(
+            types(&out),
+            [
+                "start",
+                "data-askloop-subagent",
+                "data-askloop-subagent",
+                "tool-output-available",
+                "data-askloop-subagent",
+                "data-askloop-subagent",
+                "data-askloop-subagent",
+                "finish"
+            ]
+        );
+        assert_eq!(out[2]["id"], "C");
+        assert_eq!(
+            out[2]["data"],
+            json!({"runId": "C", "agentId": "researcher", "parentRunId": "R", "toolCallId": "s1",
+                   "path": ["researcher"], "text": "Hello", "status": "running"})
+        );
+        assert_eq!(out[3]["toolCallId"], "s1~r1");
+        assert_eq!(out[4]["id"], "G");
+        assert_eq!(out[4]["data"]["parentRunId"], "C");
+        assert_eq!(out[4]["data"]["toolCallId"], "s1~c5");
+        assert_eq!(out[4]["data"]["path"], json!(["researcher", "reader"]));
+        assert_eq!(out[5]["data"]["status"], "completed");
+        // The stream ended suspended: the grandchild still running waits.
+        assert_eq!(out[6]["id"], "G");
+        assert_eq!(out[6]["data"]["status"], "suspended");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::extract::{Body, Params, PathParam};
 use crate::keys::Caller;
 use crate::listing::all_runs;
 use crate::metrics::StreamKind;
-use crate::resume::{claim, repeat_note, stream_claim};
+use crate::resume::{claim, refuse_child_run, repeat_note, stream_claim};
 use crate::sse;
 use crate::state::State;
 
@@ -130,7 +130,7 @@ pub(crate) async fn stream(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent; not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found, agent_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered (a different answer to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
+        (status = 409, description = "child_run (a sub-agent's child run: answer its calls through its root run, as PARENT_CALL~CHILD_CALL; details.rootRunId), not_suspended, conflict, already_answered (a different answer to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -150,6 +150,7 @@ pub(crate) async fn resume_stream(
         request.resource_id.as_deref(),
     )
     .await?;
+    refuse_child_run(&stored)?;
     check_answer(&state, &request.resume_data)?;
     if let Some(id) = &request.tool_call_id {
         check_tool_call_id(id)?;
@@ -195,6 +196,7 @@ async fn approval(
         request.resource_id.as_deref(),
     )
     .await?;
+    refuse_child_run(&stored)?;
     check_tool_call_id(&request.tool_call_id)?;
     if let Some(reason) = &request.reason {
         check_text("reason", reason, state.limits.answer_bytes)?;
@@ -234,7 +236,7 @@ async fn approval(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent; not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
+        (status = 409, description = "child_run (a sub-agent's child run: answer its calls through its root run, as PARENT_CALL~CHILD_CALL; details.rootRunId), not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -257,7 +259,7 @@ pub(crate) async fn approve_tool_call(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "The key may not use this agent; not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
+        (status = 409, description = "child_run (a sub-agent's child run: answer its calls through its root run, as PARENT_CALL~CHILD_CALL; details.rootRunId), not_suspended, conflict, already_answered, in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run (a server without keys: the run id is used by several resources; give resourceId)", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -276,7 +278,8 @@ const MAX_PER_PAGE: u32 = 200;
 const MAX_PAGE: u32 = 1_000_000;
 
 /// `GET /api/agents/{agentId}/suspended-runs`: the agent's suspended runs, page by page
-/// (newest first; `page` from 0).
+/// (newest first; `page` from 0). Top-level runs only: a run whose sub-agent waits lists the
+/// child's calls as its own (`PARENT_CALL~CHILD_CALL`, with their `subagent` origin).
 #[utoipa::path(get, path = "/api/agents/{agentId}/suspended-runs", tag = "agents",
     params(("agentId" = String, Path, description = "The agent's id"), SuspendedRunsQuery),
     responses(
@@ -301,9 +304,11 @@ pub(crate) async fn suspended_runs(
             "perPage must be 1 to {MAX_PER_PAGE} and page 0 to {MAX_PAGE}"
         )));
     }
+    // A sub-agent's child run is never listed: its waiting calls are its root's.
     let mut filter = RunFilter::new()
         .status(RunStatus::Suspended)
-        .agent(agent_id.clone());
+        .agent(agent_id.clone())
+        .top_level();
     if let Some(thread) = &query.thread_id {
         check_id("threadId", thread)?;
         filter = filter.thread(thread.as_str());

@@ -28,10 +28,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use askloop_core::store::{RunFilter, RunState, running_run_of};
+use askloop_core::store::{ResourceFilter, RunFilter, RunState, running_run_of};
 use askloop_core::{
     Agent, AgentId, CallResponse, Respond, ResumeError, RunId, RunKey, RunOptions, RunStatus,
-    ThreadId, ThreadKey, ToolCallId, error_chain_text,
+    SUBAGENT_CALL_SEPARATOR, ThreadId, ThreadKey, ToolCallId, error_chain_text,
 };
 use axum::Json;
 use axum::Router;
@@ -47,10 +47,11 @@ use crate::checks::{check_answer, check_edited_args, check_id, check_text, check
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, PathParam};
 use crate::keys::Caller;
+use crate::listing::all_runs;
 use crate::metrics::StreamKind;
 use crate::replay::{self, Follow};
 use crate::state::AppState;
-use crate::ui_messages::ui_messages;
+use crate::ui_messages::{subagent_part, ui_messages};
 use crate::ui_stream::{UiStream, ui_response};
 
 /// The chat routes.
@@ -253,7 +254,7 @@ impl Chat<'_> {
             .filter_map(|part| part.get("toolCallId").and_then(Value::as_str))
             .map(str::to_owned)
             .collect();
-        let ui = UiStream::new(self.metadata(&run_id), None, known);
+        let ui = UiStream::new(self.metadata(&run_id), None, known).with_subagents(&last.parts);
         let respond = self
             .agent
             .respond(waiting.key())
@@ -405,7 +406,8 @@ fn rejection_text(error: &ResumeError) -> String {
 }
 
 /// `GET /api/agents/{agentId}/chat/{chatId}/messages`: `{"messages": UIMessage[]}`, the
-/// thread as the AI SDK's UI messages. A pending question is a tool part in state
+/// thread as the AI SDK's UI messages (each run's sub-agents' work as its
+/// `data-askloop-subagent` parts). A pending question is a tool part in state
 /// `input-available` (with its `data-askloop-question` part), an approval one in
 /// `approval-requested`: a reloaded page shows them again.
 #[utoipa::path(get, path = "/api/agents/{agentId}/chat/{chatId}/messages", tag = "chat",
@@ -429,9 +431,54 @@ pub(crate) async fn get_messages(
     let runs = thread_runs(&state, &caller, &thread).await?;
     let mut messages = Vec::new();
     for run in &runs {
-        messages.extend(ui_messages(run));
+        let subagents = subagent_parts(&state, run).await?;
+        messages.extend(ui_messages(run, subagents));
     }
     Ok(Json(json!({"messages": messages})).into_response())
+}
+
+/// At most this many levels of child runs are read under a run (a bound, beyond any tree the
+/// loop allows).
+const MAX_SUBAGENT_LEVELS: usize = 16;
+
+/// The `data-askloop-subagent` parts of the child runs under `run`, level by level (children,
+/// then grandchildren), each level oldest first: what the chat stream showed of its
+/// sub-agents' work, so a reloaded page shows it again.
+async fn subagent_parts(state: &AppState, run: &RunState) -> Result<Vec<Value>, ApiError> {
+    let mut parts = Vec::new();
+    let mut level = vec![(run.run_id().clone(), None::<String>, Vec::<String>::new())];
+    for _ in 0..MAX_SUBAGENT_LEVELS {
+        let mut next = Vec::new();
+        for (parent, prefix, path) in level {
+            // A child is in its parent's resource.
+            let filter = RunFilter::new()
+                .children_of(parent.clone())
+                .resource_filter(ResourceFilter::exactly(run.resource_id().cloned()));
+            let mut children = all_runs(state, filter).await?;
+            children.reverse();
+            for summary in children {
+                let child = state.store.load_run(&summary.key()).await?.state;
+                let Some(link) = child.parent().filter(|link| link.run_id == parent) else {
+                    continue;
+                };
+                let started_by = match &prefix {
+                    Some(prefix) => {
+                        format!("{prefix}{SUBAGENT_CALL_SEPARATOR}{}", link.tool_call_id)
+                    }
+                    None => link.tool_call_id.to_string(),
+                };
+                let mut path = path.clone();
+                path.push(child.agent_id().to_string());
+                parts.push(subagent_part(&child, parent.as_str(), &started_by, &path));
+                next.push((child.run_id().clone(), Some(started_by), path));
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        level = next;
+    }
+    Ok(parts)
 }
 
 /// `GET /api/agents/{agentId}/chat/{chatId}/stream`: the AI SDK's stream resumption

@@ -30,7 +30,7 @@ use crate::extract::{Params, PathParam};
 use crate::keys::Caller;
 use crate::links::{LinkError, LinkRequest, LinkToken, OpenLink, issue_link, links_of, open_link};
 use crate::metrics::StreamKind;
-use crate::resume::resume_refused;
+use crate::resume::{refuse_child_run, resume_refused};
 use crate::state::State;
 
 /// Who answers through `link`: its issuer — the issuer's id and resource (`link:<id>` and no
@@ -101,7 +101,7 @@ fn base_url(state: &crate::state::AppState, headers: &HeaderMap) -> String {
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "not_permitted: the key does not hold the role asked for", body = ErrorBody),
         (status = 404, description = "run_not_found (also another tenant's run), unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "already_answered, not_suspended, ambiguous_run", body = ErrorBody),
+        (status = 409, description = "child_run (a sub-agent's child run: link its call through its root run; details.rootRunId), already_answered, not_suspended, ambiguous_run", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed", body = ErrorBody),
         (status = 501, description = "unsupported: the store keeps no answer links", body = ErrorBody),
     ))]
@@ -114,6 +114,7 @@ pub(crate) async fn create_link(
     body: Bytes,
 ) -> Result<(StatusCode, Json<LinkBody>), ApiError> {
     let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
+    refuse_child_run(&stored)?;
     check_tool_call_id(&tool_call_id)?;
     let asked: LinkRequestBody = if body.iter().all(u8::is_ascii_whitespace) {
         LinkRequestBody::default()

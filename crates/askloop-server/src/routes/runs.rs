@@ -1,6 +1,6 @@
 //! askloop's own routes of runs (`/api/runs…`).
 
-use askloop_core::store::{ListedRun, RunCursor, RunFilter, StoredRun};
+use askloop_core::store::{ListedRun, ResourceFilter, RunCursor, RunFilter, StoredRun};
 use askloop_core::{AgentId, RunStatus, ToolCallId};
 use axum::Json;
 use axum::response::Response;
@@ -14,9 +14,12 @@ use crate::checks::{check_answer, check_edited_args, check_id, check_text, check
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Params, PathParam};
 use crate::keys::Caller;
+use crate::listing::all_runs;
 use crate::metrics::StreamKind;
 use crate::replay::{self, Follow};
-use crate::resume::{claim, repeat_note, resume_refused, run_response, stream_claim};
+use crate::resume::{
+    claim, refuse_child_run, repeat_note, resume_refused, run_response, stream_claim,
+};
 use crate::sse;
 use crate::state::State;
 
@@ -25,7 +28,9 @@ const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
 
 /// `GET /api/runs`: runs newest first, cursor-paginated; with `status=suspended`, the inbox of
-/// pending questions.
+/// pending questions. Only top-level runs (what a person started, whose waiting calls include
+/// their sub-agents' as `PARENT_CALL~CHILD_CALL`), unless `parentRunId` asks for a run's child
+/// runs.
 #[utoipa::path(get, path = "/api/runs", tag = "runs",
     params(RunsQuery),
     responses(
@@ -69,6 +74,14 @@ pub(crate) async fn list_runs(
         check_id("forkedFrom", original)?;
         filter = filter.forked_from(original.as_str());
     }
+    // A sub-agent's child run shows under its parent; by default only what a person started.
+    filter = match &query.parent_run_id {
+        Some(parent) => {
+            check_id("parentRunId", parent)?;
+            filter.children_of(parent.as_str())
+        }
+        None => filter.top_level(),
+    };
     let Some(mut filter) = listing_scope(filter, &caller, query.resource_id.as_deref())? else {
         return Ok(Json(RunList {
             runs: Vec::new(),
@@ -98,7 +111,9 @@ pub(crate) async fn list_runs(
     }))
 }
 
-/// `GET /api/runs/{runId}`: a run's summary, pending calls and messages.
+/// `GET /api/runs/{runId}`: a run's summary, pending calls and messages, and the child runs its
+/// sub-agents started (`children`; a child run's own `parentRunId`, `parentToolCallId` and
+/// `rootRunId` name where it sits in its tree).
 #[utoipa::path(get, path = "/api/runs/{runId}", tag = "runs",
     params(("runId" = String, Path, description = "The run"), RunQuery),
     responses(
@@ -115,7 +130,13 @@ pub(crate) async fn get_run(
     Params(query): Params<RunQuery>,
 ) -> Result<Json<RunDetail>, ApiError> {
     let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
-    Ok(Json(RunDetail::of(&stored.state)?))
+    // A child is in its parent's resource.
+    let children = RunFilter::new()
+        .children_of(stored.state.run_id().clone())
+        .resource_filter(ResourceFilter::exactly(stored.state.resource_id().cloned()));
+    let mut children = all_runs(&state, children).await?;
+    children.reverse();
+    Ok(Json(RunDetail::of(&stored.state, &children)?))
 }
 
 /// `POST /api/runs/{runId}/cancel`: cancels a run — a running one too, whichever server or
@@ -157,7 +178,7 @@ pub(crate) async fn cancel_run(
         (status = 400, description = "bad_request (resourceId)", body = ErrorBody),
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 404, description = "run_not_found", body = ErrorBody),
-        (status = 409, description = "not_continuable, thread_moved_on (a failed run whose thread has a newer run), in_progress, conflict, thread_busy (another turn of the thread runs), ambiguous_run", body = ErrorBody),
+        (status = 409, description = "child_run (a sub-agent's child run: continue its root run, details.rootRunId), not_continuable, thread_moved_on (a failed run whose thread has a newer run), in_progress, conflict, thread_busy (another turn of the thread runs), ambiguous_run", body = ErrorBody),
     ))]
 pub(crate) async fn continue_run(
     state: State,
@@ -166,6 +187,7 @@ pub(crate) async fn continue_run(
     Params(query): Params<RunQuery>,
 ) -> Result<Response, ApiError> {
     let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
+    refuse_child_run(&stored)?;
     let agent = agent_of_run(&state, &stored).await?;
     let run = agent
         .continue_stream(stored.state.key())
@@ -188,7 +210,7 @@ pub(crate) async fn continue_run(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found, unknown_tool_call", body = ErrorBody),
-        (status = 409, description = "not_suspended, conflict, already_answered (a different answer, or an approval, to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run", body = ErrorBody),
+        (status = 409, description = "child_run (a sub-agent's child run: answer its calls through its root run, details.rootRunId), not_suspended, conflict, already_answered (a different answer, or an approval, to a call that has its answer), in_progress, thread_busy (a newer turn of the thread runs), ambiguous_run", body = ErrorBody),
         (status = 410, description = "expired: the call's deadline passed (details: toolCallId, expiredAt)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
@@ -201,6 +223,7 @@ pub(crate) async fn respond(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
+    refuse_child_run(&stored)?;
     if request.responses.is_empty() {
         return Err(ApiError::bad_request("responses is empty"));
     }
@@ -262,7 +285,7 @@ pub(crate) async fn respond(
         (status = 401, description = "No or bad API key", body = ErrorBody),
         (status = 403, description = "not_permitted: the call's approver policy refuses the caller (details: toolCallId, toolName, reason = missing_role | self_approval | already_approved | unidentified | args_differ, actor, requiredRoles?); nothing changed, the call still waits", body = ErrorBody),
         (status = 404, description = "run_not_found (also another tenant's run)", body = ErrorBody),
-        (status = 409, description = "in_progress or interrupted (another call of the question's step is still running in the original), ambiguous_run", body = ErrorBody),
+        (status = 409, description = "child_run (a sub-agent's child run, details.rootRunId), in_progress or interrupted (another call of the question's step is still running in the original), ambiguous_run", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
     ))]
 pub(crate) async fn fork_run(
@@ -274,6 +297,7 @@ pub(crate) async fn fork_run(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let stored = visible_run(&state, &caller, &run_id, query.resource_id.as_deref()).await?;
+    refuse_child_run(&stored)?;
     check_tool_call_id(&request.tool_call_id)?;
     check_answer(&state, &request.resume_data)?;
     let agent = agent_of_run(&state, &stored).await?;

@@ -22,6 +22,7 @@ mod policy;
 mod repeats;
 mod scenarios;
 mod socket;
+mod subagents;
 mod support;
 mod tenancy;
 mod waits;

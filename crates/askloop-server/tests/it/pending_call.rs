@@ -217,9 +217,9 @@ async fn issue32_a_pending_call_is_one_shape_everywhere(backend: Backend) {
     let mut documented: Vec<&str> = properties.keys().map(String::as_str).collect();
     documented.sort_unstable();
     // Besides a question's keys: a quorum's, which only an approval needing several
-    // approvers carries (issue 34).
+    // approvers carries (issue 34), and the origin of a sub-agent's call (issue 35).
     let mut expected = keys.clone();
-    expected.extend(["approvals", "quorum"]);
+    expected.extend(["approvals", "quorum", "subagent"]);
     expected.sort_unstable();
     assert_eq!(documented, expected);
     let description = schemas["PendingCall"]["description"].as_str().unwrap();
