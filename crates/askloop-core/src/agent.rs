@@ -638,7 +638,9 @@ pub enum AgentBuildError {
     },
     /// A sub-agent's runs would be stored elsewhere than its parent's: a sub-agent must share
     /// its parent's store ([`AgentBuilder::shared_store`] with the same store).
-    #[error("sub-agent {subagent} of agent {agent} uses another store than its parent; give both the same store")]
+    #[error(
+        "sub-agent {subagent} of agent {agent} uses another store than its parent; give both the same store"
+    )]
     SubagentStore {
         /// The parent.
         agent: AgentId,
@@ -919,9 +921,11 @@ impl AgentBuilder {
             .max()
             .unwrap_or(0);
         let mut offered = self.tools;
-        offered.extend(subagents.iter().map(|child| {
-            Arc::new(SubagentTool::new(Arc::clone(child))) as Arc<dyn DynTool>
-        }));
+        offered.extend(
+            subagents
+                .iter()
+                .map(|child| Arc::new(SubagentTool::new(Arc::clone(child))) as Arc<dyn DynTool>),
+        );
         let mut tools: Vec<RegisteredTool> = Vec::with_capacity(offered.len());
         for tool in offered {
             let name = tool.name().to_owned();

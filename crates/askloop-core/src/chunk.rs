@@ -4,9 +4,9 @@
 //! [`crate::wire`]; this enum is not serialized directly.
 
 use crate::ids::{AgentId, RunId, ToolCallId};
+use crate::message::Suspension;
 use crate::message::{FinishReason, ToolArgs, ToolCall, ToolResult, Usage};
 use crate::run::{PendingKind, PendingToolCall, SubagentOrigin, approval_schema};
-use crate::message::Suspension;
 
 /// One event of a run's stream.
 ///

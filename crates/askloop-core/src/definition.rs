@@ -91,9 +91,7 @@ impl AgentDefinition {
     /// keeps its own journal, so running the call again only picks the child up where it is).
     pub(crate) fn reruns_after_crash(&self, name: &str) -> bool {
         self.subagent(name).is_some()
-            || self
-                .tool(name)
-                .is_some_and(|tool| tool.tool().idempotent())
+            || self.tool(name).is_some_and(|tool| tool.tool().idempotent())
     }
 
     /// The registered tool with this name.

@@ -181,8 +181,18 @@ impl EventBasis {
 /// supersede settled), the calls that started waiting (in call order), then the run's end if
 /// the commit ended it. Pure: the same states give the same events but for their fresh ids.
 pub fn events_of_commit(before: Option<&EventBasis>, after: &RunState) -> Vec<RunEvent> {
-    let waiting_before: &[PendingToolCall] = before.map_or(&[], |basis| &basis.waiting);
-    let waiting_after = after.pending_tool_calls();
+    // A sub-agent's child run raises no question events: its root announces the child's
+    // waiting calls as its own (`PARENT_CALL~CHILD_CALL`), and their events are the root's.
+    let nested = after.parent.is_some();
+    let waiting_before: &[PendingToolCall] = match before {
+        Some(basis) if !nested => &basis.waiting,
+        _ => &[],
+    };
+    let waiting_after = if nested {
+        Vec::new()
+    } else {
+        after.pending_tool_calls()
+    };
     let mut events = Vec::new();
     for call in waiting_before {
         if waiting_after
@@ -238,6 +248,9 @@ fn resolution(
         return Some((RunEventKind::QuestionExpired, None, None));
     }
     let approval = call.kind == PendingKind::Approval;
+    if call.subagent.is_some() {
+        return Some(nested_resolution(after, id, approval));
+    }
     match slot_state(after, id) {
         Some(CallState::Resuming { resume_data, .. }) if approval => {
             let approved = resume_data
@@ -260,6 +273,49 @@ fn resolution(
         }
         _ if approval => Some((RunEventKind::ApprovalDecided, None, None)),
         _ => Some((RunEventKind::QuestionAnswered, None, None)),
+    }
+}
+
+/// How a sub-agent's child's call (`id`: `PARENT_CALL~CHILD_CALL`) stopped waiting, read from
+/// the answer its parent's call was claimed with (the claim's envelope): the answer, or the
+/// decision; `None`s when the commit shows neither.
+fn nested_resolution(
+    after: &RunState,
+    id: &ToolCallId,
+    approval: bool,
+) -> (RunEventKind, Option<Value>, Option<bool>) {
+    let claimed = after.pending_step.as_ref().and_then(|step| {
+        step.calls.iter().find_map(|slot| {
+            let rest = id
+                .as_str()
+                .strip_prefix(slot.call.id.as_str())?
+                .strip_prefix(crate::run::SUBAGENT_CALL_SEPARATOR)?;
+            let CallState::Resuming { resume_data, .. } = &slot.state else {
+                return None;
+            };
+            resume_data
+                .get("items")?
+                .as_array()?
+                .iter()
+                .find(|item| item.get("toolCallId").and_then(Value::as_str) == Some(rest))?
+                .get("response")
+                .cloned()
+        })
+    });
+    let kind = claimed
+        .as_ref()
+        .and_then(|response| response.get("kind"))
+        .and_then(Value::as_str);
+    match (approval, kind) {
+        (true, Some("approve")) => (RunEventKind::ApprovalDecided, None, Some(true)),
+        (true, Some("decline")) => (RunEventKind::ApprovalDecided, None, Some(false)),
+        (true, _) => (RunEventKind::ApprovalDecided, None, None),
+        (false, Some("answer")) => (
+            RunEventKind::QuestionAnswered,
+            claimed.and_then(|response| response.get("value").cloned()),
+            None,
+        ),
+        (false, _) => (RunEventKind::QuestionAnswered, None, None),
     }
 }
 

@@ -1,8 +1,8 @@
 //! [`RunOptions`]: where a new run goes (its thread and owner).
 
 use crate::actor::Actor;
-use crate::run::ParentRun;
 use crate::ids::{ResourceId, RunId, ThreadId};
+use crate::run::ParentRun;
 
 /// Where a new run goes: its thread and owner. Build with [`RunOptions::new`] and the setters.
 ///

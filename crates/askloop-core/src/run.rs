@@ -66,11 +66,11 @@ use serde_json::Value;
 
 use crate::actor::Actor;
 use crate::ids::{AgentId, ResourceId, RunId, RunKey, ThreadId, ThreadKey, ToolCallId};
+use crate::message::Suspension;
 use crate::message::{
     AuditAction, AuditRecord, FinishReason, Message, ToolCall, ToolResult, Usage,
 };
 use crate::time::now_ms;
-use crate::message::Suspension;
 
 /// The stored run format this build writes and reads.
 pub(crate) const RUN_FORMAT_VERSION: u32 = 2;
@@ -584,9 +584,8 @@ impl PendingToolCall {
     /// [`SUBAGENT_CALL_SEPARATOR`], its origin with the child's agent ahead of the path.
     pub(crate) fn nested_under(mut self, parent_call: &ToolCallId, wait: &SubagentWait) -> Self {
         let own_id = self.tool_call_id.clone();
-        self.tool_call_id = ToolCallId::new(format!(
-            "{parent_call}{SUBAGENT_CALL_SEPARATOR}{own_id}"
-        ));
+        self.tool_call_id =
+            ToolCallId::new(format!("{parent_call}{SUBAGENT_CALL_SEPARATOR}{own_id}"));
         self.subagent = Some(match self.subagent.take() {
             Some(mut origin) => {
                 origin.path.insert(0, wait.agent_id.clone());

@@ -37,7 +37,7 @@ use crate::options::RunOptions;
 use crate::run::{ParentRun, RunState, RunStatus, SubagentWait};
 use crate::run_loop::{self, Envelope};
 use crate::schema::schema_of;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoredRun};
 use crate::stream::AgentStream;
 use crate::tool::{DynTool, Execution, ResumeRejection, ToolContext, ToolError};
 
@@ -46,7 +46,8 @@ use crate::tool::{DynTool, Execution, ResumeRejection, ToolContext, ToolError};
 pub const DEFAULT_MAX_SUBAGENT_DEPTH: u32 = 3;
 
 /// The namespace of child run ids (UUID v5 of the parent's resource, run and call).
-const CHILD_RUN_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6a5c_1e0f_7d2b_4c39_9e84_2b1f_0c3d_5a71);
+const CHILD_RUN_NAMESPACE: uuid::Uuid =
+    uuid::Uuid::from_u128(0x6a5c_1e0f_7d2b_4c39_9e84_2b1f_0c3d_5a71);
 
 /// How often the tool looks again while another process drives the child (its lease is live).
 const DRIVER_POLL: Duration = Duration::from_millis(100);
@@ -191,7 +192,11 @@ impl<'a> Child<'a> {
             .map_or_else(|| run_id.clone(), |parent| parent.root_run_id.clone());
         let key = RunKey::new(
             scope.resource_id.clone(),
-            child_run_id(scope.resource_id.as_ref().map(|id| id.as_str()), run_id, call_id),
+            child_run_id(
+                scope.resource_id.as_ref().map(|id| id.as_str()),
+                run_id,
+                call_id,
+            ),
         );
         Ok(Self {
             agent,
@@ -228,11 +233,8 @@ impl<'a> Child<'a> {
                     return Err("the sub-agent's run could not be started".into());
                 }
                 started = true;
-                let stream = run_loop::start(
-                    Arc::clone(self.agent),
-                    prompt_of(args),
-                    self.options(),
-                );
+                let stream =
+                    run_loop::start(Arc::clone(self.agent), prompt_of(args), self.options());
                 self.forward(stream, context).await;
                 continue;
             };
@@ -259,59 +261,74 @@ impl<'a> Child<'a> {
                     let Some(given) = envelope.take() else {
                         return Ok(self.suspend(&stored.state, context));
                     };
-                    let items = given.resolutions();
-                    let claimed = run_loop::claim_resume_child(
-                        self.agent,
-                        &RunRef::Key(self.key.clone()),
-                        items,
-                        given.actor().cloned(),
-                        Some(stored),
-                    )
-                    .await;
-                    match claimed {
-                        Ok(claim) => {
-                            let stream = run_loop::resume(Arc::clone(self.agent), claim);
-                            self.forward(stream, context).await;
-                        }
-                        Err(ResumeError::Conflict { .. } | ResumeError::InProgress { .. }) => {
-                            envelope = Some(given);
-                            tokio::time::sleep(DRIVER_POLL).await;
-                        }
-                        // Refused: the answer was taken before (a run again after a crash) or
-                        // no longer fits; the child's calls as they stand are the outcome.
-                        Err(error) => tracing::info!(
-                            run_id = %self.key.run_id,
-                            error = %error_chain_text(&error),
-                            "a sub-agent's answer was not applied again"
-                        ),
-                    }
+                    envelope = self.answer(stored, given, context).await;
                 }
-                RunStatus::Running => {
-                    if let Some(lease) = run_loop::live_lease_of(&stored) {
-                        let left = lease.expires_at_ms.saturating_sub(crate::time::lease_now_ms());
-                        tokio::time::sleep(DRIVER_POLL.min(Duration::from_millis(left.max(1))))
-                            .await;
-                        continue;
-                    }
-                    match run_loop::claim_continue_child(
-                        self.agent,
-                        &RunRef::Key(self.key.clone()),
-                    )
-                    .await
-                    {
-                        Ok(claim) => {
-                            let stream = run_loop::resume(Arc::clone(self.agent), claim);
-                            self.forward(stream, context).await;
-                        }
-                        Err(ResumeError::Conflict { .. } | ResumeError::InProgress { .. }) => {
-                            tokio::time::sleep(DRIVER_POLL).await;
-                        }
-                        Err(error) => return Err(error_chain_text(&error)),
-                    }
-                }
+                RunStatus::Running => self.follow(&stored, context).await?,
             }
         }
         Err("the sub-agent's run did not settle".into())
+    }
+
+    /// Claims the waiting child with the answers `given` and drives it; gives them back when
+    /// the claim must be tried again (another driver is settling the child).
+    async fn answer(
+        &self,
+        stored: StoredRun,
+        given: Envelope,
+        context: &ToolContext,
+    ) -> Option<Envelope> {
+        let claimed = run_loop::claim_resume_child(
+            self.agent,
+            &RunRef::Key(self.key.clone()),
+            given.resolutions(),
+            given.actor().cloned(),
+            Some(stored),
+        )
+        .await;
+        match claimed {
+            Ok(claim) => {
+                let stream = run_loop::resume(Arc::clone(self.agent), claim);
+                self.forward(stream, context).await;
+                None
+            }
+            Err(ResumeError::Conflict { .. } | ResumeError::InProgress { .. }) => {
+                tokio::time::sleep(DRIVER_POLL).await;
+                Some(given)
+            }
+            // Refused: the answer was taken before (a run again after a crash) or no longer
+            // fits; the child's calls as they stand are the outcome.
+            Err(error) => {
+                tracing::info!(
+                    run_id = %self.key.run_id,
+                    error = %error_chain_text(&error),
+                    "a sub-agent's answer was not applied again"
+                );
+                None
+            }
+        }
+    }
+
+    /// A running child: waits while its driver's lease lives, else takes it over and drives it.
+    async fn follow(&self, stored: &StoredRun, context: &ToolContext) -> Result<(), String> {
+        if let Some(lease) = run_loop::live_lease_of(stored) {
+            let left = lease
+                .expires_at_ms
+                .saturating_sub(crate::time::lease_now_ms());
+            tokio::time::sleep(DRIVER_POLL.min(Duration::from_millis(left.max(1)))).await;
+            return Ok(());
+        }
+        match run_loop::claim_continue_child(self.agent, &RunRef::Key(self.key.clone())).await {
+            Ok(claim) => {
+                let stream = run_loop::resume(Arc::clone(self.agent), claim);
+                self.forward(stream, context).await;
+                Ok(())
+            }
+            Err(ResumeError::Conflict { .. } | ResumeError::InProgress { .. }) => {
+                tokio::time::sleep(DRIVER_POLL).await;
+                Ok(())
+            }
+            Err(error) => Err(error_chain_text(&error)),
+        }
     }
 
     /// The options of the child's insert: its derived id, its own thread (named by its id), the
@@ -388,7 +405,11 @@ pub(crate) fn child_run_id(resource: Option<&str>, run_id: &RunId, call_id: &Too
 
 /// The prompt a child run starts with: the task, then the context if any.
 fn prompt_of(args: &SubagentArgs) -> String {
-    match args.context.as_deref().filter(|text| !text.trim().is_empty()) {
+    match args
+        .context
+        .as_deref()
+        .filter(|text| !text.trim().is_empty())
+    {
         Some(context) => format!("{}\n\nContext:\n{context}", args.prompt),
         None => args.prompt.clone(),
     }
@@ -413,4 +434,87 @@ fn final_text(state: &RunState) -> String {
             _ => None,
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+
+    use crate::store::{MemoryStore, RunStore};
+    use crate::testing::ScriptedModel;
+    use crate::{Agent, AgentBuildError};
+
+    fn level(id: &str, store: &Arc<dyn RunStore>, below: Option<Agent>) -> Agent {
+        let mut builder = Agent::builder(id)
+            .model(ScriptedModel::from_json(r#"{"steps":[{"text":"ok"}]}"#).unwrap())
+            .shared_store(store.clone());
+        if let Some(child) = below {
+            builder = builder.subagent(child);
+        }
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn issue35_sub_agents_nest_three_levels_deep_and_no_deeper() {
+        let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+        let mut tree = level("a3", &store, None);
+        for id in ["a2", "a1", "root"] {
+            tree = level(id, &store, Some(tree));
+        }
+        let error = Agent::builder("top")
+            .model(ScriptedModel::from_json(r#"{"steps":[{"text":"ok"}]}"#).unwrap())
+            .shared_store(store.clone())
+            .subagent(tree)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                AgentBuildError::SubagentTooDeep {
+                    levels: 4,
+                    limit: 3,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("at most 3"), "{error}");
+    }
+
+    #[test]
+    fn issue35_a_sub_agent_must_share_its_parents_store() {
+        let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+        let other: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+        let child = level("researcher", &other, None);
+        let error = Agent::builder("supervisor")
+            .model(ScriptedModel::from_json(r#"{"steps":[{"text":"ok"}]}"#).unwrap())
+            .shared_store(store)
+            .subagent(child)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(error, AgentBuildError::SubagentStore { .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn issue35_child_run_ids_are_the_same_in_every_process_and_per_call() {
+        let run = crate::RunId::new("r");
+        let a = super::child_run_id(None, &run, &crate::ToolCallId::new("c1"));
+        assert_eq!(
+            a,
+            super::child_run_id(None, &run, &crate::ToolCallId::new("c1"))
+        );
+        assert_ne!(
+            a,
+            super::child_run_id(None, &run, &crate::ToolCallId::new("c2"))
+        );
+        assert_ne!(
+            a,
+            super::child_run_id(Some("t"), &run, &crate::ToolCallId::new("c1"))
+        );
+    }
 }

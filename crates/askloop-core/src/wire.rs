@@ -18,6 +18,7 @@ pub use crate::wire::pending::{ApprovalJson, PendingCall};
 
 use crate::chunk::Chunk;
 use crate::ids::RunId;
+use crate::message::Suspension;
 use crate::message::{FinishReason, ToolCall, Usage};
 use crate::run::SubagentOrigin;
 
@@ -72,13 +73,7 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
         } => {
             let mut fields = call_fields(call);
             insert_origin(&mut fields, subagent.as_ref());
-            fields.insert("suspendPayload".into(), suspension.payload.clone());
-            // The reference sends the resume schema as a JSON string, not an object.
-            let schema = suspension
-                .resume_schema
-                .as_ref()
-                .map_or(Value::Null, |schema| Value::String(schema.to_string()));
-            fields.insert("resumeSchema".into(), schema);
+            suspension_fields(&mut fields, suspension);
             envelope("tool-call-suspended", run_id, Value::Object(fields))
         }
         Chunk::ToolCallApproval {
@@ -91,21 +86,13 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
         } => {
             let mut fields = call_fields(call);
             insert_origin(&mut fields, subagent.as_ref());
-            // As for suspensions, the reference sends the schema as a JSON string.
-            fields.insert(
-                "resumeSchema".into(),
-                Value::String(resume_schema.to_string()),
+            approval_fields(
+                &mut fields,
+                resume_schema,
+                *expires_at_ms,
+                approvals,
+                *quorum,
             );
-            if let Some(at) = expires_at_ms {
-                fields.insert("expiresAt".into(), Value::String(crate::time::rfc3339(*at)));
-            }
-            // askloop's: a quorum's votes so far (absent for a call one approver decides).
-            if let Some(quorum) = quorum {
-                fields.insert("quorum".into(), json!(quorum));
-            }
-            if !approvals.is_empty() {
-                fields.insert("approvals".into(), json!(approvals_json(approvals)));
-            }
             envelope("tool-call-approval", run_id, Value::Object(fields))
         }
         Chunk::StepFinish {
@@ -131,16 +118,47 @@ pub fn chunk_to_json(run_id: &RunId, chunk: &Chunk) -> Value {
             agent_id,
             tool_call_id,
             chunk,
-        } => envelope(
-            "subagent-chunk",
-            run_id,
-            json!({
-                "runId": child.as_str(),
-                "agentId": agent_id.as_str(),
-                "toolCallId": tool_call_id.as_str(),
-                "chunk": chunk_to_json(child, chunk),
-            }),
-        ),
+        } => {
+            let inner = chunk_to_json(child, chunk);
+            let payload = json!({"runId": child.as_str(), "agentId": agent_id.as_str(), "toolCallId": tool_call_id.as_str(), "chunk": inner});
+            envelope("subagent-chunk", run_id, payload)
+        }
+    }
+}
+
+/// A `tool-call-suspended` chunk's fields beyond the call's.
+fn suspension_fields(fields: &mut serde_json::Map<String, Value>, suspension: &Suspension) {
+    fields.insert("suspendPayload".into(), suspension.payload.clone());
+    // The reference sends the resume schema as a JSON string, not an object.
+    let schema = suspension
+        .resume_schema
+        .as_ref()
+        .map_or(Value::Null, |schema| Value::String(schema.to_string()));
+    fields.insert("resumeSchema".into(), schema);
+}
+
+/// A `tool-call-approval` chunk's fields beyond the call's.
+fn approval_fields(
+    fields: &mut serde_json::Map<String, Value>,
+    resume_schema: &Value,
+    expires_at_ms: Option<u64>,
+    approvals: &[crate::run::ApprovalVote],
+    quorum: Option<u32>,
+) {
+    // As for suspensions, the reference sends the schema as a JSON string.
+    fields.insert(
+        "resumeSchema".into(),
+        Value::String(resume_schema.to_string()),
+    );
+    if let Some(at) = expires_at_ms {
+        fields.insert("expiresAt".into(), Value::String(crate::time::rfc3339(at)));
+    }
+    // askloop's: a quorum's votes so far (absent for a call one approver decides).
+    if let Some(quorum) = quorum {
+        fields.insert("quorum".into(), json!(quorum));
+    }
+    if !approvals.is_empty() {
+        fields.insert("approvals".into(), json!(approvals_json(approvals)));
     }
 }
 

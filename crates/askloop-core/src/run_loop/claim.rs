@@ -635,56 +635,20 @@ fn resolve_call(
         tool_name: slot.call.name.clone(),
         rejection,
     };
-    // A call expires at its deadline: a response after it is refused, whether or not a
-    // sweep has given the call its result yet (the sweep will; this refusal changes nothing).
-    if let Resolution::Respond(_) = resolution
-        && let Some(at) = deadline_of(&slot.state).filter(|at| *at <= lease_now_ms())
-    {
-        return Err(ResumeError::Expired {
-            run_id: run_id.clone(),
-            tool_call_id: slot.call.id.clone(),
-            expired_at_ms: at,
-        });
+    refuse_past_deadline(run_id, slot, resolution)?;
+    if let Some(next) = nested_call_state(run_id, slot, resolution) {
+        slot.state = next.map_err(|rejection| match rejection {
+            Some(rejection) => invalid(rejection),
+            None => ResumeError::Conflict {
+                run_id: run_id.clone(),
+            },
+        })?;
+        return Ok((AuditAction::Answer, None, false));
     }
     let (next, action) = match (&slot.state, resolution) {
+        // (A sub-agent's call was decided above: this one waits for its own answer.)
         (
-            CallState::Suspended {
-                suspension,
-                subagent: Some(_),
-            },
-            Resolution::Nested(envelope),
-        ) => {
-            let resuming = CallState::Resuming {
-                suspension: suspension.clone(),
-                resume_data: envelope.clone(),
-            };
-            (resuming, (AuditAction::Answer, None))
-        }
-        (
-            CallState::Suspended {
-                subagent: Some(wait),
-                ..
-            },
-            Resolution::Respond(_),
-        ) => {
-            return Err(invalid(ResumeRejection {
-                expected: format!(
-                    "answers to the sub-agent's waiting calls, by their ids: {}",
-                    nested_ids(&slot.call.id, wait)
-                ),
-                problems: Vec::new(),
-            }));
-        }
-        (CallState::Suspended { subagent: None, .. }, Resolution::Nested(_)) => {
-            return Err(ResumeError::Conflict {
-                run_id: run_id.clone(),
-            });
-        }
-        (
-            CallState::Suspended {
-                suspension,
-                subagent: None,
-            },
+            CallState::Suspended { suspension, .. },
             Resolution::Respond(CallResponse::Answer(answer)),
         ) => {
             let Some(tool) = agent.tool(&slot.call.name) else {
@@ -737,6 +701,66 @@ fn resolve_call(
     };
     slot.state = next;
     Ok((action.0, action.1, false))
+}
+
+/// Refuses a response to a call whose deadline passed, whether or not a sweep has given the
+/// call its result yet (the sweep will; this refusal changes nothing).
+fn refuse_past_deadline(
+    run_id: &RunId,
+    slot: &CallSlot,
+    resolution: &Resolution,
+) -> Result<(), ResumeError> {
+    if let Resolution::Respond(_) = resolution
+        && let Some(at) = deadline_of(&slot.state).filter(|at| *at <= lease_now_ms())
+    {
+        return Err(ResumeError::Expired {
+            run_id: run_id.clone(),
+            tool_call_id: slot.call.id.clone(),
+            expired_at_ms: at,
+        });
+    }
+    Ok(())
+}
+
+/// What a response does to a sub-agent's call (one that waits for its child's calls), or a
+/// nested resolution to any call: the envelope claims the call (`resuming`); a direct response
+/// is refused, saying which ids to answer (`Some` rejection); a nested resolution for a call
+/// that waits for no child is a stale read (`None`: a conflict). `None` for every other case.
+fn nested_call_state(
+    run_id: &RunId,
+    slot: &CallSlot,
+    resolution: &Resolution,
+) -> Option<Result<CallState, Option<ResumeRejection>>> {
+    match (&slot.state, resolution) {
+        (
+            CallState::Suspended {
+                suspension,
+                subagent: Some(_),
+            },
+            Resolution::Nested(envelope),
+        ) => Some(Ok(CallState::Resuming {
+            suspension: suspension.clone(),
+            resume_data: envelope.clone(),
+        })),
+        (
+            CallState::Suspended {
+                subagent: Some(wait),
+                ..
+            },
+            Resolution::Respond(_),
+        ) => Some(Err(Some(ResumeRejection {
+            expected: format!(
+                "answers to the sub-agent's waiting calls, by their ids: {}",
+                nested_ids(&slot.call.id, wait)
+            ),
+            problems: Vec::new(),
+        }))),
+        (_, Resolution::Nested(_)) => {
+            tracing::debug!(%run_id, tool_call_id = %slot.call.id, "a nested answer found no sub-agent call waiting");
+            Some(Err(None))
+        }
+        _ => None,
+    }
 }
 
 /// What an approval or decline of a call awaiting approval comes to.

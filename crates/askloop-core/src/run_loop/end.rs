@@ -4,14 +4,14 @@
 //! provider accepts (each tool call answered by one result).
 
 use crate::definition::AgentDefinition;
-use crate::error::ResumeError;
+use crate::error::{ResumeError, error_chain_text};
 use crate::event::EventBasis;
 use crate::ids::{AgentId, ResourceId, RunId, RunKey, RunRef, ThreadKey, ToolCallId};
 use crate::message::{AuditAction, AuditRecord};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult};
 use crate::run::{CallState, RunFailure, RunState, RunStatus};
 use crate::run_loop::claim::{CLAIM_ATTEMPTS, load_own_run, map_store_error, resolve};
-use crate::store::{ListedRun, RunFilter, RunStore, StoreError};
+use crate::store::{ListedRun, ResourceFilter, RunFilter, RunStore, StoreError};
 
 /// How many times a cancel re-reads the run after losing its compare-and-swap: a running run's
 /// driver commits as it goes (each side-effecting result), and the cancel must still land.
@@ -134,7 +134,10 @@ pub(crate) async fn cancel_in_store(
         });
         state.touch();
         match super::commit_update(store, &before, &state, version, None).await {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                cancel_children(store, &key, by.as_ref()).await;
+                return Ok(());
+            }
             Err(StoreError::Conflict { .. }) => continue,
             Err(error) => return Err(map_store_error(&key, error)),
         }
@@ -142,6 +145,42 @@ pub(crate) async fn cancel_in_store(
     Err(ResumeError::Conflict {
         run_id: run_id.clone(),
     })
+}
+
+/// Cancels the child runs that `run` started through its sub-agents, and theirs, unless they
+/// ended: a cancelled or superseded run leaves no child waiting or running. Best effort after
+/// the parent's own commit (what fails is logged; a child left waiting answers to nobody, its
+/// parent's call having its result already).
+async fn cancel_children(store: &dyn RunStore, run: &RunKey, by: Option<&String>) {
+    let filter = RunFilter::new()
+        .resource_filter(ResourceFilter::exactly(run.resource_id.clone()))
+        .children_of(run.run_id.clone());
+    let page = match store.list_runs(&filter).await {
+        Ok(page) => page,
+        Err(error) => {
+            tracing::warn!(run_id = %run.run_id, error = %error_chain_text(&error), "could not list the run's sub-agent runs to cancel them");
+            return;
+        }
+    };
+    for listed in page.runs {
+        let ListedRun::Run(child) = listed else {
+            continue;
+        };
+        if matches!(child.status, RunStatus::Completed | RunStatus::Cancelled) {
+            continue;
+        }
+        let key = child.key();
+        if let Err(error) = Box::pin(cancel_in_store(
+            store,
+            &RunRef::Key(key.clone()),
+            None,
+            by.cloned(),
+        ))
+        .await
+        {
+            tracing::warn!(run_id = %key.run_id, error = %error_chain_text(&error), "could not cancel a sub-agent's run");
+        }
+    }
 }
 
 /// The result of a waiting call whose person wrote a new message instead of answering: a
@@ -207,7 +246,10 @@ pub(crate) async fn supersede_waiting_runs(
             match super::commit_update(agent.store.as_ref(), &before, &state, stored.version, None)
                 .await
             {
-                Ok(_) => break,
+                Ok(_) => {
+                    cancel_children(agent.store.as_ref(), &key, by.as_ref()).await;
+                    break;
+                }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(error) => return Err(error),
             }
@@ -249,7 +291,11 @@ pub(crate) async fn expired_calls(
 ) -> Result<Vec<ExpiredRun>, StoreError> {
     const PAGE: usize = 500;
     let mut expired = Vec::new();
-    let mut filter = RunFilter::new().status(RunStatus::Suspended).limit(PAGE);
+    // A sub-agent's child's calls are due through its root, which shows them as its own.
+    let mut filter = RunFilter::new()
+        .status(RunStatus::Suspended)
+        .top_level()
+        .limit(PAGE);
     loop {
         let page = store.list_runs(&filter).await?;
         for listed in &page.runs {

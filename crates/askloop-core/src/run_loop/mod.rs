@@ -40,13 +40,13 @@ use tracing::Instrument;
 
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) use claim::OUTCOME_UNKNOWN;
-pub(crate) use envelope::Envelope;
 pub(crate) use claim::{
     Claim, Resolution, claim_continue, claim_continue_child, claim_resume, claim_resume_child,
     live_lease_of,
 };
 pub use end::ExpiredRun;
 pub(crate) use end::{cancel_in_store, cancel_run, expired_calls};
+pub(crate) use envelope::Envelope;
 pub(crate) use fork::claim_fork;
 
 use crate::cancel::CancelHandle;

@@ -10,9 +10,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::StreamExt;
 use futures::channel::mpsc;
 use futures::future::Either;
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::Value;
 use tracing::Instrument;
@@ -191,17 +191,7 @@ async fn run_work(
         let Some((index, idempotent, outcome)) = next else {
             break;
         };
-        if let Some(slot) = step.calls.get_mut(index) {
-            slot.state = outcome;
-            // An approved call's result records its approval as its answer, so a repeated
-            // approval is recognised as the same answer.
-            let approval = slot.approval_answer();
-            if let CallState::Completed { result } = &mut slot.state
-                && result.answer.is_none()
-            {
-                result.answer = approval;
-            }
-        }
+        put_outcome(step, index, outcome);
         if journaled && !idempotent {
             record(run, step).await?;
         }
@@ -211,6 +201,20 @@ async fn run_work(
         out.emit(chunk).await;
     }
     Ok(())
+}
+
+/// Puts a call's outcome in its slot. An approved call's result records its approval as its
+/// answer, so a repeated approval is recognised as the same answer.
+fn put_outcome(step: &mut PendingStep, index: usize, outcome: CallState) {
+    if let Some(slot) = step.calls.get_mut(index) {
+        slot.state = outcome;
+        let approval = slot.approval_answer();
+        if let CallState::Completed { result } = &mut slot.state
+            && result.answer.is_none()
+        {
+            result.answer = approval;
+        }
+    }
 }
 
 /// A tool call's `outcome` span field: `result`, `error` or `suspended`.

@@ -19,9 +19,8 @@ use crate::actor::Actor;
 use crate::ids::{AgentId, ResourceId, RunId, ThreadId};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::run::{
-    ParentRun,
-    CallSlot, CallState, ForkedFrom, PendingStep, RUN_FORMAT_VERSION, RunFailure, RunState,
-    RunStatus,
+    CallSlot, CallState, ForkedFrom, ParentRun, PendingStep, RUN_FORMAT_VERSION, RunFailure,
+    RunState, RunStatus,
 };
 use crate::store::StoreError;
 use crate::tool::Suspension;

@@ -478,6 +478,24 @@ fn ends(status: RunStatus) -> bool {
     matches!(status, RunStatus::Completed | RunStatus::Cancelled)
 }
 
+/// An SQL expression of the text at path `$path` of the head's top-level field `$key`
+/// (`forkedFrom`, `parent`: fields the codec writes only for some runs), `NULL` when the head
+/// does not hold it. The text test (`"$key":` somewhere in the head) skips every other row
+/// without parsing its head, so listing stays as fast for runs without the field; the head's
+/// own top-level field is then read by its path (the text may also occur deeper, in a call's
+/// arguments: that reads `NULL` too).
+macro_rules! head_field {
+    ($key:literal, $path:literal) => {
+        concat!(
+            "CASE WHEN strpos(head, '\"",
+            $key,
+            "\":') > 0 THEN head::jsonb #>> '",
+            $path,
+            "' END"
+        )
+    };
+}
+
 /// The listing statement for `filter`: only the conditions it sets, so each shape of listing is
 /// its own prepared statement, planned on the index that fits it (a generic plan of
 /// `$1 IS NULL OR status = $1` would scan every run).
@@ -502,11 +520,29 @@ fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> 
         query.push(" AND agent_id = ").push_bind(agent_id.as_str());
     }
     if let Some(original) = &filter.forked_from {
-        // The head's top-level `forkedFrom` (the codec writes it only for forks: the text
-        // test skips every other row without parsing it).
         query
-            .push(" AND CASE WHEN strpos(head, '\"forkedFrom\":') > 0 THEN head::jsonb #>> '{forkedFrom,runId}' END = ")
+            .push(concat!(
+                " AND ",
+                head_field!("forkedFrom", "{forkedFrom,runId}"),
+                " = "
+            ))
             .push_bind(original.as_str());
+    }
+    if let Some(parent) = &filter.parent_run_id {
+        query
+            .push(concat!(
+                " AND ",
+                head_field!("parent", "{parent,runId}"),
+                " = "
+            ))
+            .push_bind(parent.as_str());
+    }
+    if filter.top_level {
+        query.push(concat!(
+            " AND ",
+            head_field!("parent", "{parent,runId}"),
+            " IS NULL"
+        ));
     }
     if let Some(after) = filter.changed_after {
         query

@@ -79,9 +79,11 @@ pub(super) struct ListedColumns {
     pub(super) pending: Option<String>,
     /// The head's `forkedFrom` as JSON text, for a fork.
     pub(super) forked_from: Option<String>,
+    /// The head's `parent` as JSON text, for a sub-agent's child run.
+    pub(super) parent: Option<String>,
 }
 
-/// A summary from a row's columns, its `pending` column and its `forkedFrom`.
+/// A summary from a row's columns, its `pending` column, its `forkedFrom` and its `parent`.
 ///
 /// # Errors
 /// [`StoreError::Corrupt`] when the pending column or a column's value does not read.
@@ -95,10 +97,12 @@ pub(super) fn summary(columns: ListedColumns) -> Result<RunSummary, StoreError> 
         Some(text) => serde_json::from_str::<Value>(text).map_err(corrupt)?,
         None => Value::Array(Vec::new()),
     };
-    let forked_from = match &columns.forked_from {
-        Some(text) => serde_json::from_str::<Value>(text).map_err(corrupt)?,
-        None => Value::Null,
+    let json_or_null = |text: &Option<String>| match text {
+        Some(text) => serde_json::from_str::<Value>(text).map_err(corrupt),
+        None => Ok(Value::Null),
     };
+    let forked_from = json_or_null(&columns.forked_from)?;
+    let parent = json_or_null(&columns.parent)?;
     serde_json::from_value(json!({
         "runId": columns.run_id,
         "agentId": columns.agent_id,
@@ -109,6 +113,7 @@ pub(super) fn summary(columns: ListedColumns) -> Result<RunSummary, StoreError> 
         "updatedAtMs": unsigned(columns.updated_at_ms),
         "pending": pending,
         "forkedFrom": forked_from,
+        "parent": parent,
     }))
     .map_err(corrupt)
 }
@@ -134,12 +139,42 @@ mod tests {
             updated_at_ms: 6,
             pending: None,
             forked_from: None,
+            parent: None,
         })
         .unwrap();
         assert_eq!(summary.run_id.as_str(), "r1");
         assert_eq!(summary.status, RunStatus::Suspended);
         assert_eq!(summary.resource_id.unwrap().as_str(), "u1");
         assert!(summary.pending.is_empty());
+    }
+
+    #[test]
+    fn a_child_run_reads_back_its_parent() {
+        let summary = summary(ListedColumns {
+            run_id: "c1".into(),
+            thread_id: "t1".into(),
+            resource_id: None,
+            agent_id: "researcher".into(),
+            status: "running".into(),
+            created_at_ms: 5,
+            updated_at_ms: 6,
+            pending: None,
+            forked_from: None,
+            parent: Some(
+                r#"{"runId":"p1","toolCallId":"call-1","rootRunId":"root","depth":2}"#.into(),
+            ),
+        })
+        .unwrap();
+        let parent = summary.parent.unwrap();
+        assert_eq!(
+            (
+                parent.run_id.as_str(),
+                parent.tool_call_id.as_str(),
+                parent.root_run_id.as_str(),
+                parent.depth
+            ),
+            ("p1", "call-1", "root", 2)
+        );
     }
 
     #[test]
@@ -154,6 +189,7 @@ mod tests {
             updated_at_ms: 6,
             pending: Some("[{".into()),
             forked_from: None,
+            parent: None,
         })
         .unwrap_err();
         assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");

@@ -318,6 +318,7 @@ pub(super) fn list_runs(
                 updated_at_ms: row.get(6).map_err(backend)?,
                 pending: row.get(7).map_err(backend)?,
                 forked_from: row.get(11).map_err(backend)?,
+                parent: row.get(12).map_err(backend)?,
             };
             let current: bool = row.get(8).map_err(backend)?;
             let change_seq: Option<i64> = row.get(9).map_err(backend)?;
@@ -374,24 +375,46 @@ fn older_or_newer(
     codec::decode_run(run_id, &head, std::iter::empty::<&str>()).map(|state| state.summary())
 }
 
+/// An SQL expression of the value at JSON path `$path` of the head's top-level field `$key`
+/// (`forkedFrom`, `parent`: fields the codec writes only for some runs), `NULL` when the head
+/// does not hold it. The text test (`"$key":` somewhere in the head) skips every other row
+/// without parsing its head, so listing stays as fast for runs without the field; the head's
+/// own top-level field is then read by its path (the text may also occur deeper, in a call's
+/// arguments: that reads `NULL` too).
+macro_rules! head_field {
+    ($key:literal, $path:literal) => {
+        concat!(
+            "CASE WHEN instr(head, '\"",
+            $key,
+            "\":') > 0 AND json_valid(head) THEN json_extract(head, '",
+            $path,
+            "') END"
+        )
+    };
+}
+
 /// The listed columns (the resource is the scope, `''` read as none), then whether the head is
 /// of the current format and well-formed JSON (checked inside SQLite, without decoding it),
 /// then the change sequence, then the run's first message ([`RunSummary::first_message`]):
 /// the text of its message 0 when that is a user message (`{"role":"user","text":…}`, core's
 /// `codec::encode_message`), its first ?2 characters, read inside SQLite by its primary key
 /// (one lookup per listed row, never more of the text); none for a body that is not JSON;
-/// then the head's `forkedFrom` (read only from heads that hold it).
+/// then the head's `forkedFrom` and its `parent` (each read only from heads that hold it, see
+/// `head_field!`).
 ///
 /// [`RunSummary::first_message`]: askloop_core::store::RunSummary::first_message
-const LISTED_COLUMNS: &str = "id, thread_id, NULLIF(scope, ''), agent_id, status, \
+const LISTED_COLUMNS: &str = concat!(
+    "id, thread_id, NULLIF(scope, ''), agent_id, status, \
     created_at_ms, updated_at_ms, pending, substr(head, 1, 19) = ?1 AND json_valid(head), \
     change_seq, \
     (SELECT CASE WHEN json_valid(m.body) THEN \
                 CASE WHEN json_extract(m.body, '$.role') = 'user' \
                      THEN substr(json_extract(m.body, '$.text'), 1, ?2) END END \
-       FROM run_messages m WHERE m.scope = runs.scope AND m.run_id = runs.id AND m.seq = 0), \
-    CASE WHEN instr(head, '\"forkedFrom\":') > 0 AND json_valid(head) \
-    THEN json_extract(head, '$.forkedFrom') END";
+       FROM run_messages m WHERE m.scope = runs.scope AND m.run_id = runs.id AND m.seq = 0), ",
+    head_field!("forkedFrom", "$.forkedFrom"),
+    ", ",
+    head_field!("parent", "$.parent"),
+);
 
 /// The listing statement for `filter` (only the conditions it uses, so that SQLite picks the
 /// index of the filter; one cached statement per combination) and its parameters.
@@ -426,9 +449,14 @@ fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
     }
     if let Some(original) = &filter.forked_from {
         condition(
-            "CASE WHEN instr(head, '\"forkedFrom\":') > 0 AND json_valid(head) \
-             THEN json_extract(head, '$.forkedFrom.runId') END = ?",
+            concat!(head_field!("forkedFrom", "$.forkedFrom.runId"), " = ?"),
             SqlValue::Text(original.as_str().to_owned()),
+        );
+    }
+    if let Some(parent) = &filter.parent_run_id {
+        condition(
+            concat!(head_field!("parent", "$.parent.runId"), " = ?"),
+            SqlValue::Text(parent.as_str().to_owned()),
         );
     }
     if let Some(after) = filter.changed_after {
@@ -443,6 +471,9 @@ fn listing_query(filter: &RunFilter) -> (String, Vec<SqlValue>) {
             values.len() - 1,
             values.len()
         ));
+    }
+    if filter.top_level {
+        conditions.push(concat!(head_field!("parent", "$.parent.runId"), " IS NULL").to_owned());
     }
     if !conditions.is_empty() {
         sql.push_str(" WHERE ");
@@ -484,6 +515,12 @@ mod tests {
             RunFilter::new().run("r").limit(50),
             RunFilter::in_thread(&ThreadKey::new(Some("u".into()), "t".into())).limit(50),
             RunFilter::new().changed_after(7).limit(500),
+            RunFilter::new()
+                .status(RunStatus::Suspended)
+                .top_level()
+                .limit(50),
+            RunFilter::new().top_level().limit(50),
+            RunFilter::new().resource("u").children_of("p").limit(50),
             RunFilter::new()
                 .status(RunStatus::Suspended)
                 .after(askloop_core::store::RunCursor::after_run(

@@ -24,6 +24,8 @@ mod links;
 mod outbox;
 mod policy;
 mod store;
+mod subagent_listing;
+mod subagents;
 pub mod support;
 mod tenancy;
 mod waits;
@@ -115,6 +117,16 @@ macro_rules! store_conformance_tests {
             issue34_concurrent_approvals_reach_the_quorum_once,
             issue34_a_fork_carries_no_votes,
             issue34_an_edited_vote_shows_what_it_approved,
+            issue35_a_nested_question_is_answered_through_the_root,
+            issue35_two_children_waiting_are_answered_in_reverse_order,
+            issue35_a_childs_approval_waits_at_the_root,
+            issue35_cancel_of_the_root_cancels_its_waiting_child,
+            issue35_a_crash_in_the_childs_model_call_is_recovered_at_the_root,
+            issue35_a_refused_nested_decision_changes_nothing_in_the_tree,
+            issue35_a_childs_deadline_is_swept_through_the_root,
+            issue35_summaries_carry_the_parent_link,
+            issue35_children_are_listed_by_parent_within_their_resource,
+            issue35_top_level_and_children_page_with_status_and_cursor,
         );
     };
     (@all $make:expr; $($name:ident),* $(,)?) => {

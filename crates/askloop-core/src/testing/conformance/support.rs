@@ -169,7 +169,9 @@ pub fn suspended_payloads(chunks: &[Chunk]) -> Vec<(String, Value, Option<Value>
     chunks
         .iter()
         .filter_map(|chunk| match chunk {
-            Chunk::ToolCallSuspended { call, suspension, .. } => Some((
+            Chunk::ToolCallSuspended {
+                call, suspension, ..
+            } => Some((
                 call.id.to_string(),
                 suspension.payload.clone(),
                 suspension.resume_schema.clone(),

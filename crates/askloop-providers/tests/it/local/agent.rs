@@ -43,7 +43,10 @@ async fn issue_4_local_run_asks_a_question_then_streams_the_reply() {
     let run_id = stream.run_id().clone();
     let mut suspended = None;
     while let Some(chunk) = stream.next().await {
-        if let Chunk::ToolCallSuspended { call, suspension, .. } = chunk.unwrap() {
+        if let Chunk::ToolCallSuspended {
+            call, suspension, ..
+        } = chunk.unwrap()
+        {
             suspended = Some((call, suspension));
         }
     }
