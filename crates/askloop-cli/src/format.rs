@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use askloop_core::form::{Field, FieldKind};
 use askloop_core::model::ToolResult;
-use askloop_core::{PendingToolCall, is_blank};
+use askloop_core::{AgentId, PendingToolCall, is_blank};
 use serde_json::Value;
 use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
 
@@ -368,8 +368,13 @@ pub(crate) fn approval_line(call: &PendingToolCall) -> String {
 /// the root's sub-agent to the one that asked; `None` for the run's own calls.
 pub(crate) fn asked_by(call: &PendingToolCall) -> Option<String> {
     let origin = call.subagent.as_ref()?;
-    let path: Vec<&str> = origin.path.iter().map(|id| id.as_str()).collect();
-    Some(format!("asked by {}", escape_controls(&path.join(" › "))))
+    Some(format!("asked by {}", agent_path(&origin.path)))
+}
+
+/// A path of sub-agents for people, their ids joined by ` › `: `researcher › analyst`.
+pub(crate) fn agent_path<'a>(path: impl IntoIterator<Item = &'a AgentId>) -> String {
+    let ids: Vec<&str> = path.into_iter().map(AgentId::as_str).collect();
+    escape_controls(&ids.join(" › ")).into_owned()
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::io::Write;
 use askloop_core::{AgentId, AskUser, Chunk, RunId, Tool as _, wire};
 use serde_json::Value;
 
-use crate::format::{SHOW_LIMIT, cut, escape_controls, result_summary};
+use crate::format::{SHOW_LIMIT, agent_path, cut, escape_controls, result_summary};
 use crate::status;
 
 /// How chunks are printed.
@@ -236,8 +236,11 @@ pub(crate) fn nested_parts(chunk: &Chunk) -> (Vec<&AgentId>, &Chunk) {
 /// The prefix of a sub-agent's lines: two spaces per level and the path of sub-agents from the
 /// run followed down to the one that wrote, `  [researcher] ` or `    [researcher › analyst] `.
 pub(crate) fn subagent_prefix(path: &[&AgentId]) -> String {
-    let names: Vec<&str> = path.iter().map(|id| id.as_str()).collect();
-    format!("{}[{}] ", "  ".repeat(path.len()), names.join(" › "))
+    format!(
+        "{}[{}] ",
+        "  ".repeat(path.len()),
+        agent_path(path.iter().copied())
+    )
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::context::Context;
 use crate::exit::{FAILURE, HUNG_UP, INTERRUPTED, Interrupted, RunFailed, TERMINATED};
-use crate::format::{SHOW_LIMIT, answer_example, approval_line, cut, question_lines};
+use crate::format::{SHOW_LIMIT, agent_path, answer_example, approval_line, cut, question_lines};
 use crate::interrupt::Interrupt;
 use crate::output::{Mode, Output, nested_parts};
 use crate::prompt::{Answerer, Asked};
@@ -340,8 +340,7 @@ fn answered_line(call: &ToolCall, path: &[&AgentId]) -> String {
     let of = if path.is_empty() {
         String::new()
     } else {
-        let names: Vec<&str> = path.iter().map(|id| id.as_str()).collect();
-        format!(" of {}", names.join(" › "))
+        format!(" of {}", agent_path(path.iter().copied()))
     };
     format!(
         "answered {}{of}: {}",

@@ -16,7 +16,7 @@ use crate::cli::{GlobalArgs, ListArgs};
 use crate::command_line::CommandLine;
 use crate::context::{Access, Context};
 use crate::exit::invalid_because;
-use crate::format::{compact_json, escape_controls, format_time, truncate};
+use crate::format::{agent_path, compact_json, escape_controls, format_time, truncate};
 use crate::output::{Mode, Output};
 
 /// One row of `runs list --json`: the run's summary (its pending calls in the one wire shape of a
@@ -78,10 +78,7 @@ fn question_text(call: &PendingToolCall) -> String {
             |text| truncate(text, 60),
         );
     match &call.subagent {
-        Some(origin) => {
-            let path: Vec<&str> = origin.path.iter().map(|id| id.as_str()).collect();
-            format!("[{}] {text}", path.join(" › "))
-        }
+        Some(origin) => format!("[{}] {text}", agent_path(&origin.path)),
         None => text,
     }
 }
