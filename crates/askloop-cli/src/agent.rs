@@ -9,12 +9,9 @@ use askloop_core::{Agent, AgentBuilder, ApproverPolicy, AskUser, DynTool, RunSto
 
 use askloop_mcp::{McpError, McpServerConfig, McpToolset};
 
-use crate::config::{AgentConfig, LoadedConfig};
+use crate::config::{AgentConfig, DEFAULT_AGENT, LoadedConfig};
 use crate::exit::invalid;
 use crate::model::{Spec, resolve_spec};
-
-/// The id of the built-in agent.
-pub(crate) const DEFAULT_AGENT: &str = "assistant";
 
 /// Instructions of the built-in agent: ask about the request itself, then answer with what
 /// the answer said (core's text, which `askloop-bench local` sends too).
@@ -31,8 +28,13 @@ pub(crate) struct AgentDefinition {
     pub(crate) id: String,
     /// Display name.
     pub(crate) name: Option<String>,
+    /// What the agent does: its tool's description when another agent offers it as a
+    /// sub-agent.
+    pub(crate) description: Option<String>,
     /// The system prompt.
     pub(crate) instructions: Option<String>,
+    /// The ids of the agents offered to this one as tools (`subagents`).
+    pub(crate) subagents: Vec<String>,
     /// The model SPEC from askloop.toml (the agent's own, else the file's), resolved.
     pub(crate) model: Option<Spec>,
     /// Built-in tool names.
@@ -60,6 +62,15 @@ pub(crate) struct AgentDefinition {
     /// Per tool, who may approve its calls and answer its questions
     /// (`[agents.ID.approvers.TOOL]`).
     pub(crate) tool_approvers: Vec<(String, ApproverPolicy)>,
+}
+
+/// What an agent is built with besides its definition, model, store and MCP servers.
+#[derive(Default)]
+pub(crate) struct Added {
+    /// Tools every agent gets (the test hooks').
+    pub(crate) tools: Vec<Arc<dyn DynTool>>,
+    /// Its sub-agents, built already, on the agent's store, in the order of `subagents`.
+    pub(crate) subagents: Vec<Agent>,
 }
 
 impl AgentDefinition {
@@ -111,7 +122,9 @@ impl AgentDefinition {
         Self {
             id: DEFAULT_AGENT.to_owned(),
             name: Some("Assistant".to_owned()),
+            description: None,
             instructions: Some(DEFAULT_INSTRUCTIONS.to_owned()),
+            subagents: Vec::new(),
             model,
             tools: vec![AskUser::NAME.to_owned()],
             max_steps: None,
@@ -152,7 +165,13 @@ impl AgentDefinition {
         Ok(Self {
             id: id.to_owned(),
             name: agent.name.clone(),
+            description: agent.description.clone(),
             instructions: agent.instructions.clone(),
+            subagents: agent
+                .subagent_ids()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
             model,
             tools: agent.tool_names(),
             max_steps: agent.max_steps,
@@ -239,11 +258,12 @@ impl AgentDefinition {
     }
 
     /// Builds the agent with this model (recording `spec` with its runs), store, the tools
-    /// of its MCP servers, the lease duration (the core's default when `None`) and `extra`
-    /// tools (the test hooks').
+    /// of its MCP servers, the lease duration (the core's default when `None`) and `added`
+    /// tools (the test hooks') and sub-agents (built already, on the same `store`).
     ///
     /// # Errors
-    /// Invalid input for an unknown tool; the builder's errors.
+    /// Invalid input for an unknown tool; the builder's errors (a sub-agent on another store,
+    /// sub-agents nested too deep).
     pub(crate) fn build(
         &self,
         model: Arc<dyn LanguageModel>,
@@ -251,8 +271,12 @@ impl AgentDefinition {
         store: Arc<dyn RunStore>,
         mcp: &McpToolset,
         lease: Option<std::time::Duration>,
-        extra: Vec<Arc<dyn DynTool>>,
+        added: Added,
     ) -> anyhow::Result<Agent> {
+        let Added {
+            tools: extra,
+            subagents,
+        } = added;
         let settings = self.settings_for(spec);
         let mut builder = Agent::builder(self.id.as_str())
             .shared_model(model)
@@ -261,6 +285,9 @@ impl AgentDefinition {
             .settings(settings);
         if let Some(name) = &self.name {
             builder = builder.name(name);
+        }
+        if let Some(description) = &self.description {
+            builder = builder.description(description);
         }
         if let Some(instructions) = &self.instructions {
             builder = builder.instructions(instructions);
@@ -287,6 +314,9 @@ impl AgentDefinition {
         }
         for tool in extra {
             builder = builder.shared_tool(tool);
+        }
+        for subagent in subagents {
+            builder = builder.subagent(subagent);
         }
         Ok(builder.build()?)
     }
@@ -484,7 +514,7 @@ mod tests {
                 Arc::new(askloop_core::store::MemoryStore::new()),
                 &McpToolset::default(),
                 None,
-                Vec::new(),
+                Added::default(),
             )
             .unwrap();
         assert_eq!(agent.max_questions(), Some(1));

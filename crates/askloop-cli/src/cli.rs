@@ -505,6 +505,13 @@ pub(crate) struct ListArgs {
     /// Only runs of this user or tenant
     #[arg(long, value_name = "ID", value_parser = key_id)]
     pub(crate) resource: Option<String>,
+    /// Only the child runs this run started through its sub-agents (without it, and without
+    /// --all, only the runs people started are listed: a child's questions wait at its root)
+    #[arg(long, value_name = "RUN_ID", value_parser = key_id)]
+    pub(crate) parent: Option<String>,
+    /// List sub-agents' child runs too
+    #[arg(long, conflicts_with = "parent")]
+    pub(crate) all: bool,
     /// At most this many runs, at least 1 (newest first); the output then says how to list the
     /// next ones
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]

@@ -3,7 +3,7 @@
 
 use askloop_core::{ResourceId, RunKey};
 
-use crate::agent::DEFAULT_AGENT;
+use crate::config::DEFAULT_AGENT;
 use crate::format::shell_quote;
 
 /// A command printed for the user to paste, built word by word, each value shell-quoted

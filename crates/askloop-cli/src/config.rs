@@ -6,7 +6,9 @@
 //!
 //! [agents.planner]
 //! name = "Trip planner"
+//! description = "Plans trips."              # its tool's description when another agent uses it
 //! instructions = "Plan trips. Ask when something is unclear."
+//! subagents = ["researcher"]              # other agents of this file it may delegate to
 //! model = "scripted:planner.json"         # overrides the top-level model
 //! tools = ["ask_user"]                    # the default; the only built-in tool now
 //! max_steps = 8
@@ -61,6 +63,12 @@
 //! and the model must answer in text. Without it there is no budget, except for the built-in
 //! agent on the local model (see [`crate::agent::AgentDefinition::max_questions_for`]).
 //!
+//! `subagents` offers each named agent (of this file, or the built-in `assistant`) to the agent
+//! as a tool named by its id: a call starts a child run of that agent, whose questions and
+//! approvals wait at the root run. A cycle (`a` → `b` → `a`), an unknown id, or nesting deeper
+//! than [`askloop_core::DEFAULT_MAX_SUBAGENT_DEPTH`] levels is an error naming the path
+//! ([`subagent_problems`]).
+//!
 //! Unknown keys are errors. Relative paths in `model` and `store` are relative to the file's
 //! folder. `[agents.assistant]` changes the built-in agent (see
 //! [`crate::agent::AgentDefinition::find`]).
@@ -77,6 +85,9 @@ use crate::exit::{invalid, invalid_because};
 
 /// The file looked for in the current directory when `--config` is not given.
 pub(crate) const DEFAULT_CONFIG_FILE: &str = "askloop.toml";
+
+/// The id of the built-in agent (which an `[agents.assistant]` table changes).
+pub(crate) const DEFAULT_AGENT: &str = "assistant";
 
 /// The built-in tools an agent may list in `tools`.
 pub(crate) const KNOWN_TOOLS: [&str; 1] = [AskUser::NAME];
@@ -294,8 +305,14 @@ impl ApproversConfig {
 pub(crate) struct AgentConfig {
     /// Display name.
     pub(crate) name: Option<String>,
+    /// What the agent does: its tool's description when another agent offers it as a
+    /// sub-agent.
+    pub(crate) description: Option<String>,
     /// The system prompt.
     pub(crate) instructions: Option<String>,
+    /// The agents (ids of this file, or `assistant`) offered to this one as tools: a call
+    /// starts a child run of that agent.
+    pub(crate) subagents: Option<Vec<String>>,
     /// Model SPEC of this agent.
     pub(crate) model: Option<String>,
     /// Built-in tool names (default `["ask_user"]`).
@@ -504,9 +521,133 @@ fn check(config: &Config) -> Vec<String> {
         if agent.mcp.keys().any(|name| name.trim().is_empty()) {
             problems.push(format!("agents.{id}.mcp: server names must be non-empty"));
         }
+        if agent.description.as_deref().is_some_and(is_blank) {
+            problems.push(format!("agents.{id}.description: must not be blank"));
+        }
         problems.extend(range_problems(id, agent));
     }
+    problems.extend(subagent_problems(config));
     problems
+}
+
+/// The agent ids `subagents` may name: the file's agents and the built-in `assistant`.
+fn known_agent_ids(config: &Config) -> Vec<&str> {
+    let mut known: Vec<&str> = config.agents.keys().map(String::as_str).collect();
+    if !known.contains(&DEFAULT_AGENT) {
+        known.push(DEFAULT_AGENT);
+        known.sort_unstable();
+    }
+    known
+}
+
+/// The problems of the agents' `subagents`: unknown or repeated ids, cycles (each named once,
+/// by its path: `agents.a.subagents: sub-agents form a cycle: a → b → a`) and trees deeper
+/// than [`askloop_core::DEFAULT_MAX_SUBAGENT_DEPTH`] levels (named by their deepest path).
+/// Checked before any agent is built, so building sub-agents first never loops.
+pub(crate) fn subagent_problems(config: &Config) -> Vec<String> {
+    let known = known_agent_ids(config);
+    let mut problems = Vec::new();
+    for (id, agent) in &config.agents {
+        let mut seen = Vec::new();
+        for child in agent.subagent_ids() {
+            if !known.contains(&child) {
+                problems.push(format!(
+                    "agents.{id}.subagents: unknown agent {child:?}; known agents: {}",
+                    known.join(", ")
+                ));
+            } else if seen.contains(&child) {
+                problems.push(format!("agents.{id}.subagents: {child:?} is listed twice"));
+            }
+            seen.push(child);
+        }
+    }
+    let mut walk = SubagentWalk {
+        config,
+        path: Vec::new(),
+        deepest: BTreeMap::new(),
+        cycles: Vec::new(),
+    };
+    for id in config.agents.keys() {
+        walk.visit(id);
+    }
+    for cycle in &walk.cycles {
+        problems.push(format!(
+            "agents.{}.subagents: sub-agents form a cycle: {}",
+            cycle[0],
+            cycle.join(" → ")
+        ));
+    }
+    let limit = askloop_core::DEFAULT_MAX_SUBAGENT_DEPTH;
+    for (id, path) in &walk.deepest {
+        let levels = path.len().saturating_sub(1);
+        if levels > limit as usize {
+            problems.push(format!(
+                "agents.{id}.subagents: sub-agents nest {levels} levels deep ({}), more than \
+                 the limit of {limit}",
+                path.join(" → ")
+            ));
+        }
+    }
+    problems
+}
+
+/// A depth-first walk of the sub-agent graph: each agent's deepest path down, and the cycles.
+struct SubagentWalk<'a> {
+    config: &'a Config,
+    /// The agents from the walk's start to the one visited.
+    path: Vec<&'a str>,
+    /// Per agent outside a cycle, its deepest path of sub-agents (itself first).
+    deepest: BTreeMap<&'a str, Vec<&'a str>>,
+    /// The cycles found, each from its smallest id round to it again.
+    cycles: Vec<Vec<&'a str>>,
+}
+
+impl<'a> SubagentWalk<'a> {
+    /// The deepest path down from `id`, or `None` when a cycle is below it (recorded).
+    fn visit(&mut self, id: &'a str) -> Option<Vec<&'a str>> {
+        if let Some(at) = self.path.iter().position(|seen| *seen == id) {
+            let mut cycle: Vec<&str> = self.path[at..].to_vec();
+            // The same cycle reached from another member is named once, from its smallest id.
+            let start = cycle
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, name)| **name)
+                .map_or(0, |(index, _)| index);
+            cycle.rotate_left(start);
+            cycle.push(cycle[0]);
+            if !self.cycles.contains(&cycle) {
+                self.cycles.push(cycle);
+            }
+            return None;
+        }
+        if let Some(path) = self.deepest.get(id) {
+            return Some(path.clone());
+        }
+        let children: Vec<&'a str> = self
+            .config
+            .agents
+            .get(id)
+            .map(AgentConfig::subagent_ids)
+            .unwrap_or_default();
+        self.path.push(id);
+        let mut deepest = vec![id];
+        let mut cyclic = false;
+        for child in children {
+            match self.visit(child) {
+                Some(below) if below.len() + 1 > deepest.len() => {
+                    deepest = std::iter::once(id).chain(below).collect();
+                }
+                Some(_) => {}
+                None => cyclic = true,
+            }
+        }
+        self.path.pop();
+        if cyclic {
+            return None;
+        }
+        self.deepest.insert(id, deepest.clone());
+        Some(deepest)
+    }
 }
 
 /// The numeric settings of one agent that are out of range, each naming its key:
@@ -540,6 +681,15 @@ fn range_problems(id: &str, agent: &AgentConfig) -> Vec<String> {
 }
 
 impl AgentConfig {
+    /// The ids of the agent's `subagents`, in order (none when absent).
+    pub(crate) fn subagent_ids(&self) -> Vec<&str> {
+        self.subagents
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+
     /// The agent's tools: `tools`, or `["ask_user"]` when absent.
     pub(crate) fn tool_names(&self) -> Vec<String> {
         self.tools
@@ -677,6 +827,70 @@ mod tests {
                 "{bad}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn issue35_subagents_name_agents_of_the_file_without_cycles_or_deep_nesting() {
+        let config = parse(
+            "[agents.supervisor]\nsubagents = [\"researcher\", \"assistant\"]\n\
+             description = \"Runs the team.\"\n[agents.researcher]\nsubagents = [\"a\"]\n\
+             [agents.a]\nsubagents = [\"b\"]\n[agents.b]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.agents["supervisor"].subagent_ids(),
+            ["researcher", "assistant"]
+        );
+        assert_eq!(
+            config.agents["supervisor"].description.as_deref(),
+            Some("Runs the team.")
+        );
+
+        let error = parse("[agents.a]\nsubagents = [\"nobody\", \"a2\", \"a2\"]\n[agents.a2]\n")
+            .unwrap_err();
+        assert!(
+            error.contains(
+                r#"agents.a.subagents: unknown agent "nobody"; known agents: a, a2, assistant"#
+            ),
+            "{error}"
+        );
+        assert!(error.contains(r#""a2" is listed twice"#), "{error}");
+
+        // A cycle is named once, by its path, from its smallest id.
+        let error = parse(
+            "[agents.b]\nsubagents = [\"c\"]\n[agents.c]\nsubagents = [\"b\"]\n\
+             [agents.a]\nsubagents = [\"b\"]\n[agents.self]\nsubagents = [\"self\"]\n",
+        )
+        .unwrap_err();
+        assert!(
+            error.contains("agents.b.subagents: sub-agents form a cycle: b → c → b"),
+            "{error}"
+        );
+        assert!(
+            error.contains("agents.self.subagents: sub-agents form a cycle: self → self"),
+            "{error}"
+        );
+        assert_eq!(error.matches("cycle").count(), 2, "{error}");
+
+        // Three levels below an agent are allowed, four are not.
+        let chain = |ids: &[&str]| {
+            let mut text = String::new();
+            for pair in ids.windows(2) {
+                text.push_str(&format!(
+                    "[agents.{}]\nsubagents = [\"{}\"]\n",
+                    pair[0], pair[1]
+                ));
+            }
+            text.push_str(&format!("[agents.{}]\n", ids[ids.len() - 1]));
+            text
+        };
+        assert!(parse(&chain(&["l0", "l1", "l2", "l3"])).is_ok());
+        let error = parse(&chain(&["l0", "l1", "l2", "l3", "l4"])).unwrap_err();
+        assert_eq!(
+            error,
+            "agents.l0.subagents: sub-agents nest 4 levels deep (l0 → l1 → l2 → l3 → l4), \
+             more than the limit of 3"
+        );
     }
 
     #[test]

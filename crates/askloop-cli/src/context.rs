@@ -268,6 +268,15 @@ impl Context {
                 running_run_id: Some(running),
                 ..
             } => self.busy_remedy(&RunKey::new(run.resource_id.clone(), running.clone())),
+            ResumeError::ChildRun { root_run_id, .. } => {
+                let root = RunKey::new(run.resource_id.clone(), root_run_id.clone());
+                format!(
+                    "its questions and approvals wait at its root run: answer them there (`{}` \
+                     lists them), and continue the root (`{}`)",
+                    self.command("runs show").run(&root),
+                    self.command("runs continue").run(&root)
+                )
+            }
             _ => return error.into(),
         };
         let line = format!("{error}; {remedy}");

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use askloop_core::form::{Field, FieldKind};
 use askloop_core::model::ToolResult;
-use askloop_core::{PendingToolCall, is_blank};
+use askloop_core::{AgentId, PendingToolCall, is_blank};
 use serde_json::Value;
 use unicode_width::{UnicodeWidthChar as _, UnicodeWidthStr as _};
 
@@ -87,12 +87,14 @@ pub(crate) fn question_of(call: &PendingToolCall) -> Question {
     }
 }
 
-/// A pending question as lines of text: the question (or the tool and its payload), then its
-/// numbered choices, or what the answer must be.
+/// A pending question as lines of text: who asked it when a sub-agent did ([`asked_by`]), the
+/// question (or the tool and its payload), then its numbered choices, or what the answer must
+/// be.
 pub(crate) fn question_lines(call: &PendingToolCall) -> Vec<String> {
     let question = question_of(call);
     let kind = question.field.as_ref().map(|field| &field.kind);
-    let mut lines = match &question.text {
+    let mut lines: Vec<String> = asked_by(call).into_iter().collect();
+    lines.extend(match &question.text {
         Some(text) => {
             let hint = match kind {
                 Some(FieldKind::Select { .. }) => " (choose one)",
@@ -105,7 +107,7 @@ pub(crate) fn question_lines(call: &PendingToolCall) -> Vec<String> {
             format!("{} asks:", call.tool_name),
             format!("  {}", cut(&call.suspend_payload.to_string(), SHOW_LIMIT)),
         ],
-    };
+    });
     let Some(field) = &question.field else {
         return lines;
     };
@@ -353,11 +355,26 @@ pub(crate) fn approval_line(call: &PendingToolCall) -> String {
         }
         None => String::new(),
     };
+    let asked = asked_by(call).map_or_else(String::new, |asked| format!("{asked}; "));
     format!(
-        "tool {} wants to run with {} (approve or decline{by}{votes})",
+        "tool {} wants to run with {} ({asked}approve or decline{by}{votes})",
         escape_controls(&call.tool_name),
         cut(&call.args.to_string(), SHOW_LIMIT)
     )
+}
+
+/// Who asked `call` when a sub-agent did (its question or approval waits at the root run):
+/// `asked by researcher`, or `asked by researcher › analyst` from deeper down, the path from
+/// the root's sub-agent to the one that asked; `None` for the run's own calls.
+pub(crate) fn asked_by(call: &PendingToolCall) -> Option<String> {
+    let origin = call.subagent.as_ref()?;
+    Some(format!("asked by {}", agent_path(&origin.path)))
+}
+
+/// A path of sub-agents for people, their ids joined by ` › `: `researcher › analyst`.
+pub(crate) fn agent_path<'a>(path: impl IntoIterator<Item = &'a AgentId>) -> String {
+    let ids: Vec<&str> = path.into_iter().map(AgentId::as_str).collect();
+    escape_controls(&ids.join(" › ")).into_owned()
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
 //! Where a run's chunks go: text to stdout and tool activity to stderr for people, or one wire
-//! JSON line per chunk on stdout (`--json`). Everything printed for people passes
+//! JSON line per chunk on stdout (`--json`). A sub-agent's work (`Chunk::Subagent`) is tool
+//! activity: its text and tool calls go to stderr, whole lines prefixed with its path
+//! (`  [researcher] …`, two more spaces per level). Everything printed for people passes
 //! [`escape_controls`], so a model's text cannot drive the terminal.
 
 use std::io::Write;
 
-use askloop_core::{AskUser, Chunk, RunId, Tool as _, wire};
+use askloop_core::{AgentId, AskUser, Chunk, RunId, Tool as _, wire};
 use serde_json::Value;
 
-use crate::format::{SHOW_LIMIT, cut, escape_controls, result_summary};
+use crate::format::{SHOW_LIMIT, agent_path, cut, escape_controls, result_summary};
 use crate::status;
 
 /// How chunks are printed.
@@ -25,6 +27,8 @@ pub(crate) struct Output {
     mode: Mode,
     stdout: std::io::Stdout,
     at_line_start: bool,
+    /// A sub-agent's text whose line is not finished yet: its line prefix and the text.
+    nested_line: Option<(String, String)>,
 }
 
 impl Output {
@@ -34,6 +38,7 @@ impl Output {
             mode,
             stdout: std::io::stdout(),
             at_line_start: true,
+            nested_line: None,
         }
     }
 
@@ -50,6 +55,10 @@ impl Output {
         if self.mode == Mode::Json {
             return self.json_line(&wire::chunk_to_json(run_id, chunk));
         }
+        if let Chunk::Subagent { .. } = chunk {
+            return self.subagent_chunk(chunk);
+        }
+        self.end_subagent_line()?;
         match chunk {
             Chunk::TextDelta { text } => self.text(text),
             Chunk::ToolCall { call } if call.name != AskUser::NAME => {
@@ -68,6 +77,69 @@ impl Output {
             Chunk::Finish { .. } => self.end_line(),
             _ => Ok(()),
         }
+    }
+
+    /// Prints a chunk of a sub-agent's run (of a grandchild's, …) for people, on stderr: its
+    /// text in whole lines, its tool calls and results, each line prefixed with the path of
+    /// sub-agents ([`subagent_prefix`]); the rest (steps, finish) only ends its open line.
+    fn subagent_chunk(&mut self, chunk: &Chunk) -> std::io::Result<()> {
+        let (path, inner) = nested_parts(chunk);
+        let prefix = subagent_prefix(&path);
+        if let Chunk::TextDelta { text } = inner {
+            return self.subagent_text(prefix, text);
+        }
+        self.end_subagent_line()?;
+        match inner {
+            Chunk::ToolCall { call } if call.name != AskUser::NAME => self.note(&format!(
+                "{prefix}» {} {}",
+                call.name,
+                cut(&call.args.to_value().to_string(), SHOW_LIMIT)
+            )),
+            Chunk::ToolResult { result, .. } => {
+                self.note(&format!("{prefix}« {}", result_summary(result)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A sub-agent's text as it streams: each finished line printed on stderr after `prefix`
+    /// (blank lines left out), the unfinished rest kept until more comes or its line ends.
+    fn subagent_text(&mut self, prefix: String, text: &str) -> std::io::Result<()> {
+        if self
+            .nested_line
+            .as_ref()
+            .is_some_and(|(open, _)| *open != prefix)
+        {
+            self.end_subagent_line()?;
+        }
+        let (prefix, mut line) = self
+            .nested_line
+            .take()
+            .unwrap_or_else(|| (prefix, String::new()));
+        line.push_str(text);
+        while let Some(at) = line.find('\n') {
+            let rest = line.split_off(at + 1);
+            let finished = std::mem::replace(&mut line, rest);
+            let finished = finished.trim_end();
+            if !finished.trim().is_empty() {
+                self.note(&format!("{prefix}{finished}"))?;
+            }
+        }
+        self.nested_line = Some((prefix, line));
+        Ok(())
+    }
+
+    /// Prints the sub-agent's unfinished line, if any (its text ended, or other output comes).
+    ///
+    /// # Errors
+    /// Finishing stdout's line failed.
+    pub(crate) fn end_subagent_line(&mut self) -> std::io::Result<()> {
+        if let Some((prefix, line)) = self.nested_line.take()
+            && !line.trim().is_empty()
+        {
+            self.note(&format!("{prefix}{}", line.trim_end()))?;
+        }
+        Ok(())
     }
 
     /// Prints one JSON value as a line on stdout.
@@ -143,5 +215,46 @@ impl Output {
             ((), None)
         });
         Ok(())
+    }
+}
+
+/// A chunk as a sub-agent's run streamed it: the path of sub-agents down to that run (empty for
+/// the run's own chunk) and the chunk inside.
+pub(crate) fn nested_parts(chunk: &Chunk) -> (Vec<&AgentId>, &Chunk) {
+    let mut path = Vec::new();
+    let mut inner = chunk;
+    while let Chunk::Subagent {
+        agent_id, chunk, ..
+    } = inner
+    {
+        path.push(agent_id);
+        inner = chunk;
+    }
+    (path, inner)
+}
+
+/// The prefix of a sub-agent's lines: two spaces per level and the path of sub-agents from the
+/// run followed down to the one that wrote, `  [researcher] ` or `    [researcher › analyst] `.
+pub(crate) fn subagent_prefix(path: &[&AgentId]) -> String {
+    format!(
+        "{}[{}] ",
+        "  ".repeat(path.len()),
+        agent_path(path.iter().copied())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sub_agents_lines_carry_its_path() {
+        let researcher = AgentId::from("researcher");
+        let analyst = AgentId::from("analyst");
+        assert_eq!(subagent_prefix(&[&researcher]), "  [researcher] ");
+        assert_eq!(
+            subagent_prefix(&[&researcher, &analyst]),
+            "    [researcher › analyst] "
+        );
     }
 }

@@ -14,7 +14,7 @@ use inquire::{Confirm, CustomUserError, InquireError, MultiSelect, Select, Text}
 use serde_json::Value;
 
 use crate::format::{
-    SHOW_LIMIT, approval_line, cut, escape_controls, option_description, question_lines,
+    SHOW_LIMIT, approval_line, asked_by, cut, escape_controls, option_description, question_lines,
     question_of,
 };
 use crate::output::Output;
@@ -115,9 +115,10 @@ impl std::fmt::Display for Shown {
 /// answer goes to.
 fn help(keys: Option<&str>, call: &PendingToolCall) -> String {
     let id = escape_controls(call.tool_call_id.as_str());
+    let asked = asked_by(call).map_or_else(String::new, |asked| format!(", {asked}"));
     match keys {
-        Some(keys) => format!("{keys}; answers tool call {id}"),
-        None => format!("answers tool call {id}"),
+        Some(keys) => format!("{keys}; answers tool call {id}{asked}"),
+        None => format!("answers tool call {id}{asked}"),
     }
 }
 

@@ -43,8 +43,8 @@ use askloop_providers::local::{MAX_NESTED_WORDS, MAX_WORD_LENGTH, Script, Script
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::agent::{AgentDefinition, DEFAULT_AGENT, LOCAL_MAX_QUESTIONS};
-use crate::config::LoadedConfig;
+use crate::agent::{AgentDefinition, LOCAL_MAX_QUESTIONS};
+use crate::config::{DEFAULT_AGENT, LoadedConfig};
 
 /// One request: the prompt, words a question about it may use besides the prompt's own, the
 /// free-text answer given to such a question, and whether a pick-one question is answered in
@@ -711,7 +711,7 @@ async fn issue8_the_builtin_agent_asks_about_the_request_and_uses_the_answer() {
                 Arc::clone(&store),
                 &askloop_mcp::McpToolset::default(),
                 None,
-                Vec::new(),
+                crate::agent::Added::default(),
             )
             .unwrap();
         let outcome = run(&agent, case).await;

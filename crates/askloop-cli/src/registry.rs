@@ -21,9 +21,9 @@ use askloop_providers::{ModelSpec, SpecError};
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
-use crate::agent::{AgentDefinition, DEFAULT_AGENT};
+use crate::agent::{Added, AgentDefinition};
 use crate::catalogue::{LOCAL_SPEC, ensure_available};
-use crate::config::LoadedConfig;
+use crate::config::{DEFAULT_AGENT, LoadedConfig};
 use crate::env::{MODEL_ENV, env_value};
 use crate::exit::{invalid, invalid_because, invalid_error};
 use crate::model::{Spec, build_model};
@@ -270,15 +270,33 @@ impl ConfigRegistry {
         Ok(agent.clone())
     }
 
-    /// Builds the agent of `definition` on the model `spec`.
+    /// Builds the agent of `definition` on the model `spec`, its sub-agents first (each on
+    /// its own model SPEC, see [`ConfigRegistry::subagent_spec`]), all on this registry's one
+    /// store. askloop.toml's check refused cycles, so this ends.
     async fn build(&self, definition: &AgentDefinition, spec: &Spec) -> anyhow::Result<Agent> {
+        let mut subagents = Vec::with_capacity(definition.subagents.len());
+        for id in &definition.subagents {
+            let child = AgentDefinition::find(&self.config, id)?;
+            let child_spec = Self::subagent_spec(&child, spec);
+            subagents.push(Box::pin(self.built(&child, child_spec)).await?);
+        }
         ensure_available(spec.parsed()).await?;
         status::set(Phase::LoadingModel);
         self.hooks.at_model_load().await;
         let model = status::observe(self.hooks.wrap_model(build_model(spec).await?));
         let mcp = self.mcp_of(definition).await?;
-        let extra = self.hooks.tools();
-        definition.build(model, spec, self.store.clone(), &mcp, self.lease, extra)
+        let added = Added {
+            tools: self.hooks.tools(),
+            subagents,
+        };
+        definition.build(model, spec, self.store.clone(), &mcp, self.lease, added)
+    }
+
+    /// The model SPEC of sub-agent `child` of an agent on `parent_spec`: the one askloop.toml
+    /// gives it (its own `model`, else the file's), else its parent's. `--model` and
+    /// `ASKLOOP_MODEL` choose the model of the run a person starts, not of its sub-agents.
+    fn subagent_spec(child: &AgentDefinition, parent_spec: &Spec) -> Spec {
+        child.model.clone().unwrap_or_else(|| parent_spec.clone())
     }
 
     /// The MCP servers of `definition`, connected on first use.
@@ -393,6 +411,42 @@ mod tests {
             .map(|_| ());
         assert!(error.is_ok());
         assert_eq!(registry.agents.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn issue35_sub_agents_are_built_first_as_tools_on_their_own_models() {
+        let parents = script();
+        let own = script();
+        let spec = format!("scripted:{}", parents.path().display());
+        let own_spec = format!("scripted:{}", own.path().display());
+        let registry = registry(
+            &format!(
+                "[agents.supervisor]\nsubagents = [\"researcher\", \"writer\"]\n\
+                 [agents.researcher]\ndescription = \"Finds facts.\"\nmodel = \"{own_spec}\"\n\
+                 [agents.writer]\n"
+            ),
+            Some(&spec),
+            FlagScope::NewRuns,
+        );
+        let supervisor = registry.agent(&AgentId::from("supervisor")).await.unwrap();
+        let tools: Vec<(&str, &str)> = supervisor
+            .tool_definitions()
+            .iter()
+            .map(|tool| (tool.name.as_str(), tool.description.as_str()))
+            .collect();
+        assert!(tools.contains(&("researcher", "Finds facts.")), "{tools:?}");
+        assert!(tools.iter().any(|(name, _)| *name == "writer"), "{tools:?}");
+        let built: Vec<AgentKey> = registry.agents.lock().unwrap().keys().cloned().collect();
+        // The researcher on its own model, the writer on its parent's.
+        assert!(
+            built.contains(&("researcher".into(), own_spec.clone())),
+            "{built:?}"
+        );
+        assert!(
+            built.contains(&("writer".into(), spec.clone())),
+            "{built:?}"
+        );
+        assert_eq!(built.len(), 3, "{built:?}");
     }
 
     #[tokio::test]

@@ -3,17 +3,17 @@
 
 use askloop_core::model::{FinishReason, ModelError, ToolCall};
 use askloop_core::{
-    Agent, AgentError, AgentStream, Chunk, PendingKind, PendingToolCall, ResumeError, RunKey,
-    StoreError, ToolCallId, error_chain_text, wire,
+    Agent, AgentError, AgentId, AgentStream, Chunk, PendingKind, PendingToolCall, ResumeError,
+    RunKey, StoreError, ToolCallId, error_chain_text, wire,
 };
 use futures::StreamExt;
 use serde_json::Value;
 
 use crate::context::Context;
 use crate::exit::{FAILURE, HUNG_UP, INTERRUPTED, Interrupted, RunFailed, TERMINATED};
-use crate::format::{SHOW_LIMIT, answer_example, approval_line, cut, question_lines};
+use crate::format::{SHOW_LIMIT, agent_path, answer_example, approval_line, cut, question_lines};
 use crate::interrupt::Interrupt;
-use crate::output::{Mode, Output};
+use crate::output::{Mode, Output, nested_parts};
 use crate::prompt::{Answerer, Asked};
 
 /// How following a run ended (errors aside).
@@ -185,10 +185,13 @@ impl<'a> Session<'a> {
                             ..
                         }
                     );
-                    if let Chunk::ToolResult { call, .. } = &chunk
+                    // A sub-agent's question is answered inside its run: its result comes
+                    // nested.
+                    if let (path, Chunk::ToolResult { call, .. }) = nested_parts(&chunk)
                         && std::mem::take(&mut self.announce_answered)
                     {
-                        self.output.note(&answered_line(call))?;
+                        self.output.end_subagent_line()?;
+                        self.output.note(&answered_line(call, &path))?;
                     }
                     if write_error.is_none() {
                         write_error = self.output.chunk(&run_id, &chunk).err();
@@ -207,6 +210,7 @@ impl<'a> Session<'a> {
         if let Some(error) = write_error {
             return Err(error.into());
         }
+        self.output.end_subagent_line()?;
         if step_limit {
             self.say_step_limit(&run).await?;
         }
@@ -325,15 +329,21 @@ impl<'a> Session<'a> {
     }
 }
 
-/// `answered c1: "Which repo?"`: which call a tool result answers.
-fn answered_line(call: &ToolCall) -> String {
+/// `answered c1: "Which repo?"`: which call a tool result answers (`answered c7 of
+/// researcher: …` for a call of a sub-agent's run, `path` leading down to it).
+fn answered_line(call: &ToolCall, path: &[&AgentId]) -> String {
     let args = call.args.to_value();
     let what = args
         .get("question")
         .and_then(Value::as_str)
         .map_or_else(|| call.name.clone(), |question| format!("{question:?}"));
+    let of = if path.is_empty() {
+        String::new()
+    } else {
+        format!(" of {}", agent_path(path.iter().copied()))
+    };
     format!(
-        "answered {}: {}",
+        "answered {}{of}: {}",
         call.id,
         cut(&what.replace('\n', " "), SHOW_LIMIT)
     )

@@ -58,12 +58,13 @@ pub use askloop_core::{
     Actor, Agent, AgentBuildError, AgentBuilder, AgentError, AgentId, AgentStream, ApprovalVote,
     ApproverPolicy, ArgsEdit, AskUser, AskUserArgs, AskUserOption, AskUserQuestion, AskUserResult,
     AuditAction, AuditRecord, CallResponse, CancelHandle, Chunk, DEFAULT_LEASE, DEFAULT_MAX_STEPS,
-    Decision, DynTool, Execution, ExpiredRun, Fork, ForkedFrom, IdKind, IdProblem, InvalidId,
-    LeaseHolder, MAX_ID_BYTES, PendingKind, PendingToolCall, PolicyRefusal, ResourceId, Respond,
-    ResumeError, ResumeRejection, RunFailure, RunId, RunKey, RunOptions, RunOutcome, RunOutput,
-    RunRef, RunStatus, RunStore, SelectionMode, StoreError, Suspendable, Suspending,
-    SuspendingError, SuspendingTool, Suspension, ThreadId, ThreadKey, Tool, ToolCallId,
-    ToolContext, ToolError, UnknownRunStatus, approval_schema, cancel_run_in, expired_runs,
+    DEFAULT_MAX_SUBAGENT_DEPTH, Decision, DynTool, Execution, ExpiredRun, Fork, ForkedFrom, IdKind,
+    IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES, ParentRun, PendingKind, PendingToolCall,
+    PolicyRefusal, ResourceId, Respond, ResumeError, ResumeRejection, RunFailure, RunId, RunKey,
+    RunOptions, RunOutcome, RunOutput, RunRef, RunStatus, RunStore, SUBAGENT_CALL_SEPARATOR,
+    SelectionMode, StoreError, SubagentOrigin, Suspendable, Suspending, SuspendingError,
+    SuspendingTool, Suspension, ThreadId, ThreadKey, Tool, ToolCallId, ToolContext, ToolError,
+    UnknownRunStatus, approval_schema, cancel_run_in, expired_runs,
 };
 pub use askloop_core::{answer, event, form, model, registry, schema, time, wire};
 

@@ -38,6 +38,10 @@ fn root_types_are_named() {
     let _ = named::<askloop::IdProblem>();
     let _ = named::<askloop::InvalidId>();
     let _ = named::<askloop::LeaseHolder>();
+    let _ = named::<askloop::ParentRun>();
+    let _ = named::<askloop::SubagentOrigin>();
+    let _: u32 = askloop::DEFAULT_MAX_SUBAGENT_DEPTH;
+    let _: char = askloop::SUBAGENT_CALL_SEPARATOR;
     let _ = named::<askloop::PendingKind>();
     let _ = named::<askloop::PendingToolCall>();
     let _ = named::<askloop::ResourceId>();

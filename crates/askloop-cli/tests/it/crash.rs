@@ -45,6 +45,11 @@ impl Crash {
         Self { dir, store }
     }
 
+    /// The test's directory.
+    pub fn dir(&self) -> &TestDir {
+        &self.dir
+    }
+
     pub fn script(&self, text: &str) -> String {
         self.dir.script("script.json", text)
     }

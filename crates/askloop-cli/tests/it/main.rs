@@ -40,6 +40,8 @@ mod runs;
 #[cfg(unix)]
 mod serve;
 mod store;
+#[cfg(all(unix, feature = "test-hooks"))]
+mod subagents;
 mod support;
 mod tenancy;
 #[cfg(unix)]

@@ -159,6 +159,35 @@ fn a_free_text_question_asks_again_until_the_answer_is_not_empty() {
 }
 
 #[test]
+fn issue35_a_sub_agents_question_is_asked_on_the_terminal_saying_who_asks() {
+    let dir = TestDir::new();
+    let supervisor = dir.script(
+        "supervisor.json",
+        r#"{"steps":[{"toolCalls":[{"id":"d1","name":"researcher","args":{"prompt":"Which repo?"}}]},{"text":"The team is done."}]}"#,
+    );
+    let researcher = dir.script(
+        "researcher.json",
+        r#"{"steps":[{"text":"Researching.","toolCalls":[{"id":"q1","name":"ask_user","args":{"question":"Which repo?","options":[{"label":"main"},{"label":"docs"}]}}]},{"text":"Found it: main."}]}"#,
+    );
+    dir.write(
+        "askloop.toml",
+        &format!(
+            "[agents.supervisor]\nmodel = \"{supervisor}\"\ntools = []\nsubagents = [\"researcher\"]\n\
+             [agents.researcher]\nmodel = \"{researcher}\"\n"
+        ),
+    );
+    let mut terminal = Terminal::spawn(&dir, &["run", "--agent", "supervisor", "Go"]);
+    terminal.expect("[researcher] Researching.");
+    terminal.expect("Which repo?");
+    terminal.expect("answers tool call d1~q1, asked by researcher");
+    terminal.send(ENTER);
+    terminal.expect("[researcher] « ask_user: User answered: main");
+    terminal.expect("[researcher] Found it: main.");
+    terminal.expect("The team is done.");
+    assert_eq!(terminal.wait(), Some(0));
+}
+
+#[test]
 fn escape_at_a_prompt_leaves_the_question_for_later_and_resume_asks_again() {
     let dir = TestDir::new();
     let spec = format!("scripted:{DEMO}");

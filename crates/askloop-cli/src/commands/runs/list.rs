@@ -1,4 +1,6 @@
-//! `askloop runs list`: the stored runs, newest first, as a table or JSON, a page at a time.
+//! `askloop runs list`: the stored runs, newest first, as a table or JSON, a page at a time: the
+//! runs people started (a sub-agent's child run waits at its root, whose pending calls include
+//! the child's), a run's children with `--parent`, every run with `--all`.
 
 use std::process::ExitCode;
 
@@ -14,7 +16,7 @@ use crate::cli::{GlobalArgs, ListArgs};
 use crate::command_line::CommandLine;
 use crate::context::{Access, Context};
 use crate::exit::invalid_because;
-use crate::format::{compact_json, escape_controls, format_time, truncate};
+use crate::format::{agent_path, compact_json, escape_controls, format_time, truncate};
 use crate::output::{Mode, Output};
 
 /// One row of `runs list --json`: the run's summary (its pending calls in the one wire shape of a
@@ -64,15 +66,21 @@ fn summary_json(summary: &RunSummary) -> serde_json::Result<Value> {
     Ok(json)
 }
 
-/// The text of a pending call's question: the `question` of its payload, else the payload.
+/// The text of a pending call's question: the `question` of its payload, else the payload;
+/// after the path of sub-agents that asked it, if one did (`[researcher] Which repo?`).
 fn question_text(call: &PendingToolCall) -> String {
-    call.suspend_payload
+    let text = call
+        .suspend_payload
         .get("question")
         .and_then(Value::as_str)
         .map_or_else(
             || compact_json(&call.suspend_payload, 60),
             |text| truncate(text, 60),
-        )
+        );
+    match &call.subagent {
+        Some(origin) => format!("[{}] {text}", agent_path(&origin.path)),
+        None => text,
+    }
 }
 
 /// Runs `askloop runs list`: a table, or one JSON array with `--json`, newest first. A run this
@@ -129,6 +137,11 @@ fn list_filter(args: &ListArgs) -> anyhow::Result<RunFilter> {
     if let Some(resource) = &args.resource {
         filter = filter.resource(ResourceId::new(resource.as_str()));
     }
+    filter = match &args.parent {
+        Some(parent) => filter.children_of(RunId::new(parent.as_str())),
+        None if args.all => filter,
+        None => filter.top_level(),
+    };
     filter.limit = args.limit;
     if let Some(after) = &args.after {
         let cursor: RunCursor = after
@@ -230,8 +243,12 @@ fn next_page(context: &Context, args: &ListArgs, cursor: &RunCursor) -> CommandL
         .flag("--agent", args.agent.as_deref())
         .flag("--thread", args.thread.as_deref())
         .flag("--resource", args.resource.as_deref())
+        .flag("--parent", args.parent.as_deref())
         .flag("--limit", limit.as_deref())
         .flag("--after", Some(&cursor.to_string()));
+    if args.all {
+        command = command.raw("--all");
+    }
     if args.json {
         command = command.raw("--json");
     }

@@ -117,11 +117,13 @@ fn not_continuable(context: &Context, state: &RunState, status: RunStatus) -> an
 }
 
 /// The runs `runs recover` takes over: running, with no live lease (the process running them
-/// stopped), oldest first.
+/// stopped), oldest first; top-level runs only: a sub-agent's child run is taken over by its
+/// parent's call when the root goes on (a continue of a child itself is refused).
 async fn abandoned_runs(context: &Context) -> anyhow::Result<Vec<(RunKey, Option<u64>)>> {
     let mut found = Vec::new();
     let mut filter = RunFilter::new()
         .status(RunStatus::Running)
+        .top_level()
         .limit(RECOVER_PAGE);
     loop {
         let page = context.store.list_runs(&filter).await?;
@@ -140,6 +142,7 @@ async fn abandoned_runs(context: &Context) -> anyhow::Result<Vec<(RunKey, Option
             Some(cursor) => {
                 filter = RunFilter::new()
                     .status(RunStatus::Running)
+                    .top_level()
                     .limit(RECOVER_PAGE)
                     .after(cursor);
             }
@@ -302,12 +305,15 @@ pub(crate) async fn sweep(global: &GlobalArgs, args: SweepArgs) -> anyhow::Resul
                     let agent = context.agent_for_run(&state).await?;
                     let stream = match agent.expire_due(&expired, Some("sweep".to_owned())).await {
                         Ok(stream) => stream,
-                        // Another sweep (or an answer) got there first: nothing to do.
+                        // Another sweep (or an answer) got there first: nothing to do. A
+                        // sub-agent's child run is swept through its root, whose waiting calls
+                        // include the child's.
                         Err(
                             ResumeError::Conflict { .. }
                             | ResumeError::AlreadyAnswered { .. }
                             | ResumeError::Expired { .. }
-                            | ResumeError::NotSuspended { .. },
+                            | ResumeError::NotSuspended { .. }
+                            | ResumeError::ChildRun { .. },
                         ) => return Ok(()),
                         Err(error) => return Err(context.refused(&run_id, error)),
                     };

@@ -1,10 +1,11 @@
-//! `askloop runs show`: one stored run, its status, lease, pending calls and messages.
+//! `askloop runs show`: one stored run, its status, lease, parent and child runs (of
+//! sub-agents), pending calls and messages.
 
 use std::process::ExitCode;
 
 use askloop_core::Tool as _;
 use askloop_core::model::{AssistantPart, Message, ToolCall};
-use askloop_core::store::{RunState, StoredRun, codec};
+use askloop_core::store::{ListedRun, ResourceFilter, RunFilter, RunState, StoredRun, codec};
 use askloop_core::{AskUser, AskUserArgs, RunKey, RunStatus};
 use serde_json::Value;
 
@@ -28,13 +29,17 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
                 .resolve_run(&args.run_id, args.resource.as_deref())
                 .await?;
             let stored = context.load_stored(&run).await?;
+            let children = children_of(context, &run).await?;
             let mut output = Output::new(if args.json { Mode::Json } else { Mode::Human });
             if args.json {
-                output.text(&serde_json::to_string_pretty(&show_document(&stored)?)?)?;
+                output.text(&serde_json::to_string_pretty(&show_document(
+                    &stored, &children,
+                )?)?)?;
                 output.text("\n")?;
                 return Ok(ExitCode::SUCCESS);
             }
             show_fields(&mut output, context, &run, &stored)?;
+            show_children(&mut output, &children)?;
             show_pending(&mut output, context, &run, &stored.state)?;
             show_messages(&mut output, &stored.state)?;
             Ok(ExitCode::SUCCESS)
@@ -42,12 +47,27 @@ pub(crate) async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<
         .await
 }
 
+/// The child runs `run` started through its sub-agents, oldest first (in its resource).
+///
+/// # Errors
+/// Store errors.
+async fn children_of(context: &Context, run: &RunKey) -> anyhow::Result<Vec<ListedRun>> {
+    let filter = RunFilter::new()
+        .children_of(run.run_id.clone())
+        .resource_filter(ResourceFilter::exactly(run.resource_id.clone()));
+    let mut children = context.store.list_runs(&filter).await?.runs;
+    children.reverse();
+    Ok(children)
+}
+
 /// `runs show --json`: the whole stored run state plus `pending` (each call in the one wire shape
-/// of a pending call, [`askloop_core::wire::PendingCall`]), `unfinished` and `lease`.
+/// of a pending call, [`askloop_core::wire::PendingCall`]), `unfinished`, `lease` and
+/// `children` (the child runs of its sub-agents: `runId`, `agentId`, `status`,
+/// `parentToolCallId`, oldest first).
 ///
 /// # Errors
 /// The state does not encode.
-fn show_document(stored: &StoredRun) -> anyhow::Result<Value> {
+fn show_document(stored: &StoredRun, children: &[ListedRun]) -> anyhow::Result<Value> {
     let state = &stored.state;
     let mut document: Value = serde_json::from_str(&codec::encode_state(state)?)?;
     if let Value::Object(fields) = &mut document {
@@ -72,6 +92,27 @@ fn show_document(stored: &StoredRun) -> anyhow::Result<Value> {
                 })
             }),
         );
+        fields.insert(
+            "children".to_owned(),
+            children
+                .iter()
+                .map(|child| match child {
+                    ListedRun::Run(summary) => serde_json::json!({
+                        "runId": summary.run_id.as_str(),
+                        "agentId": summary.agent_id.as_str(),
+                        "status": summary.status.as_str(),
+                        "parentToolCallId": summary
+                            .parent
+                            .as_ref()
+                            .map(|parent| parent.tool_call_id.as_str()),
+                    }),
+                    other => serde_json::json!({
+                        "runId": other.run_id().as_str(),
+                        "status": "unreadable",
+                    }),
+                })
+                .collect(),
+        );
     }
     Ok(document)
 }
@@ -95,6 +136,15 @@ fn show_fields(
     output.line(&field("thread", state.thread_id().as_str()))?;
     if let Some(resource) = state.resource_id() {
         output.line(&field("resource", resource.as_str()))?;
+    }
+    if let Some(parent) = state.parent() {
+        output.line(&field(
+            "parent",
+            &format!(
+                "run {} at tool call {} (a sub-agent's run; its questions wait at root run {})",
+                parent.run_id, parent.tool_call_id, parent.root_run_id
+            ),
+        ))?;
     }
     if let Some(from) = state.forked_from() {
         output.line(&field(
@@ -152,6 +202,31 @@ fn show_fields(
                 call.tool_call_id, call.tool_name
             ),
         ))?;
+    }
+    Ok(())
+}
+
+/// `runs show`'s child runs (of its sub-agents): `child     RUN STATUS AGENT (tool call ID)`
+/// lines, oldest first.
+///
+/// # Errors
+/// Writing to stdout failed.
+fn show_children(output: &mut Output, children: &[ListedRun]) -> std::io::Result<()> {
+    for child in children {
+        let line = match child {
+            ListedRun::Run(summary) => format!(
+                "{} {} {} (tool call {})",
+                summary.run_id,
+                summary.status,
+                summary.agent_id,
+                summary
+                    .parent
+                    .as_ref()
+                    .map_or("-", |parent| parent.tool_call_id.as_str())
+            ),
+            other => format!("{} unreadable", other.run_id()),
+        };
+        output.line(&format!("{:<9} {line}", "child"))?;
     }
     Ok(())
 }
