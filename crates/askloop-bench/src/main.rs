@@ -10,6 +10,13 @@
 //!   "seconds":…,"cycles_per_s":…,"fsync_p50_us":…,"fsync_p99_us":…,"rss_mb":…,"peak_rss_mb":…}`.
 //!   `fsync_*` is the disk's own latency, measured in the same run just before the cycles:
 //!   a 4 KiB write and `fsync` of a file in the store's folder, 200 times.
+//!   With `--subagents`, the same run also measures N two-level cycles — a supervisor's run
+//!   calls a researcher sub-agent, whose child run asks (`ask_user`); the root's stream ends with
+//!   the child's question (`PARENT_CALL~CHILD_CALL`), the answer given to the root resumes the
+//!   child, then the root, and both finish — in the same store, alternating with the one-level
+//!   cycles (halves in the order one, two, two, one, so drift of a busy machine hits both), and
+//!   adds `"two_level_seconds":…,"two_level_cycles_per_s":…,"two_level_ratio":…` (two-level rate
+//!   over one-level rate) to the line.
 //! - `long-run --questions 200 --store URL`: one run that asks 200 questions, answered one by one;
 //!   the time of each resume (answer → next question stored) from the first to the last:
 //!   `{"bench":"long-run","questions":200,"resume_first_ms":…,"resume_last_ms":…,
@@ -98,6 +105,10 @@ enum Command {
         /// Runs in flight at once (each does whole cycles, one after another).
         #[arg(long, default_value_t = 1)]
         concurrency: usize,
+        /// Also N two-level cycles (supervisor → researcher sub-agent that asks), in the same
+        /// run and store, and their rate beside the one-level one.
+        #[arg(long)]
+        subagents: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -164,6 +175,12 @@ enum Command {
 const CYCLE_SCRIPT: &str = r#"{"steps":[
   {"toolCalls":[{"id":"c1","name":"ask_user","args":{"question":"Which repo?","options":[{"label":"main"},{"label":"docs"}]}}]},
   {"text":"Summary of main."}]}"#;
+
+/// The supervisor of the two-level cycle (`cycles --subagents`): delegates to the researcher,
+/// whose child run asks with [`CYCLE_SCRIPT`], then answers with the researcher's result.
+const SUPERVISOR_SCRIPT: &str = r#"{"steps":[
+  {"toolCalls":[{"id":"c1","name":"researcher","args":{"prompt":"Summarize the user's project; ask which repo."}}]},
+  {"text":"The researcher's summary of main."}]}"#;
 
 /// Resident and peak resident memory of this process, in MB, from `/proc/self/status`.
 fn memory_mb() -> (f64, f64) {
@@ -255,47 +272,93 @@ fn agent(store: Arc<dyn RunStore>, script: &str, max_steps: u32) -> anyhow::Resu
         .build()?)
 }
 
-/// Drains a stream; returns the id of the call it suspended on, if it did, and whether it
-/// finished.
-async fn drain(
-    mut stream: askloop_core::AgentStream,
-) -> anyhow::Result<(Option<ToolCallId>, bool)> {
-    let mut suspended = None;
-    let mut finished = false;
+/// The supervisor of the two-level cycle and its researcher sub-agent, both on `store`: the
+/// researcher runs [`CYCLE_SCRIPT`] (asks, then answers), the supervisor
+/// [`SUPERVISOR_SCRIPT`] (calls the researcher, then answers).
+fn supervisor(store: Arc<dyn RunStore>) -> anyhow::Result<Agent> {
+    let researcher = Agent::builder("researcher")
+        .model(ScriptedModel::from_json(CYCLE_SCRIPT)?)
+        .tool(AskUser::new())
+        .max_steps(10)
+        .shared_store(store.clone())
+        .build()?;
+    Ok(Agent::builder("supervisor")
+        .model(ScriptedModel::from_json(SUPERVISOR_SCRIPT)?)
+        .subagent(researcher)
+        .max_steps(10)
+        .shared_store(store)
+        .build()?)
+}
+
+/// What a drained stream did.
+struct Drained {
+    /// The call it suspended on, if it did (the run's own, or a sub-agent's under its
+    /// `PARENT_CALL~CHILD_CALL` id).
+    suspended: Option<ToolCallId>,
+    /// Whether the run finished.
+    finished: bool,
+    /// How many sub-agents' runs finished in it (their `Finish` chunks, nested).
+    subagents_finished: usize,
+}
+
+/// Drains a stream.
+async fn drain(mut stream: askloop_core::AgentStream) -> anyhow::Result<Drained> {
+    let mut drained = Drained {
+        suspended: None,
+        finished: false,
+        subagents_finished: 0,
+    };
     while let Some(chunk) = stream.next().await {
         match chunk? {
-            Chunk::ToolCallSuspended { call, .. } => suspended = Some(call.id),
-            Chunk::Finish { .. } => finished = true,
+            Chunk::ToolCallSuspended { call, .. } => drained.suspended = Some(call.id),
+            Chunk::Finish { .. } => drained.finished = true,
+            Chunk::Subagent { chunk, .. } if matches!(*chunk, Chunk::Finish { .. }) => {
+                drained.subagents_finished += 1;
+            }
             _ => {}
         }
     }
-    Ok((suspended, finished))
+    Ok(drained)
 }
 
 /// Starts a run and drives it to its first question.
 async fn start_suspended(agent: &Agent) -> anyhow::Result<(RunKey, ToolCallId)> {
     let stream = agent.stream("Summarize my project");
     let run_id = stream.run_key().clone();
-    match drain(stream).await? {
-        (Some(call), _) => Ok((run_id, call)),
-        (None, _) => bail!("run {run_id} did not suspend"),
+    match drain(stream).await?.suspended {
+        Some(call) => Ok((run_id, call)),
+        None => bail!("run {run_id} did not suspend"),
     }
 }
 
-async fn one_cycle(agent: &Agent) -> anyhow::Result<()> {
+/// One cycle of `agent`: it asks, is answered, and finishes. With `subagents` levels below the
+/// root (0 or 1), the question is its sub-agent's, and the answer's stream must show the
+/// sub-agent's run finish too.
+async fn one_cycle(agent: &Agent, subagents: usize) -> anyhow::Result<()> {
     let (run_id, call) = start_suspended(agent).await?;
     let resumed = agent
         .resume_stream(json!("main"), &run_id, Some(&call))
         .await?;
-    let (_, finished) = drain(resumed).await?;
-    if !finished {
-        bail!("run {run_id} did not finish after its resume");
+    let drained = drain(resumed).await?;
+    if !drained.finished || drained.subagents_finished != subagents {
+        bail!(
+            "run {run_id} did not finish after its resume (finished: {}, sub-agents finished: \
+             {} of {subagents})",
+            drained.finished,
+            drained.subagents_finished
+        );
     }
     Ok(())
 }
 
-/// Runs `n` cycles with `concurrency` tasks taking cycles from a shared counter.
-async fn run_cycles(agent: Arc<Agent>, n: usize, concurrency: usize) -> anyhow::Result<()> {
+/// Runs `n` cycles of `agent` (with `subagents` levels below its root, see [`one_cycle`]) with
+/// `concurrency` tasks taking cycles from a shared counter.
+async fn run_cycles(
+    agent: Arc<Agent>,
+    subagents: usize,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let tasks = (0..concurrency.max(1)).map(|_| {
         let agent = agent.clone();
@@ -306,7 +369,7 @@ async fn run_cycles(agent: Arc<Agent>, n: usize, concurrency: usize) -> anyhow::
                 if index >= n {
                     return Ok::<(), anyhow::Error>(());
                 }
-                one_cycle(&agent)
+                one_cycle(&agent, subagents)
                     .await
                     .with_context(|| format!("cycle {index}"))?;
             }
@@ -318,16 +381,44 @@ async fn run_cycles(agent: Arc<Agent>, n: usize, concurrency: usize) -> anyhow::
     Ok(())
 }
 
-async fn cycles(n: usize, concurrency: usize, common: Common, pinned: bool) -> anyhow::Result<()> {
+/// Runs `n` cycles of `agent` (see [`run_cycles`]); returns the seconds they took.
+async fn timed_cycles(
+    agent: &Arc<Agent>,
+    subagents: usize,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    run_cycles(agent.clone(), subagents, n, concurrency).await?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+async fn cycles(
+    n: usize,
+    concurrency: usize,
+    subagents: bool,
+    common: Common,
+    pinned: bool,
+) -> anyhow::Result<()> {
     let (url, store) = open(&common).await?;
     let (fsync_p50_us, fsync_p99_us) = fsync_latency_us(&store_folder(&url), 200)?;
     let agent = Arc::new(agent(store.clone(), CYCLE_SCRIPT, 10)?);
-    let started = Instant::now();
-    run_cycles(agent, n, concurrency).await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let (seconds, two_level_seconds) = if subagents {
+        // Halves in the order one, two, two, one: a machine that speeds up or slows down during
+        // the run weighs on both alike.
+        let supervisor = Arc::new(supervisor(store.clone())?);
+        let (first, second) = (n / 2, n - n / 2);
+        let mut one = timed_cycles(&agent, 0, first, concurrency).await?;
+        let mut two = timed_cycles(&supervisor, 1, first, concurrency).await?;
+        two += timed_cycles(&supervisor, 1, second, concurrency).await?;
+        one += timed_cycles(&agent, 0, second, concurrency).await?;
+        (one, Some(two))
+    } else {
+        (timed_cycles(&agent, 0, n, concurrency).await?, None)
+    };
     let (rss_mb, peak_rss_mb) = memory_mb();
     store.close().await;
-    print_line(json!({
+    let mut line = json!({
         "bench": "cycles",
         "store": store_kind(&common.store),
         "sync": common.sync.as_str(),
@@ -341,7 +432,13 @@ async fn cycles(n: usize, concurrency: usize, common: Common, pinned: bool) -> a
         "fsync_p99_us": fsync_p99_us,
         "rss_mb": round(rss_mb, 1),
         "peak_rss_mb": round(peak_rss_mb, 1),
-    }));
+    });
+    if let Some(two_level_seconds) = two_level_seconds {
+        line["two_level_seconds"] = json!(round(two_level_seconds, 3));
+        line["two_level_cycles_per_s"] = json!((n as f64 / two_level_seconds).round());
+        line["two_level_ratio"] = json!(round(seconds / two_level_seconds, 3));
+    }
+    print_line(line);
     Ok(())
 }
 
@@ -471,7 +568,11 @@ async fn long_run(questions: usize, common: Common, pinned: bool) -> anyhow::Res
         let stream = agent
             .resume_stream(json!(format!("answer {index}")), &run_id, Some(&call))
             .await?;
-        let (next, finished) = drain(stream).await?;
+        let Drained {
+            suspended: next,
+            finished,
+            ..
+        } = drain(stream).await?;
         times.push(started.elapsed());
         commits.push(
             TimedStore::take(&timed.commits)
@@ -668,9 +769,10 @@ fn main() -> ExitCode {
         Command::Cycles {
             n,
             concurrency,
+            subagents,
             common,
         } => block_on(&common.clone(), |pinned| {
-            cycles(n, concurrency, common, pinned)
+            cycles(n, concurrency, subagents, common, pinned)
         }),
         Command::LongRun { questions, common } => block_on(&common.clone(), |pinned| {
             long_run(questions, common, pinned)
