@@ -220,7 +220,9 @@ pub(crate) fn start(
     let stream = driven(move |mut out| {
         async move {
             check_options(&options)?;
-            let given_thread = options.thread_id.is_some();
+            // A child run's thread is its own (named by its id): no history to read, no
+            // waiting run to supersede.
+            let given_thread = options.thread_id.is_some() && options.parent.is_none();
             let thread_id = options.thread_id.clone().unwrap_or_else(ThreadId::generate);
             let thread = ThreadKey::new(options.resource_id.clone(), thread_id.clone());
             tracing::Span::current().record("thread_id", tracing::field::display(&thread_id));
