@@ -647,6 +647,17 @@ pub enum AgentBuildError {
         /// The sub-agent.
         subagent: AgentId,
     },
+    /// A sub-agent's id is not a name providers take for a tool (`^[a-zA-Z0-9_-]{1,64}$`, as
+    /// OpenAI's and Anthropic's APIs require): its tool is named by it.
+    #[error(
+        "sub-agent {subagent} of agent {agent}: its id names its tool, and tool names are 1 to 64 letters, digits, `_` or `-`"
+    )]
+    SubagentName {
+        /// The parent.
+        agent: AgentId,
+        /// The sub-agent.
+        subagent: AgentId,
+    },
     /// Sub-agents nest deeper than the limit ([`AgentBuilder::max_subagent_depth`]).
     #[error("agent {agent} has sub-agents {levels} levels deep; at most {limit} are allowed")]
     SubagentTooDeep {
@@ -981,6 +992,12 @@ impl AgentBuilder {
                     subagent: child.id.clone(),
                 });
             }
+            if !is_tool_name(child.id.as_str()) {
+                return Err(AgentBuildError::SubagentName {
+                    agent: self.id.clone(),
+                    subagent: child.id.clone(),
+                });
+            }
             let levels = child.subagent_levels + 1;
             if levels > self.max_subagent_depth {
                 return Err(AgentBuildError::SubagentTooDeep {
@@ -993,4 +1010,12 @@ impl AgentBuilder {
         }
         Ok(definitions)
     }
+}
+
+/// Whether `name` is a tool name every provider takes: 1 to 64 ASCII letters, digits, `_`, `-`.
+fn is_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
 }

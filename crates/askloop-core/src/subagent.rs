@@ -495,6 +495,22 @@ mod tests {
     }
 
     #[test]
+    fn issue35_a_sub_agents_id_must_be_a_tool_name() {
+        let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+        let child = level("research team", &store, None);
+        let error = Agent::builder("supervisor")
+            .model(ScriptedModel::from_json(r#"{"steps":[{"text":"ok"}]}"#).unwrap())
+            .shared_store(store)
+            .subagent(child)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(error, AgentBuildError::SubagentName { .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
     fn issue35_a_sub_agent_must_share_its_parents_store() {
         let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
         let other: Arc<dyn RunStore> = Arc::new(MemoryStore::new());

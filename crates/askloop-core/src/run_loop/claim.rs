@@ -220,7 +220,7 @@ pub(crate) async fn claim_resume_child(
 }
 
 /// Refuses to claim a sub-agent's child run from outside its tree (`by_parent` false).
-fn refuse_child(stored: &StoredRun, by_parent: bool) -> Result<(), ResumeError> {
+pub(super) fn refuse_child(stored: &StoredRun, by_parent: bool) -> Result<(), ResumeError> {
     match &stored.state.parent {
         Some(parent) if !by_parent => Err(ResumeError::ChildRun {
             run_id: stored.state.run_id.clone(),
@@ -993,7 +993,7 @@ fn pick_call(
         None => Err(ResumeError::UnknownToolCall {
             run_id: state.run_id.clone(),
             tool_call_id: id.clone(),
-            pending: step.map(PendingStep::suspended_ids).unwrap_or_default(),
+            pending: waiting_ids(state),
         }),
     }
 }
@@ -1112,9 +1112,19 @@ fn only_pending(state: &RunState) -> Result<usize, ResumeError> {
         [] => Err(not_suspended(state)),
         _ => Err(ResumeError::Ambiguous {
             run_id: state.run_id.clone(),
-            pending,
+            pending: waiting_ids(state),
         }),
     }
+}
+
+/// The ids a person answers the run's waiting calls by: a sub-agent's child's as
+/// `PARENT_CALL~CHILD_CALL`.
+fn waiting_ids(state: &RunState) -> Vec<ToolCallId> {
+    state
+        .pending_tool_calls()
+        .into_iter()
+        .map(|pending| pending.tool_call_id)
+        .collect()
 }
 
 /// Claims a failed run, or a running one whose driver stopped (no live lease), so its

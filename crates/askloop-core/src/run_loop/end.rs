@@ -98,6 +98,19 @@ pub(crate) async fn cancel_in_store(
     agent: Option<&AgentDefinition>,
     by: Option<String>,
 ) -> Result<(), ResumeError> {
+    cancel_tree(store, run, agent, by, false).await
+}
+
+/// [`cancel_in_store`], of a sub-agent's child run too when `by_parent` (its parent's cancel
+/// cascades); from outside its tree a child is refused ([`ResumeError::ChildRun`]: its parent's
+/// call would wait for it forever — cancel the root).
+async fn cancel_tree(
+    store: &dyn RunStore,
+    run: &RunRef,
+    agent: Option<&AgentDefinition>,
+    by: Option<String>,
+    by_parent: bool,
+) -> Result<(), ResumeError> {
     let key = resolve(store, run).await?;
     let run_id = &key.run_id;
     for _ in 0..CANCEL_ATTEMPTS {
@@ -108,6 +121,7 @@ pub(crate) async fn cancel_in_store(
                 .await
                 .map_err(|error| map_store_error(&key, error))?,
         };
+        super::claim::refuse_child(&stored, by_parent)?;
         let status = stored.state.status;
         if matches!(status, RunStatus::Completed | RunStatus::Cancelled) {
             return Err(ResumeError::NotCancellable {
@@ -170,11 +184,12 @@ async fn cancel_children(store: &dyn RunStore, run: &RunKey, by: Option<&String>
             continue;
         }
         let key = child.key();
-        if let Err(error) = Box::pin(cancel_in_store(
+        if let Err(error) = Box::pin(cancel_tree(
             store,
             &RunRef::Key(key.clone()),
             None,
             by.cloned(),
+            true,
         ))
         .await
         {

@@ -363,6 +363,14 @@ pub(super) async fn issue35_cancel_of_the_root_cancels_its_waiting_child(store: 
     let root = stream.run_id().clone();
     let chunks = chunks_of(stream).await;
     let child = nested_runs(&chunks)[0].clone();
+    let refused = crate::cancel_run_in(store.as_ref(), &child, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ResumeError::ChildRun { .. }),
+        "a child is cancelled through its root: {refused:?}"
+    );
+    assert_eq!(status_of(&store, &child).await, RunStatus::Suspended);
     root_agent.cancel_run(&root, None).await.unwrap();
     assert_eq!(status_of(&store, &root).await, RunStatus::Cancelled);
     assert_eq!(status_of(&store, &child).await, RunStatus::Cancelled);
