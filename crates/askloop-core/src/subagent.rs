@@ -221,12 +221,19 @@ impl<'a> Child<'a> {
         context: &ToolContext,
     ) -> Result<Execution<Value>, String> {
         let store = self.agent.store.as_ref();
+        // A first call starts its child at once (after a crash, the child may exist: its
+        // insert is then refused, and the child is read).
+        let mut fresh = envelope.is_none();
         let mut started = false;
         for _ in 0..MAX_ROUNDS {
-            let stored = match store.load_run(&self.key).await {
-                Ok(stored) => Some(stored),
-                Err(StoreError::NotFound { .. }) => None,
-                Err(error) => return Err(error_chain_text(&error)),
+            let stored = if std::mem::take(&mut fresh) {
+                None
+            } else {
+                match store.load_run(&self.key).await {
+                    Ok(stored) => Some(stored),
+                    Err(StoreError::NotFound { .. }) => None,
+                    Err(error) => return Err(error_chain_text(&error)),
+                }
             };
             let Some(stored) = stored else {
                 if started {

@@ -191,14 +191,12 @@ async fn run_work(
         let Some((index, idempotent, outcome)) = next else {
             break;
         };
-        // A sub-agent's call that suspended last needs no record of its own: the step's
-        // suspension commits it next, and after a crash between the two it runs again.
-        let covered = running.is_empty()
-            && matches!(outcome, CallState::Suspended { .. })
-            && step
-                .calls
-                .get(index)
-                .is_some_and(|slot| agent.subagent(&slot.call.name).is_some());
+        // A sub-agent's call needs no record of its outcome: its child run holds it, and after
+        // a crash the call runs again and reads it there (the step's next commit records it).
+        let covered = step
+            .calls
+            .get(index)
+            .is_some_and(|slot| agent.subagent(&slot.call.name).is_some());
         put_outcome(step, index, outcome);
         if journaled && !idempotent && !covered {
             record(run, step).await?;

@@ -184,6 +184,14 @@ fn show_fields(
     if state.status() == RunStatus::Running {
         output.line(&field("lease", &lease_line(context, run, stored)))?;
     }
+    show_unfinished(output, state)
+}
+
+/// `runs show`'s `unfinished` lines: the calls a stopped driver left without a result.
+///
+/// # Errors
+/// Writing to stdout failed.
+fn show_unfinished(output: &mut Output, state: &RunState) -> std::io::Result<()> {
     for call in &state.unfinished_calls() {
         let kept = call.answer.as_ref().map_or_else(
             || "it was started and its outcome is not recorded".to_owned(),
@@ -194,13 +202,10 @@ fn show_fields(
                 )
             },
         );
-        output.line(&field(
-            "unfinished",
-            &format!(
-                "tool call {} ({}) was interrupted; {kept}; `runs continue` re-runs it if \
-                 the tool is idempotent, otherwise tells the model its outcome is unknown",
-                call.tool_call_id, call.tool_name
-            ),
+        output.line(&format!(
+            "{:<9} tool call {} ({}) was interrupted; {kept}; `runs continue` re-runs it if \
+             the tool is idempotent, otherwise tells the model its outcome is unknown",
+            "unfinished", call.tool_call_id, call.tool_name
         ))?;
     }
     Ok(())
