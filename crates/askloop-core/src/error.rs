@@ -246,11 +246,11 @@ pub enum ResumeError {
         /// The call left unfinished.
         tool_call_id: ToolCallId,
     },
-    /// The run is a sub-agent's child run: its calls are answered, and it is continued,
-    /// through its root run (whose waiting calls include the child's, as
+    /// The run is a sub-agent's child run: its calls are answered, and it is continued and
+    /// cancelled, through its root run (whose waiting calls include the child's, as
     /// `PARENT_CALL~CHILD_CALL`).
     #[error(
-        "run {run_id} is a sub-agent's run: answer or continue it through its root run {root_run_id}"
+        "run {run_id} is a sub-agent's run: answer, continue or cancel it through its root run {root_run_id}"
     )]
     ChildRun {
         /// The child run.

@@ -124,6 +124,9 @@ async fn cancel_tree(
         super::claim::refuse_child(&stored, by_parent)?;
         let status = stored.state.status;
         if matches!(status, RunStatus::Completed | RunStatus::Cancelled) {
+            // Its children may outlive it when the process that ended it stopped before
+            // cancelling them: a cancel of the ended run finishes that (and is refused).
+            cancel_children(store, &key, by.as_ref()).await;
             return Err(ResumeError::NotCancellable {
                 run_id: run_id.clone(),
                 status,
@@ -180,20 +183,21 @@ async fn cancel_children(store: &dyn RunStore, run: &RunKey, by: Option<&String>
         let ListedRun::Run(child) = listed else {
             continue;
         };
-        if matches!(child.status, RunStatus::Completed | RunStatus::Cancelled) {
-            continue;
-        }
+        // An ended child is visited too: its own children may have outlived it.
         let key = child.key();
-        if let Err(error) = Box::pin(cancel_tree(
+        let cancelled = Box::pin(cancel_tree(
             store,
             &RunRef::Key(key.clone()),
             None,
             by.cloned(),
             true,
         ))
-        .await
-        {
-            tracing::warn!(run_id = %key.run_id, error = %error_chain_text(&error), "could not cancel a sub-agent's run");
+        .await;
+        match cancelled {
+            Ok(()) | Err(ResumeError::NotCancellable { .. }) => {}
+            Err(error) => {
+                tracing::warn!(run_id = %key.run_id, error = %error_chain_text(&error), "could not cancel a sub-agent's run");
+            }
         }
     }
 }
@@ -244,7 +248,9 @@ pub(crate) async fn supersede_waiting_runs(
                 Err(StoreError::NotFound { .. }) => break,
                 Err(error) => return Err(error),
             };
-            if stored.state.status != RunStatus::Suspended {
+            // A sub-agent's child run has a thread of its own, but answers to its root only: a
+            // message to that thread starts a run beside it and supersedes nothing.
+            if stored.state.status != RunStatus::Suspended || stored.state.parent.is_some() {
                 break;
             }
             let before = EventBasis::of(&stored.state);

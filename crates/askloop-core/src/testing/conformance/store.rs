@@ -116,6 +116,8 @@ scenarios![
     issue35_a_crash_in_the_childs_model_call_is_recovered_at_the_root,
     issue35_a_refused_nested_decision_changes_nothing_in_the_tree,
     issue35_a_childs_deadline_is_swept_through_the_root,
+    issue35_a_message_to_a_childs_thread_leaves_the_tree_answerable,
+    issue35_a_cancel_cut_short_is_finished_by_cancelling_again,
     issue35_summaries_carry_the_parent_link,
     issue35_children_are_listed_by_parent_within_their_resource,
     issue35_top_level_and_children_page_with_status_and_cursor,

@@ -568,3 +568,88 @@ pub(super) async fn issue35_a_childs_deadline_is_swept_through_the_root(store: A
         Some(json!("gave up"))
     );
 }
+
+pub(super) async fn issue35_a_message_to_a_childs_thread_leaves_the_tree_answerable(
+    store: Arc<dyn RunStore>,
+) {
+    let counter = Counter::default();
+    let researcher = subagent(
+        "researcher",
+        &store,
+        scripted(researcher_steps()),
+        &counter,
+        false,
+    );
+    let sup_steps = vec![
+        json!({"toolCalls": [delegate("s1", "researcher", "x")]}),
+        json!({"text": "Done."}),
+    ];
+    let root_agent = supervisor(&store, sup_steps, vec![researcher.clone()]);
+    let stream = root_agent.stream("Go");
+    let root = stream.run_id().clone();
+    let chunks = chunks_of(stream).await;
+    let child = nested_runs(&chunks)[0].clone();
+    // Someone who saw the child's id (its thread's) writes to that thread.
+    let hijack = researcher.stream_with(
+        "hijack",
+        crate::RunOptions::new().thread(crate::ThreadId::new(child.as_str())),
+    );
+    chunks_of(hijack).await;
+    assert_eq!(
+        status_of(&store, &child).await,
+        RunStatus::Suspended,
+        "a message to a child's thread supersedes nothing"
+    );
+    let chunks = chunks_of(
+        root_agent
+            .resume_stream(json!("main"), &root, Some(&ToolCallId::new("s1~r1")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(has_finish(&chunks));
+}
+
+pub(super) async fn issue35_a_cancel_cut_short_is_finished_by_cancelling_again(
+    store: Arc<dyn RunStore>,
+) {
+    let counter = Counter::default();
+    let researcher = subagent(
+        "researcher",
+        &store,
+        scripted(researcher_steps()),
+        &counter,
+        false,
+    );
+    let root_agent = supervisor(
+        &store,
+        vec![json!({"toolCalls": [delegate("s1", "researcher", "x")]})],
+        vec![researcher],
+    );
+    let stream = root_agent.stream("Go");
+    let root = stream.run_id().clone();
+    let chunks = chunks_of(stream).await;
+    let child = nested_runs(&chunks)[0].clone();
+    // The process that cancelled the root stopped before it cancelled the child.
+    let stored = store
+        .load_run(&RunKey::new(None, root.clone()))
+        .await
+        .unwrap();
+    let mut state = stored.state;
+    state.status = RunStatus::Cancelled;
+    store
+        .update_run(&state, stored.version, None)
+        .await
+        .unwrap();
+    assert_eq!(status_of(&store, &child).await, RunStatus::Suspended);
+    let again = root_agent.cancel_run(&root, None).await.unwrap_err();
+    assert!(
+        matches!(again, ResumeError::NotCancellable { .. }),
+        "{again:?}"
+    );
+    assert_eq!(
+        status_of(&store, &child).await,
+        RunStatus::Cancelled,
+        "cancelling the ended root again cancels what it left behind"
+    );
+}
