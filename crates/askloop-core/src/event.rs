@@ -286,10 +286,7 @@ fn nested_resolution(
 ) -> (RunEventKind, Option<Value>, Option<bool>) {
     let claimed = after.pending_step.as_ref().and_then(|step| {
         step.calls.iter().find_map(|slot| {
-            let rest = id
-                .as_str()
-                .strip_prefix(slot.call.id.as_str())?
-                .strip_prefix(crate::run::SUBAGENT_CALL_SEPARATOR)?;
+            let rest = crate::run::child_call_id(id.as_str(), slot.call.id.as_str())?;
             let CallState::Resuming { resume_data, .. } = &slot.state else {
                 return None;
             };

@@ -109,6 +109,7 @@ pub use response::CallResponse;
 pub use run::{
     ApprovalVote, Decision, ForkedFrom, ParentRun, PendingKind, PendingToolCall, RunFailure,
     RunStatus, SUBAGENT_CALL_SEPARATOR, SubagentOrigin, UnknownRunStatus, approval_schema,
+    child_call_id, nested_call_id,
 };
 pub use run_loop::ExpiredRun;
 pub use store::{RunStore, StoreError};

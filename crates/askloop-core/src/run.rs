@@ -239,6 +239,41 @@ pub struct SubagentOrigin {
 /// `c1`, as `c1~c7` (`~` needs no escaping in URLs).
 pub const SUBAGENT_CALL_SEPARATOR: char = '~';
 
+/// The id under which a parent announces its sub-agent's child's call `child`, made under its
+/// own call `parent`: `PARENT~CHILD` ([`SUBAGENT_CALL_SEPARATOR`]).
+pub fn nested_call_id(parent: &str, child: &str) -> String {
+    format!("{parent}{SUBAGENT_CALL_SEPARATOR}{child}")
+}
+
+/// The child's call id in `id` when `id` names a call of the child under the parent's call
+/// `parent` (`PARENT~CHILD`, [`nested_call_id`]); `None` otherwise, also for `parent` itself.
+pub fn child_call_id<'a>(id: &'a str, parent: &str) -> Option<&'a str> {
+    id.strip_prefix(parent)?
+        .strip_prefix(SUBAGENT_CALL_SEPARATOR)
+        .filter(|child| !child.is_empty())
+}
+
+/// The text of the last assistant message of `messages` (its text parts, joined): a completed
+/// run's answer.
+pub(crate) fn last_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            Message::Assistant { parts } => Some(
+                parts
+                    .iter()
+                    .filter_map(|part| match part {
+                        crate::message::AssistantPart::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<String>(),
+            ),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 /// Where a forked run comes from: the run and the question (a tool call of that run) at which
 /// a person gave another answer ([`crate::Agent::fork`]). The wire form is
 /// `{"runId": "…", "toolCallId": "…"}` (also in the stored head as `forkedFrom`).
@@ -584,8 +619,7 @@ impl PendingToolCall {
     /// [`SUBAGENT_CALL_SEPARATOR`], its origin with the child's agent ahead of the path.
     pub(crate) fn nested_under(mut self, parent_call: &ToolCallId, wait: &SubagentWait) -> Self {
         let own_id = self.tool_call_id.clone();
-        self.tool_call_id =
-            ToolCallId::new(format!("{parent_call}{SUBAGENT_CALL_SEPARATOR}{own_id}"));
+        self.tool_call_id = ToolCallId::new(nested_call_id(parent_call.as_str(), own_id.as_str()));
         self.subagent = Some(match self.subagent.take() {
             Some(mut origin) => {
                 origin.path.insert(0, wait.agent_id.clone());
@@ -773,6 +807,12 @@ impl RunState {
     /// ([`crate::AgentBuilder::subagent`]).
     pub fn parent(&self) -> Option<&ParentRun> {
         self.parent.as_ref()
+    }
+
+    /// The text of the run's last assistant message (its text parts, joined; empty without
+    /// one): a completed run's answer.
+    pub fn final_text(&self) -> String {
+        last_text(&self.messages)
     }
 
     /// The run's id.

@@ -31,7 +31,7 @@ use crate::chunk::Chunk;
 use crate::definition::AgentDefinition;
 use crate::error::{ResumeError, error_chain_text};
 use crate::ids::{RunId, RunKey, RunRef, ThreadId, ToolCallId};
-use crate::message::{AssistantPart, Message, Suspension};
+use crate::message::Suspension;
 use crate::model::ToolDefinition;
 use crate::options::RunOptions;
 use crate::run::{ParentRun, RunState, RunStatus, SubagentWait};
@@ -253,9 +253,9 @@ impl<'a> Child<'a> {
             }
             match stored.state.status {
                 RunStatus::Completed => {
-                    return Ok(Execution::Complete(Value::String(final_text(
-                        &stored.state,
-                    ))));
+                    return Ok(Execution::Complete(Value::String(
+                        stored.state.final_text(),
+                    )));
                 }
                 RunStatus::Failed => {
                     return Err(stored.state.error.as_ref().map_or_else(
@@ -431,27 +431,6 @@ fn prompt_of(args: &SubagentArgs) -> String {
         Some(context) => format!("{}\n\nContext:\n{context}", args.prompt),
         None => args.prompt.clone(),
     }
-}
-
-/// The text of a completed run's last assistant message.
-fn final_text(state: &RunState) -> String {
-    state
-        .messages
-        .iter()
-        .rev()
-        .find_map(|message| match message {
-            Message::Assistant { parts } => Some(
-                parts
-                    .iter()
-                    .filter_map(|part| match part {
-                        AssistantPart::Text { text } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect::<String>(),
-            ),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

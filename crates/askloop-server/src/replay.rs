@@ -295,7 +295,7 @@ pub(crate) fn settled_chunks(stored: &StoredRun) -> Vec<Value> {
             &Chunk::Finish {
                 reason: state.finish_reason().unwrap_or(FinishReason::Stop),
                 usage: state.usage(),
-                text: final_text(state),
+                text: state.final_text(),
             },
         )],
         RunStatus::Failed => {
@@ -316,27 +316,6 @@ pub(crate) fn settled_chunks(stored: &StoredRun) -> Vec<Value> {
             "the process driving this run stopped; continue it (POST /api/runs/{runId}/continue)",
         )],
     }
-}
-
-/// The text of the run's last assistant message.
-fn final_text(state: &RunState) -> String {
-    state
-        .messages()
-        .iter()
-        .rev()
-        .find_map(|message| match message {
-            Message::Assistant { parts } => Some(
-                parts
-                    .iter()
-                    .filter_map(|part| match part {
-                        AssistantPart::Text { text } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect::<String>(),
-            ),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -48,8 +48,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
-use askloop_core::SUBAGENT_CALL_SEPARATOR;
 use askloop_core::wire::PendingCall;
+use askloop_core::{SUBAGENT_CALL_SEPARATOR, nested_call_id};
 use axum::http::HeaderValue;
 use axum::response::Response;
 use axum::response::sse::Event;
@@ -316,10 +316,7 @@ impl UiStream {
                 set_status(entry, if cancelled { "cancelled" } else { "failed" })
             }
             "tool-result" => {
-                let composite = format!(
-                    "{started_by}{SUBAGENT_CALL_SEPARATOR}{}",
-                    str_field(&payload, "toolCallId")
-                );
+                let composite = nested_call_id(started_by, &str_field(&payload, "toolCallId"));
                 if self.known.contains(&composite) {
                     let mut result = payload.clone();
                     result["toolCallId"] = json!(composite);

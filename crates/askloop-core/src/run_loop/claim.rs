@@ -33,7 +33,8 @@ use crate::message::{ArgsEdit, AuditAction, AuditRecord};
 use crate::message::{ToolArgs, ToolCall, ToolResult};
 use crate::response::CallResponse;
 use crate::run::{
-    CallSlot, CallState, PendingStep, RunState, RunStatus, SUBAGENT_CALL_SEPARATOR, SubagentWait,
+    CallSlot, CallState, PendingStep, RunState, RunStatus, SubagentWait, child_call_id,
+    nested_call_id,
 };
 use crate::store::{Lease, ListedRun, RunFilter, RunStore, StoreError, StoredRun, keys_of_run};
 use crate::time::{lease_now_ms, now_ms};
@@ -390,11 +391,8 @@ fn nested_target(step: &PendingStep, id: &ToolCallId) -> Option<(usize, ToolCall
         else {
             return None;
         };
-        let rest = id
-            .as_str()
-            .strip_prefix(slot.call.id.as_str())?
-            .strip_prefix(SUBAGENT_CALL_SEPARATOR)?;
-        (!rest.is_empty()).then(|| (index, ToolCallId::new(rest)))
+        let rest = child_call_id(id.as_str(), slot.call.id.as_str())?;
+        Some((index, ToolCallId::new(rest)))
     })
 }
 
@@ -411,18 +409,14 @@ fn only_nested(state: &RunState, step: &PendingStep) -> Option<(usize, ToolCallI
 /// Whether the id a response names is the call `slot_id` or one its sub-agent's child waits
 /// for.
 fn names_slot(id: &ToolCallId, slot_id: &ToolCallId) -> bool {
-    id == slot_id
-        || id
-            .as_str()
-            .strip_prefix(slot_id.as_str())
-            .is_some_and(|rest| rest.starts_with(SUBAGENT_CALL_SEPARATOR))
+    id == slot_id || child_call_id(id.as_str(), slot_id.as_str()).is_some()
 }
 
 /// The ids under which a sub-agent's call `slot_id` announces its child's waiting calls.
 fn nested_ids(slot_id: &ToolCallId, wait: &SubagentWait) -> String {
     wait.pending
         .iter()
-        .map(|pending| format!("{slot_id}{SUBAGENT_CALL_SEPARATOR}{}", pending.tool_call_id))
+        .map(|pending| nested_call_id(slot_id.as_str(), pending.tool_call_id.as_str()))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -31,7 +31,7 @@ use std::time::Instant;
 use askloop_core::store::{ResourceFilter, RunFilter, RunState, running_run_of};
 use askloop_core::{
     Agent, AgentId, CallResponse, Respond, ResumeError, RunId, RunKey, RunOptions, RunStatus,
-    SUBAGENT_CALL_SEPARATOR, ThreadId, ThreadKey, ToolCallId, error_chain_text,
+    ThreadId, ThreadKey, ToolCallId, error_chain_text, nested_call_id,
 };
 use axum::Json;
 use axum::Router;
@@ -462,9 +462,7 @@ async fn subagent_parts(state: &AppState, run: &RunState) -> Result<Vec<Value>, 
                     continue;
                 };
                 let started_by = match &prefix {
-                    Some(prefix) => {
-                        format!("{prefix}{SUBAGENT_CALL_SEPARATOR}{}", link.tool_call_id)
-                    }
+                    Some(prefix) => nested_call_id(prefix, link.tool_call_id.as_str()),
                     None => link.tool_call_id.to_string(),
                 };
                 let mut path = path.clone();

@@ -421,16 +421,20 @@ pub(super) async fn issue35_a_crash_in_the_childs_model_call_is_recovered_at_the
         json!({"toolCalls": [delegate("s1", "researcher", "count")]}),
         json!({"text": "Done."}),
     ];
+    let watched = Arc::clone(&hanging);
     let researcher = subagent("researcher", &store, hanging, &counter, false);
     let root_agent = supervisor(&store, sup_steps.clone(), vec![researcher]);
     let mut stream = root_agent.stream("Count");
     let root = stream.run_id().clone();
     // Drive until the child's counting tool ran and its second model call hangs, then "die".
     use futures::StreamExt;
-    let _ = tokio::time::timeout(std::time::Duration::from_millis(400), async {
-        while stream.next().await.is_some() {}
-    })
-    .await;
+    let drive = std::pin::pin!(async { while stream.next().await.is_some() {} });
+    let hung = std::pin::pin!(async {
+        while !watched.hung.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    });
+    futures::future::select(drive, hung).await;
     drop(stream);
     assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
 
@@ -551,10 +555,16 @@ pub(super) async fn issue35_a_childs_deadline_is_swept_through_the_root(store: A
     let stream = root_agent.stream("Count");
     let root = stream.run_id().clone();
     chunks_of(stream).await;
-    tokio::time::sleep(std::time::Duration::from_millis(40)).await;
-    let due = crate::expired_runs(store.as_ref(), crate::time::now_ms())
-        .await
-        .unwrap();
+    // Until the child's approval is due (20 ms after it was asked for).
+    let due = loop {
+        let due = crate::expired_runs(store.as_ref(), crate::time::now_ms())
+            .await
+            .unwrap();
+        if !due.is_empty() {
+            break due;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    };
     assert_eq!(due.len(), 1, "only the root is due: {due:?}");
     assert_eq!(due[0].run_id, root);
     assert_eq!(due[0].tool_call_ids, [ToolCallId::new("s1~r1")]);
