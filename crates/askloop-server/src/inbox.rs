@@ -357,7 +357,8 @@ async fn list_pending(inner: &InboxInner) -> Result<Listing, askloop_core::Store
             }
         }
         match page.next_cursor {
-            Some(next) => filter.cursor = Some(next),
+            // The first page's change cursor is the listing's: the next pages need none.
+            Some(next) => filter = filter.after(next).without_change_cursor(),
             None => {
                 return Ok(Listing {
                     kind: ListingKind::Full(pending, cursor),

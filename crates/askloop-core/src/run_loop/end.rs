@@ -171,7 +171,8 @@ async fn cancel_tree(
 async fn cancel_children(store: &dyn RunStore, run: &RunKey, by: Option<&String>) {
     let filter = RunFilter::new()
         .resource_filter(ResourceFilter::exactly(run.resource_id.clone()))
-        .children_of(run.run_id.clone());
+        .children_of(run.run_id.clone())
+        .without_change_cursor();
     let page = match store.list_runs(&filter).await {
         Ok(page) => page,
         Err(error) => {
@@ -235,7 +236,9 @@ pub(crate) async fn supersede_waiting_runs(
     message: &str,
     by: Option<String>,
 ) -> Result<(), StoreError> {
-    let filter = RunFilter::in_thread(thread).status(RunStatus::Suspended);
+    let filter = RunFilter::in_thread(thread)
+        .status(RunStatus::Suspended)
+        .without_change_cursor();
     let page = agent.store.list_runs(&filter).await?;
     for listed in page.runs {
         let ListedRun::Run(summary) = listed else {
@@ -316,6 +319,7 @@ pub(crate) async fn expired_calls(
     let mut filter = RunFilter::new()
         .status(RunStatus::Suspended)
         .top_level()
+        .without_change_cursor()
         .limit(PAGE);
     loop {
         let page = store.list_runs(&filter).await?;

@@ -6,9 +6,11 @@
 //! Every store keeps one **change sequence** for all its runs: each commit that
 //! [`notifies`](crate::store::notifies) (a status change, or a commit that leaves a run
 //! suspended: whatever can change the pending questions) stamps its run with the next value
-//! ([`RunSummary::change_seq`]), in the same transaction, and the values increase in commit
-//! order: a reader that sees a run stamped `n` also sees every commit stamped below `n`. So a
-//! watcher that keeps a cursor — [`RunPage::change_cursor`] of its last listing — and lists
+//! ([`RunSummary::change_seq`]), in the same transaction, and no commit stamped at or below a
+//! page's [`RunPage::change_cursor`] is missing from what that page's listing sees (SQLite and
+//! the memory store stamp in commit order; PostgreSQL, whose stamps are taken mid-transaction,
+//! waits for the stamping commits in flight before it gives a cursor and lists no stamp above
+//! it: see its migration `0007_parallel_change_order.sql`). So a watcher that keeps a cursor — [`RunPage::change_cursor`] of its last listing — and lists
 //! [`RunFilter::changed_after`] it sees every later change exactly once (as the run's state
 //! now), and nothing when nothing changed.
 
@@ -106,6 +108,12 @@ pub struct RunFilter {
     /// (oldest change first) instead of newest first; `cursor` does not apply (the next page
     /// is `changed_after` the page's [`RunPage::change_cursor`]). See the module docs.
     pub changed_after: Option<u64>,
+    /// Whether a newest-first page may leave its [`RunPage::change_cursor`] out (`None`): set
+    /// by listings that never follow the change order (a thread's waiting runs, a run's
+    /// children, the calls due), so they never wait for it. PostgreSQL waits for the commits
+    /// in flight that stamp before it gives a cursor; the other stores give it anyway. A
+    /// `changed_after` listing always gives its cursor.
+    pub without_change_cursor: bool,
 }
 
 impl RunFilter {
@@ -198,6 +206,13 @@ impl RunFilter {
     /// ```
     pub fn changed_after(mut self, seq: u64) -> Self {
         self.changed_after = Some(seq);
+        self
+    }
+
+    /// Leaves the page's change cursor out where giving it costs a wait (see
+    /// [`RunFilter::without_change_cursor`]): for a listing that never follows the change order.
+    pub fn without_change_cursor(mut self) -> Self {
+        self.without_change_cursor = true;
         self
     }
 
@@ -426,7 +441,8 @@ pub struct RunPage {
     /// sequence committed when the listing began (so a listing in several pages takes its first
     /// page's); for a `changed_after` listing, the last run's sequence when the page was cut at
     /// its limit, else the highest committed (nothing changed after the page's runs matches).
-    /// `None` from a store that keeps no change order.
+    /// `None` from a store that keeps no change order, and may be `None` for a listing
+    /// [`RunFilter::without_change_cursor`].
     pub change_cursor: Option<u64>,
     /// Whether a `changed_after` listing was cut at its limit: list again from
     /// `change_cursor` for the rest.
@@ -459,7 +475,8 @@ impl RunPage {
     /// change sequence read before (or in the same snapshot as) the rows (`0` when none was
     /// given yet). The cursor is the last run's sequence on a cut page, else the higher of the
     /// horizon and the last run's sequence (a commit seen by the rows but not by an earlier
-    /// horizon read: the order is the commit order, so everything below it is committed too).
+    /// horizon read: in a store that stamps in commit order, everything below it is committed
+    /// too; a store that does not lists no row above its horizon).
     pub fn from_changed_rows(mut runs: Vec<ListedRun>, limit: Option<usize>, horizon: u64) -> Self {
         let more_changes = limit.is_some_and(|limit| runs.len() > limit);
         if let Some(limit) = limit {

@@ -52,9 +52,10 @@ const DUPLICATE_DATABASE: &str = "42P04";
 /// version under a row lock, so of several processes resuming the same call exactly one wins.
 ///
 /// Change notifications ([`RunStore::watch_changes`](askloop_core::RunStore::watch_changes)):
-/// every store `NOTIFY`s its commits that change a run's status or leave it suspended, right
-/// after each commit (a statement of its own: inside the commit, NOTIFY would serialize
-/// commits), so watchers see those of every process on the database; the store listens on one
+/// every store `NOTIFY`s its commits that change a run's status or leave it suspended, after
+/// each commit (from a task of its own that sends the queued notifications together, in a
+/// statement of their own: inside the commit, NOTIFY would serialize commits), so watchers see
+/// those of every process on the database; the store listens on one
 /// connection of its pool, taken by the first watcher and held until the store is closed,
 /// reconnecting when it is lost.
 ///
@@ -69,6 +70,8 @@ pub struct PgStore {
     known: Arc<KnownRuns>,
     /// The change notifications' session, started by the first `watch_changes`.
     notifications: Arc<notify::Notifications>,
+    /// Sends the notifications of this store's commits.
+    notifier: Arc<notify::Notifier>,
 }
 
 impl PgStore {
@@ -126,14 +129,17 @@ impl PgStore {
 
         let pool = pool_options().connect_lazy_with(connect_options);
         Ok(Self {
+            notifier: Arc::new(notify::Notifier::start(pool.clone())),
             pool,
             known: Arc::new(KnownRuns::default()),
             notifications: Arc::default(),
         })
     }
 
-    /// Closes the pool, waiting for connections in use to be returned.
+    /// Sends the notifications of the commits made so far, then closes the pool, waiting for
+    /// connections in use to be returned.
     pub async fn close(&self) {
+        self.notifier.sent().await;
         self.pool.close().await;
     }
 }

@@ -5,7 +5,8 @@
 //! the one-turn-per-thread check, the appended messages, the lease and the completion sequence
 //! travel in one round trip and commit as one statement. Every run is named by its key: the
 //! `scope` column (its resource id, `''` for none) and its id. Reads are single statements too, so each sees one snapshot. A commit that
-//! [`notifies`] is followed by its notification (`notify.rs`).
+//! [`notifies`] is followed by its notification (`notify.rs`), sent by the store's notifier
+//! after the commit returned.
 //!
 //! The one-turn check: `askloop_update_run` (and `askloop_insert_run`), when the run becomes
 //! running, looks for another running run of its thread under a transaction lock on the thread
@@ -13,8 +14,11 @@
 //! completes or is cancelled takes the next value of `run_completion_seq` under the same thread
 //! lock, so a thread's completion sequences increase in commit order. Listing filters and orders on
 //! indexed columns and reads each listed run's head (its summary and pending calls) and the
-//! start of its first message, never the rest of its messages; a listing reads the change counter before its rows, so its change cursor never runs
-//! ahead of a commit it has not seen.
+//! start of its first message, never the rest of its messages; a listing reads the change
+//! horizon (`askloop_change_horizon`, which waits for the stamping commits in flight) before its
+//! rows, so its change cursor never runs ahead of a commit it has not seen, unless it needs no
+//! cursor ([`RunFilter::without_change_cursor`]); a `changed_after` listing lists no stamp above
+//! that horizon.
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
@@ -32,7 +36,7 @@ use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, RunStore, StoreError, 
 
 use crate::outbox::encode_events;
 use crate::postgres::error::{backend, map_pg_error};
-use crate::postgres::{PgStore, notify, outbox};
+use crate::postgres::{PgStore, outbox};
 
 /// `askloop_update_run`'s (and `askloop_insert_run`'s) answers besides a new version.
 const UPDATE_CONFLICT: i64 = 0;
@@ -76,9 +80,10 @@ const LIST_RUNS: &str = "SELECT id, scope, created_at_ms, head, change_seq, \
         AS first_message \
     FROM runs WHERE TRUE";
 
-/// The highest change sequence committed (`0003_change_order.sql`): read before a listing's
-/// rows, where its change cursor stands.
-const CHANGE_HORIZON: &str = "SELECT last FROM askloop_change_counter";
+/// The change horizon (`0007_parallel_change_order.sql`): waits until no commit that stamps is
+/// in flight, then the highest stamp; read before a listing's rows, where its change cursor
+/// stands (every stamp at most it is committed; every later one is higher).
+const CHANGE_HORIZON: &str = "SELECT askloop_change_horizon()";
 
 const THREAD_HISTORY: &str = "SELECT r.id, r.completion_seq, m.body \
     FROM runs r LEFT JOIN run_messages m ON m.scope = r.scope AND m.run_id = r.id \
@@ -163,7 +168,7 @@ impl RunStore for PgStore {
         }
         self.known.stored(state, 0, 1);
         if notifies(None, state.status()) {
-            notify::announce(&self.pool, &key, state.status()).await;
+            self.notifier.announce(&key, state.status());
         }
         Ok(1)
     }
@@ -226,7 +231,7 @@ impl RunStore for PgStore {
                     // what it held before is not known, so nothing remembered is kept.
                     self.known.stored(state, first, version);
                     if before.is_none_or(|before| notifies(Some(before), state.status())) {
-                        notify::announce(&self.pool, &key, state.status()).await;
+                        self.notifier.announce(&key, state.status());
                     }
                     return Ok(version);
                 }
@@ -305,19 +310,24 @@ impl RunStore for PgStore {
         let limit = filter
             .limit
             .map(|limit| i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX));
-        // Read first, in a statement of its own: stamps take the counter in commit order, so
-        // every change up to it is committed and seen by the rows read after.
-        let horizon: i64 = sqlx::query_scalar(CHANGE_HORIZON)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(backend)?;
-        let horizon = from_bigint(horizon);
-        let mut query = list_query(filter, limit);
+        // Read first, in a statement of its own: every stamp up to it is committed, so seen by
+        // the rows read after. It waits for the stamping commits in flight: a listing that
+        // needs no cursor skips it.
+        let horizon = if filter.changed_after.is_some() || !filter.without_change_cursor {
+            let horizon: i64 = sqlx::query_scalar(CHANGE_HORIZON)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(backend)?;
+            Some(from_bigint(horizon))
+        } else {
+            None
+        };
+        let mut query = list_query(filter, limit, horizon);
         let rows = query.build().fetch_all(&self.pool).await.map_err(backend)?;
         let runs = rows.iter().map(listed_run).collect::<Result<Vec<_>, _>>()?;
-        Ok(match filter.changed_after {
-            Some(_) => RunPage::from_changed_rows(runs, filter.limit, horizon),
-            None => RunPage::from_rows(runs, filter.limit, Some(horizon)),
+        Ok(match (filter.changed_after, horizon) {
+            (Some(_), Some(horizon)) => RunPage::from_changed_rows(runs, filter.limit, horizon),
+            _ => RunPage::from_rows(runs, filter.limit, horizon),
         })
     }
 
@@ -376,7 +386,7 @@ impl RunStore for PgStore {
     }
 
     async fn close(&self) {
-        self.pool.close().await;
+        PgStore::close(self).await;
     }
 
     fn answer_links(&self) -> Option<&dyn askloop_core::store::AnswerLinks> {
@@ -498,8 +508,13 @@ macro_rules! head_field {
 
 /// The listing statement for `filter`: only the conditions it sets, so each shape of listing is
 /// its own prepared statement, planned on the index that fits it (a generic plan of
-/// `$1 IS NULL OR status = $1` would scan every run).
-fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> {
+/// `$1 IS NULL OR status = $1` would scan every run). A `changed_after` listing lists no stamp
+/// above `horizon` (one may be visible while a smaller one is still in flight).
+fn list_query(
+    filter: &RunFilter,
+    limit: Option<i64>,
+    horizon: Option<u64>,
+) -> QueryBuilder<Postgres> {
     let mut query =
         QueryBuilder::new(LIST_RUNS.replace("{chars}", &FIRST_MESSAGE_CHARS.to_string()));
     if let Some(status) = filter.status {
@@ -545,10 +560,13 @@ fn list_query(filter: &RunFilter, limit: Option<i64>) -> QueryBuilder<Postgres> 
         ));
     }
     if let Some(after) = filter.changed_after {
-        query
-            .push(" AND change_seq > ")
-            .push_bind(to_bigint(after))
-            .push(" ORDER BY change_seq");
+        query.push(" AND change_seq > ").push_bind(to_bigint(after));
+        if let Some(horizon) = horizon {
+            query
+                .push(" AND change_seq <= ")
+                .push_bind(to_bigint(horizon));
+        }
+        query.push(" ORDER BY change_seq");
     } else if let Some(cursor) = &filter.cursor {
         query
             .push(" AND (created_at_ms, id, scope) < (")

@@ -105,7 +105,7 @@ async fn issue31_a_schema_of_migration_1_is_keyed_by_resource_in_place() {
         .fetch_one(&mut sql)
         .await
         .unwrap();
-    assert_eq!(applied, 6);
+    assert_eq!(applied, 7);
     for run in &runs {
         let loaded = store.load_run(&run.key()).await.unwrap();
         assert_eq!((&loaded.state, loaded.version), (run, 1), "{}", run.key());
@@ -166,6 +166,14 @@ async fn issue31_a_schema_of_migration_1_is_keyed_by_resource_in_place() {
     let twin = run("r-a", "t9", Some("tenant-2"), 1, RunStatus::Suspended);
     store.insert_run(&twin, None).await.unwrap();
     assert_eq!(store.load_run(&runs[0].key()).await.unwrap().state, runs[0]);
+    // 0007's sequence goes on above 0003's counter.
+    let changed = store
+        .list_runs(&RunFilter::new().changed_after(cursor))
+        .await
+        .unwrap();
+    assert_eq!(changed.runs.len(), 1);
+    assert_eq!(changed.runs[0].change_seq(), Some(cursor + 1));
+    assert_eq!(changed.change_cursor, Some(cursor + 1));
 
     // t3 of tenant-1 held two running runs: they may go on and end; no third one runs beside.
     let third = run("r-f", "t3", Some("tenant-1"), 1, RunStatus::Running);
