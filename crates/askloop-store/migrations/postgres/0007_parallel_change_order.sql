@@ -61,55 +61,20 @@ BEGIN
 END
 $$;
 
--- The commit functions of 0004 write their events themselves, in PL/pgSQL:
--- `askloop_write_events` was a `LANGUAGE sql` function, which PostgreSQL parses and plans again
--- on every call (a non-inlined SQL function keeps no plan across statements): a fifth of the
--- server's time of an ask-and-resume cycle (issue 36's profile). PL/pgSQL keeps the plan for
--- the session. Same answers, same events, only when the commit succeeded.
-CREATE OR REPLACE FUNCTION askloop_insert_run_with_events(
-    p_scope TEXT, p_id TEXT, p_thread_id TEXT, p_agent_id TEXT, p_status TEXT,
-    p_created_at_ms BIGINT, p_updated_at_ms BIGINT, p_head TEXT, p_messages TEXT[],
-    p_lease_holder TEXT, p_lease_expires_at_ms BIGINT, p_ended BOOLEAN,
-    p_event_types TEXT[], p_event_bodies TEXT[]
-) RETURNS BIGINT
+-- The commit functions' events (0004's `askloop_write_events`) in PL/pgSQL: as a `LANGUAGE sql`
+-- function PostgreSQL parsed and planned it again on every call (a non-inlined SQL function
+-- keeps no plan across statements): a fifth of the server's time of an ask-and-resume cycle
+-- (issue 36's profile). PL/pgSQL keeps the plan for the session. Same events, in order; a
+-- commit without events inserts nothing.
+CREATE OR REPLACE FUNCTION askloop_write_events(p_scope TEXT, p_id TEXT, p_types TEXT[], p_bodies TEXT[])
+RETURNS VOID
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_outcome BIGINT;
 BEGIN
-    v_outcome := askloop_insert_run(p_scope, p_id, p_thread_id, p_agent_id, p_status,
-        p_created_at_ms, p_updated_at_ms, p_head, p_messages, p_lease_holder,
-        p_lease_expires_at_ms, p_ended);
-    IF v_outcome > 0 AND cardinality(p_event_types) > 0 THEN
+    IF cardinality(p_types) > 0 THEN
         INSERT INTO run_events (scope, run_id, type, body)
         SELECT p_scope, p_id, e.type, e.body
-          FROM unnest(p_event_types, p_event_bodies) WITH ORDINALITY AS e (type, body, ord)
+          FROM unnest(p_types, p_bodies) WITH ORDINALITY AS e (type, body, ord)
          ORDER BY e.ord;
     END IF;
-    RETURN v_outcome;
 END
 $$;
-
-CREATE OR REPLACE FUNCTION askloop_update_run_with_events(
-    p_scope TEXT, p_id TEXT, p_expected_version BIGINT, p_status TEXT, p_updated_at_ms BIGINT,
-    p_head TEXT, p_first_seq INTEGER, p_messages TEXT[], p_lease_holder TEXT,
-    p_lease_expires_at_ms BIGINT, p_ended BOOLEAN,
-    p_event_types TEXT[], p_event_bodies TEXT[]
-) RETURNS BIGINT
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_outcome BIGINT;
-BEGIN
-    v_outcome := askloop_update_run(p_scope, p_id, p_expected_version, p_status,
-        p_updated_at_ms, p_head, p_first_seq, p_messages, p_lease_holder,
-        p_lease_expires_at_ms, p_ended);
-    IF v_outcome > 0 AND cardinality(p_event_types) > 0 THEN
-        INSERT INTO run_events (scope, run_id, type, body)
-        SELECT p_scope, p_id, e.type, e.body
-          FROM unnest(p_event_types, p_event_bodies) WITH ORDINALITY AS e (type, body, ord)
-         ORDER BY e.ord;
-    END IF;
-    RETURN v_outcome;
-END
-$$;
-
-DROP FUNCTION askloop_write_events(TEXT, TEXT, TEXT[], TEXT[]);

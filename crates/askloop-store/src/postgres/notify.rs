@@ -18,10 +18,11 @@
 //! without one), the schema telling the stores of several schemas in one database apart. A
 //! process that dies between its commit and the notification leaves that change unnotified:
 //! watchers also look at the store on a timer (the inbox every 5 s); [`PgStore::close`] sends
-//! what is queued before it closes the pool.
+//! what is queued before it closes the pool. The queue is bounded ([`QUEUED`]): when the
+//! database falls that far behind, commits wait for room rather than grow it. Notifications of
+//! different processes are not ordered with each other; watchers re-read the store anyway.
 //!
-//! [`PgStore::close`]: super::PgStore::close Notifications of different processes are not
-//! ordered with each other; watchers re-read the store anyway.
+//! [`PgStore::close`]: super::PgStore::close
 //!
 //! The session is a [`PgListener`] holding one connection of the store's pool (so in the store's
 //! schema); it
@@ -49,6 +50,10 @@ const NOTIFY: &str = "SELECT pg_notify($1, json_build_object('schema', current_s
 
 /// At most this many notifications go in one statement (the rest in the next).
 const BATCH: usize = 256;
+
+/// At most this many notifications wait for the notifier; a commit that finds the queue full
+/// waits for room (the queue's memory stays bounded whatever the database's pace).
+const QUEUED: usize = 4 * BATCH;
 
 /// How long the session waits after a failed reconnection before it tries again.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
@@ -106,27 +111,28 @@ enum Queued {
 /// it holds, ending once every handle of the store is dropped.
 #[derive(Debug)]
 pub(crate) struct Notifier {
-    queue: mpsc::UnboundedSender<Queued>,
+    queue: mpsc::Sender<Queued>,
 }
 
 impl Notifier {
     /// Starts the sending task on `pool` (on the current tokio runtime).
     pub(crate) fn start(pool: PgPool) -> Self {
-        let (queue, queued) = mpsc::unbounded_channel();
+        let (queue, queued) = mpsc::channel(QUEUED);
         tokio::spawn(send_queued(pool, queued));
         Self { queue }
     }
 
-    /// Queues the notification of the commit that left `run` in `status`; it is sent after the
-    /// commits queued before it. A failure is logged, not returned: the commit happened, and
-    /// watchers look at the store on a timer too.
-    pub(crate) fn announce(&self, run: &RunKey, status: RunStatus) {
+    /// Queues the notification of the commit that left `run` in `status` (waiting for room
+    /// when [`QUEUED`] wait already); it is sent after the commits queued before it. A failure
+    /// is logged, not returned: the commit happened, and watchers look at the store on a timer
+    /// too.
+    pub(crate) async fn announce(&self, run: &RunKey, status: RunStatus) {
         let change = Queued::Change {
             resource: run.resource_id.as_ref().map(ToString::to_string),
             run: run.run_id.to_string(),
             status,
         };
-        if self.queue.send(change).is_err() {
+        if self.queue.send(change).await.is_err() {
             tracing::warn!(run_id = %run.run_id, "store notifications: a commit was not notified (the notifier stopped)");
         }
     }
@@ -134,7 +140,7 @@ impl Notifier {
     /// Waits until everything queued so far was sent (before the pool closes).
     pub(crate) async fn sent(&self) {
         let (done, sent) = oneshot::channel();
-        if self.queue.send(Queued::Sent(done)).is_ok() {
+        if self.queue.send(Queued::Sent(done)).await.is_ok() {
             // A stopped notifier drops the request: nothing is left to wait for.
             let _ = sent.await;
         }
@@ -143,7 +149,7 @@ impl Notifier {
 
 /// The notifier's task: sends what is queued, everything waiting in one statement (up to
 /// [`BATCH`]), until every sender is dropped.
-async fn send_queued(pool: PgPool, mut queued: mpsc::UnboundedReceiver<Queued>) {
+async fn send_queued(pool: PgPool, mut queued: mpsc::Receiver<Queued>) {
     let (mut resources, mut runs, mut statuses) = (Vec::new(), Vec::new(), Vec::new());
     let mut waiting = Vec::new();
     while let Some(first) = queued.recv().await {

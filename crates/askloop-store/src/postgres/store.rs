@@ -168,7 +168,7 @@ impl RunStore for PgStore {
         }
         self.known.stored(state, 0, 1);
         if notifies(None, state.status()) {
-            self.notifier.announce(&key, state.status());
+            self.notifier.announce(&key, state.status()).await;
         }
         Ok(1)
     }
@@ -231,7 +231,7 @@ impl RunStore for PgStore {
                     // what it held before is not known, so nothing remembered is kept.
                     self.known.stored(state, first, version);
                     if before.is_none_or(|before| notifies(Some(before), state.status())) {
-                        self.notifier.announce(&key, state.status());
+                        self.notifier.announce(&key, state.status()).await;
                     }
                     return Ok(version);
                 }

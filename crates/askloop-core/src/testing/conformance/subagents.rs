@@ -345,17 +345,19 @@ pub(super) async fn issue35_a_childs_approval_waits_at_the_root(store: Arc<dyn R
     assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
 }
 
-pub(super) async fn issue35_cancel_of_the_root_cancels_its_waiting_child(store: Arc<dyn RunStore>) {
+/// A supervisor whose run waits on its researcher's question: the agent, the root run, the
+/// child run.
+async fn root_waiting_on_its_child(store: &Arc<dyn RunStore>) -> (Agent, RunId, RunId) {
     let counter = Counter::default();
     let researcher = subagent(
         "researcher",
-        &store,
+        store,
         scripted(researcher_steps()),
         &counter,
         false,
     );
     let root_agent = supervisor(
-        &store,
+        store,
         vec![json!({"toolCalls": [delegate("s1", "researcher", "x")]})],
         vec![researcher],
     );
@@ -363,6 +365,11 @@ pub(super) async fn issue35_cancel_of_the_root_cancels_its_waiting_child(store: 
     let root = stream.run_id().clone();
     let chunks = chunks_of(stream).await;
     let child = nested_runs(&chunks)[0].clone();
+    (root_agent, root, child)
+}
+
+pub(super) async fn issue35_cancel_of_the_root_cancels_its_waiting_child(store: Arc<dyn RunStore>) {
+    let (root_agent, root, child) = root_waiting_on_its_child(&store).await;
     let refused = crate::cancel_run_in(store.as_ref(), &child, None)
         .await
         .unwrap_err();
@@ -381,6 +388,8 @@ struct HangOnce {
     inner: ScriptedModel,
     hang_at: usize,
     hung: AtomicBool,
+    /// Woken when the call hangs.
+    hanging: tokio::sync::Notify,
 }
 
 #[async_trait]
@@ -398,6 +407,7 @@ impl LanguageModel for HangOnce {
             .filter(|message| message.is_assistant())
             .count();
         if step == self.hang_at && !self.hung.swap(true, Ordering::SeqCst) {
+            self.hanging.notify_one();
             return Ok(Box::pin(futures::stream::pending()));
         }
         self.inner.stream(request).await
@@ -416,6 +426,7 @@ pub(super) async fn issue35_a_crash_in_the_childs_model_call_is_recovered_at_the
         inner: ScriptedModel::from_json(&script(steps.clone())).unwrap(),
         hang_at: 1,
         hung: AtomicBool::new(false),
+        hanging: tokio::sync::Notify::new(),
     });
     let sup_steps = vec![
         json!({"toolCalls": [delegate("s1", "researcher", "count")]}),
@@ -429,11 +440,7 @@ pub(super) async fn issue35_a_crash_in_the_childs_model_call_is_recovered_at_the
     // Drive until the child's counting tool ran and its second model call hangs, then "die".
     use futures::StreamExt;
     let drive = std::pin::pin!(async { while stream.next().await.is_some() {} });
-    let hung = std::pin::pin!(async {
-        while !watched.hung.load(Ordering::SeqCst) {
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-    });
+    let hung = std::pin::pin!(watched.hanging.notified());
     futures::future::select(drive, hung).await;
     drop(stream);
     assert_eq!(counter.executions.load(Ordering::SeqCst), 1);
@@ -623,23 +630,7 @@ pub(super) async fn issue35_a_message_to_a_childs_thread_leaves_the_tree_answera
 pub(super) async fn issue35_a_cancel_cut_short_is_finished_by_cancelling_again(
     store: Arc<dyn RunStore>,
 ) {
-    let counter = Counter::default();
-    let researcher = subagent(
-        "researcher",
-        &store,
-        scripted(researcher_steps()),
-        &counter,
-        false,
-    );
-    let root_agent = supervisor(
-        &store,
-        vec![json!({"toolCalls": [delegate("s1", "researcher", "x")]})],
-        vec![researcher],
-    );
-    let stream = root_agent.stream("Go");
-    let root = stream.run_id().clone();
-    let chunks = chunks_of(stream).await;
-    let child = nested_runs(&chunks)[0].clone();
+    let (root_agent, root, child) = root_waiting_on_its_child(&store).await;
     // The process that cancelled the root stopped before it cancelled the child.
     let stored = store
         .load_run(&RunKey::new(None, root.clone()))
