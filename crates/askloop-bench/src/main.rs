@@ -519,6 +519,12 @@ impl RunStore for TimedStore {
         Self::record(&self.loads, started);
         result
     }
+    async fn keys_of_run(
+        &self,
+        run_id: &askloop_core::RunId,
+    ) -> Result<Vec<askloop_core::RunKey>, askloop_core::StoreError> {
+        self.inner.keys_of_run(run_id).await
+    }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         self.inner.list_runs(filter).await
     }

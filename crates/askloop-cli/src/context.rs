@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop_core::store::{MemoryStore, RunState, StoredRun, keys_of_run};
+use askloop_core::store::{MemoryStore, RunState, StoredRun};
 use askloop_core::{
     Actor, Agent, IdKind, ResourceId, ResumeError, RunId, RunKey, RunStatus, RunStore, StoreError,
     ToolCallId,
@@ -185,7 +185,7 @@ impl Context {
             check_key_id(IdKind::Resource, resource)?;
             return Ok(RunKey::new(Some(ResourceId::new(resource)), run));
         }
-        let mut keys = keys_of_run(self.store.as_ref(), &run).await?;
+        let mut keys = self.store.keys_of_run(&run).await?;
         match keys.len() {
             0 => Err(self.run_not_found(&RunKey::new(None, run))),
             1 => Ok(keys.remove(0)),

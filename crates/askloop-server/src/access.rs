@@ -2,7 +2,7 @@
 //! whether the caller may see it, the agents it may use, and the scope of a listing (a keyed
 //! caller's tenant). Another tenant's run is never told apart from a missing one.
 
-use askloop_core::store::{RunFilter, StoredRun, keys_of_run};
+use askloop_core::store::{RunFilter, StoredRun};
 use askloop_core::{Agent, AgentId, ResourceId, RunId, RunKey, StoreError};
 
 use crate::checks::check_id;
@@ -50,7 +50,7 @@ pub(crate) async fn run_key_for(
             Ok(RunKey::new(Some(ResourceId::new(given)), run))
         }
         (None, None) => {
-            let mut keys = keys_of_run(state.store.as_ref(), &run).await?;
+            let mut keys = state.store.keys_of_run(&run).await?;
             match keys.len() {
                 0 => Err(ApiError::run_not_found(run_id)),
                 1 => Ok(keys.remove(0)),

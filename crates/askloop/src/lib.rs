@@ -88,7 +88,7 @@ pub mod store {
         InvalidCursor, Lease, LinkHash, LinkId, ListedRun, MemoryStore, NewAnswerLink,
         ResourceFilter, RunChange, RunChanges, RunCounts, RunCursor, RunFilter, RunPage, RunState,
         RunStore, RunSummary, StoreError, StoredEvent, StoredRun, ThreadHistory, UnfinishedCall,
-        codec, keys_of_run, notifies, running_run_of,
+        codec, notifies, running_run_of,
     };
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub use askloop_store::{

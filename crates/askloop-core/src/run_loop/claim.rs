@@ -36,7 +36,7 @@ use crate::run::{
     CallSlot, CallState, PendingStep, RunState, RunStatus, SubagentWait, child_call_id,
     nested_call_id,
 };
-use crate::store::{Lease, ListedRun, RunFilter, RunStore, StoreError, StoredRun, keys_of_run};
+use crate::store::{Lease, ListedRun, RunFilter, RunStore, StoreError, StoredRun};
 use crate::time::{lease_now_ms, now_ms};
 use crate::tool::{ResumeRejection, ToolError};
 
@@ -106,7 +106,8 @@ pub(crate) async fn resolve(store: &dyn RunStore, run: &RunRef) -> Result<RunKey
         }
         RunRef::Id(run_id) => run_id,
     };
-    let mut keys = keys_of_run(store, run_id)
+    let mut keys = store
+        .keys_of_run(run_id)
         .await
         .map_err(ResumeError::Store)?;
     match keys.len() {

@@ -208,24 +208,6 @@ impl StoreError {
     }
 }
 
-/// Every key under which `store` holds a run with this id (one per resource that uses it, in
-/// listing order): how a bare run id is resolved. Unreadable rows count (their key is listed).
-///
-/// # Errors
-/// [`StoreError::Backend`].
-pub async fn keys_of_run(store: &dyn RunStore, run_id: &RunId) -> Result<Vec<RunKey>, StoreError> {
-    let mut filter = RunFilter::new().run(run_id.clone()).limit(COUNT_PAGE);
-    let mut keys = Vec::new();
-    loop {
-        let page = store.list_runs(&filter).await?;
-        keys.extend(page.runs.iter().map(ListedRun::key));
-        match page.next_cursor {
-            Some(cursor) => filter = filter.after(cursor),
-            None => return Ok(keys),
-        }
-    }
-}
-
 /// The run of `thread` that is running now, if any (what a [`StoreError::ThreadBusy`] names;
 /// stores read it after refusing a write).
 ///
@@ -396,6 +378,27 @@ pub trait RunStore: Send + Sync {
     /// [`ListedRun::Unreadable`].
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError>;
 
+    /// Every key under which the store holds a run with this id (one per resource that uses
+    /// it, newest first, as [`RunStore::list_runs`] lists them): how a bare run id is resolved.
+    /// Unreadable rows count (their key is listed). The default pages through
+    /// [`RunStore::list_runs`]; the SQL stores read the keys alone from their run-id index
+    /// (a resume by bare id does this first: issue 36).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    async fn keys_of_run(&self, run_id: &RunId) -> Result<Vec<RunKey>, StoreError> {
+        let mut filter = RunFilter::new().run(run_id.clone()).limit(COUNT_PAGE);
+        let mut keys = Vec::new();
+        loop {
+            let page = self.list_runs(&filter).await?;
+            keys.extend(page.runs.iter().map(ListedRun::key));
+            match page.next_cursor {
+                Some(cursor) => filter = filter.after(cursor),
+                None => return Ok(keys),
+            }
+        }
+    }
+
     /// How many runs the store holds in each status (for metrics: pending questions, runs by
     /// status). The default pages through [`RunStore::list_runs`] (time linear in the runs); the
     /// SQL stores count with one query over their status index.
@@ -503,6 +506,9 @@ impl<S: RunStore + ?Sized> RunStore for std::sync::Arc<S> {
     }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         (**self).list_runs(filter).await
+    }
+    async fn keys_of_run(&self, run_id: &RunId) -> Result<Vec<RunKey>, StoreError> {
+        (**self).keys_of_run(run_id).await
     }
     async fn run_counts(&self) -> Result<RunCounts, StoreError> {
         (**self).run_counts().await

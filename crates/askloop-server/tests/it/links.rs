@@ -641,6 +641,12 @@ impl RunStore for NoLinks {
     ) -> Result<StoredRun, askloop_core::StoreError> {
         self.0.load_run(run).await
     }
+    async fn keys_of_run(
+        &self,
+        run_id: &askloop_core::RunId,
+    ) -> Result<Vec<askloop_core::RunKey>, askloop_core::StoreError> {
+        self.0.keys_of_run(run_id).await
+    }
     async fn list_runs(
         &self,
         filter: &askloop_core::store::RunFilter,

@@ -329,9 +329,7 @@ where
 
 /// The stored run with this id (the one run of any resource that uses it).
 pub async fn load(store: &Arc<dyn RunStore>, run_id: &str) -> askloop_core::store::StoredRun {
-    let keys = askloop_core::store::keys_of_run(store.as_ref(), &run_id.into())
-        .await
-        .unwrap();
+    let keys = store.keys_of_run(&run_id.into()).await.unwrap();
     assert_eq!(keys.len(), 1, "one run {run_id}: {keys:?}");
     store.load_run(&keys[0]).await.unwrap()
 }

@@ -331,6 +331,20 @@ impl RunStore for PgStore {
         })
     }
 
+    async fn keys_of_run(&self, run_id: &RunId) -> Result<Vec<RunKey>, StoreError> {
+        let scopes: Vec<String> = sqlx::query_scalar(
+            "SELECT scope FROM runs WHERE id = $1 ORDER BY created_at_ms DESC, scope DESC",
+        )
+        .bind(run_id.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(scopes
+            .into_iter()
+            .map(|scope| RunKey::new((!scope.is_empty()).then(|| scope.into()), run_id.clone()))
+            .collect())
+    }
+
     async fn run_counts(&self) -> Result<RunCounts, StoreError> {
         let rows = sqlx::query("SELECT status, COUNT(*) AS runs FROM runs GROUP BY status")
             .fetch_all(&self.pool)

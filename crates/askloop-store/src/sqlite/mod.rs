@@ -41,7 +41,7 @@ use crate::known::KnownRuns;
 use crate::options::{OpenOptions, Synchronous};
 use crate::sqlite::checkpoint::Checkpointer;
 use crate::sqlite::error::{is_read_only_refusal, sqlite_open_cause};
-use crate::sqlite::read::{BUSY_TIMEOUT, ReadMode, Readers, open_reader};
+use crate::sqlite::read::{ReadMode, Readers, open_reader, tune};
 use crate::sqlite::writer::Writer;
 
 /// How many times opening for writing retries after a failed open or migration (see
@@ -226,8 +226,7 @@ fn open_writable(
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let mut connection = Connection::open_with_flags(&path, flags).map_err(connect)?;
-    connection.busy_timeout(BUSY_TIMEOUT).map_err(connect)?;
-    connection.set_prepared_statement_cache_capacity(32);
+    tune(&connection, 32).map_err(connect)?;
     let mode: String = connection
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
         .map_err(connect)?;
@@ -252,9 +251,7 @@ fn open_writable(
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(connect)?;
-    checkpoint_connection
-        .busy_timeout(BUSY_TIMEOUT)
-        .map_err(connect)?;
+    tune(&checkpoint_connection, 16).map_err(connect)?;
     let spawn_failed = |source| OpenError::Connect {
         url: url.clone(),
         source: Box::new(source),

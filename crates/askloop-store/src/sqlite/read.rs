@@ -25,7 +25,7 @@ const MAX_IDLE: usize = 4;
 const STATEMENT_CACHE: usize = 64;
 
 /// How long a connection waits for another's lock before failing.
-pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a read was refused: the store is closed.
 #[derive(Debug, thiserror::Error)]
@@ -60,10 +60,27 @@ pub(super) fn open_reader(path: &Path, mode: &ReadMode) -> rusqlite::Result<Conn
             Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)?
         }
     };
-    connection.busy_timeout(BUSY_TIMEOUT)?;
-    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    tune(&connection, STATEMENT_CACHE)?;
     crate::sqlite::schema::version(&connection)?;
     Ok(connection)
+}
+
+/// What every connection of the store gets: the busy timeout, a statement cache of
+/// `statements` entries, and SQLite's query planner stability guarantee (QPSG). Without it, a
+/// statement with a bound parameter the planner may look at — `LIMIT ?N` in every listing, and,
+/// as this SQLite is built with `SQLITE_ENABLE_STAT4`, one compared with an indexed column — is
+/// compiled again on every run (each bind expires it; `sqlite3_stmt_status` counts these as
+/// re-prepares): issue 36's profile of the HTTP benchmark found the listing that resolves a run
+/// id re-parsed on every resume, ~7 % of the server's time. The plans are the same, as the
+/// store never runs `ANALYZE`.
+pub(super) fn tune(connection: &Connection, statements: usize) -> rusqlite::Result<()> {
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    connection.set_prepared_statement_cache_capacity(statements);
+    connection.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    Ok(())
 }
 
 /// `file:PATH?immutable=1`, with the characters a URI gives meaning to escaped.
@@ -292,6 +309,29 @@ fn change_horizon(connection: &Connection) -> Result<u64, StoreError> {
         .and_then(|mut select| select.query_row([], |row| row.get(0)).optional())
         .map_err(backend)?;
     Ok(highest.map_or(0, unsigned))
+}
+
+/// Every key of a run with this id, newest first (the `runs_by_id` index alone; no row is
+/// decoded, so an unreadable row's key is listed too).
+pub(super) fn keys_of_run(
+    connection: &Connection,
+    run_id: &RunId,
+) -> Result<Vec<RunKey>, StoreError> {
+    let mut select = connection
+        .prepare_cached(
+            "SELECT NULLIF(scope, '') FROM runs WHERE id = ?1 \
+             ORDER BY created_at_ms DESC, scope DESC",
+        )
+        .map_err(backend)?;
+    let scopes = select
+        .query_map([run_id.as_str()], |row| row.get::<_, Option<String>>(0))
+        .map_err(backend)?;
+    scopes
+        .map(|scope| {
+            let scope = scope.map_err(backend)?;
+            Ok(RunKey::new(scope.map(Into::into), run_id.clone()))
+        })
+        .collect()
 }
 
 /// A page of summaries, newest first (or in change order for a `changed_after` listing), from
@@ -541,6 +581,34 @@ mod tests {
             let plan = plan.join("; ");
             assert!(plan.contains("USING INDEX"), "{sql}: {plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
+    }
+
+    #[test]
+    fn a_listing_is_compiled_once_not_on_every_run() {
+        // Issue 36: `LIMIT ?N` (and, with STAT4, a parameter compared with an indexed column)
+        // made SQLite compile a cached statement again on every run, unless the connection has
+        // the query planner stability guarantee that `tune` sets.
+        for tuned in [false, true] {
+            let mut connection = Connection::open_in_memory().unwrap();
+            if tuned {
+                tune(&connection, STATEMENT_CACHE).unwrap();
+            }
+            super::super::schema::migrate(&mut connection).unwrap();
+            for run in ["a", "b", "c", "d"] {
+                list_runs(&connection, &RunFilter::new().run(run).limit(500)).unwrap();
+            }
+            let (sql, _) = listing_query(&RunFilter::new().run("a").limit(500));
+            let select = connection.prepare_cached(&sql).unwrap();
+            let reprepared = select.get_status(rusqlite::StatementStatus::RePrepare);
+            if tuned {
+                assert_eq!(reprepared, 0, "{sql}");
+            } else {
+                assert!(
+                    reprepared >= 3,
+                    "{reprepared}: the untuned case no longer shows it"
+                );
+            }
         }
     }
 }

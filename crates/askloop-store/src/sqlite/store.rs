@@ -11,7 +11,7 @@ use askloop_core::store::{
     DeliveryNext, FanOut, Lease, LinkHash, LinkId, NewAnswerLink, Outbox, ResourceFilter,
     RunFilter, RunPage, RunState, StoredEvent, StoredRun, ThreadHistory,
 };
-use askloop_core::{LeaseHolder, RunKey, RunStore, StoreError, ThreadKey, ToolCallId};
+use askloop_core::{LeaseHolder, RunId, RunKey, RunStore, StoreError, ThreadKey, ToolCallId};
 
 use crate::links::encode_issuer;
 use crate::outbox::{encode_attempt, encode_events, filter_scope};
@@ -156,6 +156,12 @@ impl RunStore for SqliteStore {
         self.inner
             .readers
             .with(|connection| read::list_runs(connection, filter))
+    }
+
+    async fn keys_of_run(&self, run_id: &RunId) -> Result<Vec<RunKey>, StoreError> {
+        self.inner
+            .readers
+            .with(|connection| read::keys_of_run(connection, run_id))
     }
 
     async fn run_counts(&self) -> Result<askloop_core::store::RunCounts, StoreError> {

@@ -49,6 +49,12 @@ impl RunStore for TempSqlite {
     async fn load_run(&self, run: &RunKey) -> Result<StoredRun, StoreError> {
         self.store.load_run(run).await
     }
+    async fn keys_of_run(
+        &self,
+        run_id: &askloop_core::RunId,
+    ) -> Result<Vec<askloop_core::RunKey>, askloop_core::StoreError> {
+        self.store.keys_of_run(run_id).await
+    }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         self.store.list_runs(filter).await
     }

@@ -305,6 +305,12 @@ impl RunStore for YieldingStore {
         tokio::task::yield_now().await;
         result
     }
+    async fn keys_of_run(&self, run_id: &RunId) -> Result<Vec<RunKey>, StoreError> {
+        tokio::task::yield_now().await;
+        let result = self.inner.keys_of_run(run_id).await;
+        tokio::task::yield_now().await;
+        result
+    }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, StoreError> {
         tokio::task::yield_now().await;
         let result = self.inner.list_runs(filter).await;

@@ -564,7 +564,7 @@ pub(super) async fn issue35_a_childs_deadline_is_swept_through_the_root(store: A
     chunks_of(stream).await;
     // Until the child's approval is due (20 ms after it was asked for).
     let due = loop {
-        let due = crate::expired_runs(store.as_ref(), crate::time::now_ms())
+        let due = crate::expired_runs(store.as_ref(), crate::time::lease_now_ms())
             .await
             .unwrap();
         if !due.is_empty() {

@@ -12,9 +12,7 @@ use serde_json::json;
 use crate::ids::{ResourceId, RunId, RunKey, ThreadId, ThreadKey, ToolCallId};
 use crate::model::Message;
 use crate::run::RunStatus;
-use crate::store::{
-    ListedRun, ResourceFilter, RunFilter, RunStore, StoreError, keys_of_run, running_run_of,
-};
+use crate::store::{ListedRun, ResourceFilter, RunFilter, RunStore, StoreError, running_run_of};
 use crate::testing::conformance::support::*;
 use crate::{Agent, AgentError, AskUser, Chunk, ResumeError, RunOptions, RunOutcome};
 
@@ -130,15 +128,14 @@ pub(super) async fn issue31_run_ids_are_per_resource(store: Arc<dyn RunStore>) {
         .insert_run(&state_of(Some("a"), "r2", "t", RunStatus::Failed, 12), None)
         .await
         .unwrap();
-    let mut found = keys_of_run(store.as_ref(), &RunId::new("r1"))
-        .await
-        .unwrap();
+    let mut found = store.keys_of_run(&RunId::new("r1")).await.unwrap();
     found.sort();
     let mut expected = vec![a.clone(), b.clone(), none.clone()];
     expected.sort();
     assert_eq!(found, expected);
     assert!(
-        keys_of_run(store.as_ref(), &RunId::new("r3"))
+        store
+            .keys_of_run(&RunId::new("r3"))
             .await
             .unwrap()
             .is_empty()
