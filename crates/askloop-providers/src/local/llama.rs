@@ -180,7 +180,7 @@ impl LlamaModel {
     pub(crate) fn load(path: &Path, content: &gguf_file::Content) -> Result<Self, LocalModelError> {
         let config = read_config(path, content)?;
         // Prompts go through the dense copies: nothing to warm.
-        let tensors = read_tensors(path, content, |_| false)?;
+        let tensors = read_tensors(path, content, |_| false, |_| false)?;
         Transformer::from_tensors(config, Rotary::Interleaved, tensors, LlamaProjections::load)
     }
 }

@@ -1,14 +1,18 @@
 //! The `qwen2` architecture (Qwen2.5-Coder-1.5B-Instruct): its GGUF hyper-parameters and block
 //! projections on the shared [`Transformer`] layers, as in candle-transformers' quantized Qwen2.
 //!
-//! The projections are candle-transformers' own `quantized_nn::Linear`, with the Q/K/V biases;
-//! rotary embeddings pair the two halves of a head (NEOX). Every matrix stays in its GGUF block
-//! format (Q4_K, Q6_K, …) and is multiplied by candle's quantized kernels. Two things differ
-//! from `quantized_qwen2::ModelWeights`:
+//! The projections are [`Projection`]s, with the Q/K/V biases; rotary embeddings pair the two
+//! halves of a head (NEOX). Every matrix stays in its GGUF block format (Q4_K, Q6_K, …) and is
+//! multiplied by candle's quantized kernels, or, for a few rows (decoding) on processors with
+//! AVX-512 VNNI, by askloop's own on a packed copy ([`crate::local::packed`]). Three things
+//! differ from `quantized_qwen2::ModelWeights`:
 //!
 //! - **The embedding stays quantized.** candle-transformers dequantizes the token embedding to
 //!   dense f32 (151,936 × 1,536 values, 0.93 GB); here only the rows of the tokens looked up are
 //!   dequantized ([`candle_core::quantized::QTensor::embedding`]).
+//! - **Decoding reads about the file's bytes** (the packed kernels), where candle's tiled Q4_K
+//!   copy takes a third more, and the query, key and value projections (the gate and up ones)
+//!   share one quantization of their input and one hand-out of work to the threads.
 //! - **The KV cache is the caller's** ([`crate::local::kv_cache::KvCache`], shared with the
 //!   llama path), so a call can keep the complete prompt blocks of the previous call and
 //!   truncate the rest; candle's model owns its cache and can only clear it.
@@ -16,11 +20,11 @@
 use std::path::Path;
 
 use candle_core::quantized::gguf_file;
-use candle_core::{Device, Module, Tensor};
-use candle_transformers::quantized_nn::Linear;
+use candle_core::{Device, Tensor};
 
 use crate::local::config::LlamaConfig;
 use crate::local::error::LocalModelError;
+use crate::local::linear::Projection;
 use crate::local::transformer::{Projections, Rotary, Transformer};
 use crate::local::weights::{Tensors, read_tensors};
 
@@ -33,13 +37,13 @@ pub(crate) type Qwen2Model = Transformer<Qwen2Projections>;
 
 /// The matrices of one `qwen2` block.
 pub(crate) struct Qwen2Projections {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    attention_output: Linear,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    query: Projection,
+    key: Projection,
+    value: Projection,
+    attention_output: Projection,
+    gate: Projection,
+    up: Projection,
+    down: Projection,
 }
 
 impl Projections for Qwen2Projections {
@@ -48,11 +52,13 @@ impl Projections for Qwen2Projections {
         x: &Tensor,
         _config: &LlamaConfig,
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-        Ok((
-            self.query.forward(x)?,
-            self.key.forward(x)?,
-            self.value.forward(x)?,
-        ))
+        match <[Tensor; 3]>::try_from(Projection::forward_each(
+            &[&self.query, &self.key, &self.value],
+            x,
+        )?) {
+            Ok([query, key, value]) => Ok((query, key, value)),
+            Err(_) => candle_core::bail!("expected three projections"),
+        }
     }
 
     fn attention_output(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -60,7 +66,10 @@ impl Projections for Qwen2Projections {
     }
 
     fn gate_up(&self, x: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
-        Ok((self.gate.forward(x)?, self.up.forward(x)?))
+        match <[Tensor; 2]>::try_from(Projection::forward_each(&[&self.gate, &self.up], x)?) {
+            Ok([gate, up]) => Ok((gate, up)),
+            Err(_) => candle_core::bail!("expected two projections"),
+        }
     }
 
     fn down(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -102,22 +111,31 @@ impl Qwen2Model {
     /// [`LocalModelError::MissingMetadata`].
     pub(crate) fn load(path: &Path, content: &gguf_file::Content) -> Result<Self, LocalModelError> {
         let config = read_config(path, content)?;
-        // The blocks' matrices multiply whole prompt blocks; the output matrix one row.
-        let tensors = read_tensors(path, content, |name| {
-            name.starts_with("blk.") && name.ends_with(".weight")
-        })?;
+        // The blocks' matrices multiply whole prompt blocks and single tokens; the output
+        // matrix one row.
+        let tensors = read_tensors(
+            path,
+            content,
+            |name| name.starts_with("blk.") && name.ends_with(".weight"),
+            |name| {
+                (name.starts_with("blk.") && name.ends_with(".weight")) || name == "output.weight"
+            },
+        )?;
         Transformer::from_tensors(config, Rotary::Halves, tensors, Qwen2Projections::load)
     }
 }
 
-/// The projection `blk.{index}.{name}`: quantized weights, and its bias if it has one.
+/// The projection `blk.{index}.{name}`: quantized weights (and their packed copy, if any), and
+/// its bias if it has one.
 fn linear(
     tensors: &mut Tensors,
     index: usize,
     name: &str,
     bias: bool,
-) -> Result<Linear, LocalModelError> {
-    let weight = tensors.take(&format!("blk.{index}.{name}.weight"))?;
+) -> Result<Projection, LocalModelError> {
+    let weight_name = format!("blk.{index}.{name}.weight");
+    let weight = tensors.take(&weight_name)?;
+    let packed = tensors.take_packed(&weight_name);
     let bias = if bias {
         let bias = tensors.take(&format!("blk.{index}.{name}.bias"))?;
         Some(
@@ -127,5 +145,5 @@ fn linear(
     } else {
         None
     };
-    Linear::from_arc(weight, bias).map_err(|source| tensors.invalid(source))
+    Projection::new(weight, bias, packed).map_err(|source| tensors.invalid(source))
 }

@@ -10,13 +10,14 @@
 
 use std::sync::Arc;
 
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, IndexOp, Module, Tensor};
 use candle_transformers::quantized_nn::RmsNorm;
 
 use crate::local::config::LlamaConfig;
 use crate::local::error::LocalModelError;
 use crate::local::kv_cache::KvCache;
+use crate::local::linear::Projection;
 use crate::local::weights::Tensors;
 
 /// The matrices of one block, which each architecture lays out its own way.
@@ -73,7 +74,7 @@ pub(crate) struct Transformer<P> {
     embedding: Arc<QTensor>,
     blocks: Vec<Block<P>>,
     output_norm: RmsNorm,
-    output: QMatMul,
+    output: Projection,
     cos: Tensor,
     sin: Tensor,
 }
@@ -96,9 +97,10 @@ impl<P: Projections> Transformer<P> {
         let output_norm = norm(&mut tensors, "output_norm.weight", config.rms_eps)?;
         // Tied embeddings: the output matrix is the embedding's blocks, read and kept once.
         let output = if tensors.contains("output.weight") {
-            QMatMul::from_arc(tensors.take("output.weight")?)
+            let packed = tensors.take_packed("output.weight");
+            Projection::new(tensors.take("output.weight")?, None, packed)
         } else {
-            QMatMul::from_arc(embedding.clone())
+            Projection::new(embedding.clone(), None, None)
         }
         .map_err(|source| tensors.invalid(source))?;
         let mut blocks = Vec::with_capacity(config.layers);

@@ -13,6 +13,11 @@
 //! read, on the reading thread, so the tiles are built in parallel with the reads and the
 //! first call starts at full speed. On other processors the products are cheap and build
 //! nothing.
+//!
+//! **Packing.** A loader can also name the Q4_K and Q6_K matrices to pack for askloop's own
+//! kernels ([`crate::local::packed`], products of up to 31 rows on processors with AVX-512
+//! VNNI): each is packed from the read buffer on the reading thread, and then only warmed for
+//! many rows, the one-row product never reaching candle.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -24,6 +29,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor, ggml_file, gguf_file};
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::local::error::LocalModelError;
+use crate::local::packed::{self, Format, PackedMatrix};
 
 /// Threads reading at most: the reads are bounded by memory bandwidth and page faults, which
 /// stop scaling after a few cores.
@@ -37,6 +43,7 @@ const WARM_ROWS: usize = 32;
 pub(crate) struct Tensors {
     path: std::path::PathBuf,
     tensors: HashMap<String, Arc<QTensor>>,
+    packed: HashMap<String, PackedMatrix>,
 }
 
 impl Tensors {
@@ -74,6 +81,11 @@ impl Tensors {
         }
     }
 
+    /// Takes the packed copy of the matrix `name` out, if it was packed (see the module docs).
+    pub(crate) fn take_packed(&mut self, name: &str) -> Option<PackedMatrix> {
+        self.packed.remove(name)
+    }
+
     /// Whether the file has the tensor `name` (and it was not taken yet).
     pub(crate) fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
@@ -81,7 +93,8 @@ impl Tensors {
 }
 
 /// Reads every tensor `content` lists from the file at `path`, on up to [`MAX_THREADS`]
-/// threads, warming the quantized matrices whose names `warm` accepts (see the module docs).
+/// threads, warming the quantized matrices whose names `warm` accepts and packing those whose
+/// names `pack` accepts (see the module docs).
 ///
 /// # Errors
 /// [`LocalModelError::Read`] when the file cannot be opened or read;
@@ -91,6 +104,7 @@ pub(crate) fn read_tensors(
     path: &Path,
     content: &gguf_file::Content,
     warm: fn(&str) -> bool,
+    pack: fn(&str) -> bool,
 ) -> Result<Tensors, LocalModelError> {
     let mut infos: Vec<(&String, &gguf_file::TensorInfo)> = content.tensor_infos.iter().collect();
     // Largest first, so the last tensors a thread takes are small ones.
@@ -104,7 +118,7 @@ pub(crate) fn read_tensors(
     let data_start = content.tensor_data_offset;
     let results: Vec<Result<Share, LocalModelError>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
-            .map(|_| scope.spawn(|| read_some(path, data_start, &queue, warm)))
+            .map(|_| scope.spawn(|| read_some(path, data_start, &queue, warm, pack)))
             .collect();
         workers
             .into_iter()
@@ -122,27 +136,40 @@ pub(crate) fn read_tensors(
             .collect()
     });
     let mut tensors = HashMap::with_capacity(content.tensor_infos.len());
+    let mut packed = HashMap::new();
     let mut warming = std::time::Duration::ZERO;
+    let mut packing = std::time::Duration::ZERO;
     for result in results {
-        let (read, warmed) = result?;
-        tensors.extend(read);
-        warming += warmed;
+        let share = result?;
+        tensors.extend(share.tensors);
+        packed.extend(share.packed);
+        warming += share.warming;
+        packing += share.packing;
     }
     tracing::debug!(
         path = %path.display(),
         threads,
         elapsed_ms = started.elapsed().as_millis() as u64,
         warming_ms = warming.as_millis() as u64,
+        packing_ms = packing.as_millis() as u64,
+        packed = packed.len(),
         "tensors read"
     );
     Ok(Tensors {
         path: path.to_path_buf(),
         tensors,
+        packed,
     })
 }
 
-/// One thread's share of the tensors, by name, and the time it spent warming them.
-type Share = (Vec<(String, Arc<QTensor>)>, std::time::Duration);
+/// One thread's share of the tensors, by name, and the time it spent warming and packing them.
+#[derive(Default)]
+struct Share {
+    tensors: Vec<(String, Arc<QTensor>)>,
+    packed: Vec<(String, PackedMatrix)>,
+    warming: std::time::Duration,
+    packing: std::time::Duration,
+}
 
 /// The bytes a tensor takes in the file.
 fn byte_size(info: &gguf_file::TensorInfo) -> usize {
@@ -150,13 +177,14 @@ fn byte_size(info: &gguf_file::TensorInfo) -> usize {
 }
 
 /// One thread's share: takes tensors from `queue` until it is empty, reading each into the
-/// thread's one buffer and building the tensor from it. Returns them and the time spent
-/// warming.
+/// thread's one buffer and building the tensor (and its packed copy) from it. Returns them and
+/// the time spent warming and packing.
 fn read_some<'a>(
     path: &Path,
     data_start: u64,
     queue: &Mutex<impl Iterator<Item = (&'a String, &'a gguf_file::TensorInfo)>>,
     warm: fn(&str) -> bool,
+    pack: fn(&str) -> bool,
 ) -> Result<Share, LocalModelError> {
     let read_error = |source| LocalModelError::Read {
         path: path.to_path_buf(),
@@ -164,15 +192,14 @@ fn read_some<'a>(
     };
     let mut file = File::open(path).map_err(read_error)?;
     let mut buffer = Vec::new();
-    let mut read = Vec::new();
-    let mut warming = std::time::Duration::ZERO;
+    let mut share = Share::default();
     loop {
         let next = queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .next();
         let Some((name, info)) = next else {
-            return Ok((read, warming));
+            return Ok(share);
         };
         let size = byte_size(info);
         // Largest first: after the first tensor the buffer only shrinks, keeping the pages it
@@ -204,19 +231,49 @@ fn read_some<'a>(
         )
         .map(Arc::new)
         .map_err(invalid)?;
+        let started = std::time::Instant::now();
+        let packed = if pack(name) {
+            pack_matrix(&tensor, &buffer)
+        } else {
+            None
+        };
+        share.packing += started.elapsed();
         if warm(name) {
             let started = std::time::Instant::now();
-            warm_matrix(&tensor).map_err(invalid)?;
-            warming += started.elapsed();
+            let rows: &[usize] = if packed.is_some() {
+                &[WARM_ROWS]
+            } else {
+                &[WARM_ROWS, 1]
+            };
+            warm_matrix(&tensor, rows).map_err(invalid)?;
+            share.warming += started.elapsed();
         }
-        read.push((name.clone(), tensor));
+        if let Some(packed) = packed {
+            share.packed.push((name.clone(), packed));
+        }
+        share.tensors.push((name.clone(), tensor));
     }
 }
 
-/// Multiplies a quantized matrix by [`WARM_ROWS`] zero rows and by one, so that candle builds
-/// the layouts its kernels use for either (see the module docs). Anything but a quantized
-/// matrix is left alone.
-fn warm_matrix(tensor: &Arc<QTensor>) -> candle_core::Result<()> {
+/// The packed copy of a Q4_K or Q6_K matrix from `data`, its blocks as the file has them, on
+/// processors the packed kernels run on; `None` for anything else.
+fn pack_matrix(tensor: &QTensor, data: &[u8]) -> Option<PackedMatrix> {
+    let format = match tensor.dtype() {
+        GgmlDType::Q4K => Format::Q4K,
+        GgmlDType::Q6K => Format::Q6K,
+        _ => return None,
+    };
+    let (rows, columns) = tensor.shape().dims2().ok()?;
+    if !packed::supported() {
+        return None;
+    }
+    PackedMatrix::pack(format, data, rows, columns)
+}
+
+/// Multiplies a quantized matrix by each count of zero `rows` ([`WARM_ROWS`], and 1 unless it
+/// was packed), so that candle builds the layouts its kernels use for them (see the module
+/// docs). Anything but a quantized matrix is left alone.
+fn warm_matrix(tensor: &Arc<QTensor>, rows: &[usize]) -> candle_core::Result<()> {
     if tensor.rank() != 2
         || matches!(
             tensor.dtype(),
@@ -227,7 +284,7 @@ fn warm_matrix(tensor: &Arc<QTensor>) -> candle_core::Result<()> {
     }
     let (_, columns) = tensor.shape().dims2()?;
     let matmul = QMatMul::from_arc(Arc::clone(tensor))?;
-    for rows in [WARM_ROWS, 1] {
+    for &rows in rows {
         matmul.forward(&Tensor::zeros((rows, columns), DType::F32, &Device::Cpu)?)?;
     }
     Ok(())

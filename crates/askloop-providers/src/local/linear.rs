@@ -1,0 +1,127 @@
+//! [`Projection`]: a quantized linear layer (weights, optional bias) that multiplies a few rows
+//! (decoding, short prompts) with askloop's packed kernels ([`crate::local::packed`]) where the
+//! processor has them and the matrix was packed, and everything else with candle's `QMatMul`.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{Device, Tensor};
+
+use crate::local::packed::{self, PackedMatrix, QuantizedRows};
+
+/// Rows multiplied by the packed kernels at most; from 32 rows on candle's own products take
+/// over (its AMX kernels on processors that have them, its tiled AVX-512 ones otherwise).
+const PACKED_MAX_ROWS: usize = 31;
+
+/// A linear layer `x × weightᵀ (+ bias)` over a quantized matrix.
+pub(crate) struct Projection {
+    matmul: QMatMul,
+    /// The bias as a tensor (for candle's path) and as values (for the packed one).
+    bias: Option<(Tensor, Vec<f32>)>,
+    packed: Option<PackedMatrix>,
+}
+
+impl Projection {
+    /// The layer of `weight` (outputs × inputs), with `bias` (outputs) if any, multiplied by
+    /// the packed kernels when `packed` (the same matrix, packed) is given.
+    ///
+    /// # Errors
+    /// candle's, for a weight `QMatMul` refuses or a bias that is not f32.
+    pub(crate) fn new(
+        weight: Arc<QTensor>,
+        bias: Option<Tensor>,
+        packed: Option<PackedMatrix>,
+    ) -> candle_core::Result<Self> {
+        let bias = match bias {
+            Some(bias) => {
+                let values = bias.flatten_all()?.to_vec1::<f32>()?;
+                Some((bias, values))
+            }
+            None => None,
+        };
+        Ok(Self {
+            matmul: QMatMul::from_arc(weight)?,
+            bias,
+            packed,
+        })
+    }
+
+    /// `x` (…, inputs) times the weights, plus the bias: (…, outputs).
+    pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match Self::forward_packed(&[self], x)? {
+            Some(mut outputs) => outputs
+                .pop()
+                .ok_or_else(|| candle_core::Error::Msg("no packed output".to_owned())),
+            None => self.forward_candle(x),
+        }
+    }
+
+    /// Each layer of `layers` applied to the same `x`, as [`Projection::forward`] would; the
+    /// packed ones share one quantization of `x` and one hand-out of work to the threads.
+    pub(crate) fn forward_each(layers: &[&Self], x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        match Self::forward_packed(layers, x)? {
+            Some(outputs) => Ok(outputs),
+            None => layers.iter().map(|layer| layer.forward_candle(x)).collect(),
+        }
+    }
+
+    fn forward_candle(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let product = x.apply(&self.matmul)?;
+        match &self.bias {
+            Some((bias, _)) => product.broadcast_add(bias),
+            None => Ok(product),
+        }
+    }
+
+    /// The packed products of `x` by every layer, or `None` when one of them has no packed
+    /// matrix or `x` has too many rows (or a shape the packed kernels do not take).
+    fn forward_packed(layers: &[&Self], x: &Tensor) -> candle_core::Result<Option<Vec<Tensor>>> {
+        let Some(packed) = layers
+            .iter()
+            .map(|layer| layer.packed.as_ref())
+            .collect::<Option<Vec<&PackedMatrix>>>()
+        else {
+            return Ok(None);
+        };
+        let dims = x.dims().to_vec();
+        let Some((&columns, outer)) = dims.split_last() else {
+            return Ok(None);
+        };
+        let rows: usize = outer.iter().product();
+        if rows == 0 || rows > PACKED_MAX_ROWS {
+            return Ok(None);
+        }
+        let values = x.flatten_all()?.to_vec1::<f32>()?;
+        let Some(input) = QuantizedRows::new(&values, rows, columns) else {
+            return Ok(None);
+        };
+        let mut outputs: Vec<Vec<f32>> = packed
+            .iter()
+            .map(|matrix| vec![0f32; rows * matrix.rows()])
+            .collect();
+        let mut parts: Vec<(&PackedMatrix, &mut [f32])> = packed
+            .iter()
+            .copied()
+            .zip(outputs.iter_mut().map(Vec::as_mut_slice))
+            .collect();
+        packed::multiply(&mut parts, &input).map_err(candle_core::Error::wrap)?;
+        layers
+            .iter()
+            .zip(outputs)
+            .map(|(layer, mut output)| {
+                let outputs = output.len() / rows;
+                if let Some((_, bias)) = &layer.bias {
+                    for row in output.chunks_exact_mut(outputs) {
+                        for (value, add) in row.iter_mut().zip(bias) {
+                            *value += add;
+                        }
+                    }
+                }
+                let mut shape = outer.to_vec();
+                shape.push(outputs);
+                Tensor::from_vec(output, shape, &Device::Cpu)
+            })
+            .collect::<candle_core::Result<Vec<_>>>()
+            .map(Some)
+    }
+}
