@@ -94,8 +94,13 @@ pub(crate) struct PackedMatrix {
     lines: Vec<Line>,
 }
 
-/// Whether this processor runs the kernels (AVX-512 F, BW and VNNI).
+/// Whether this processor runs the kernels (AVX-512 F, BW and VNNI): detected at run time,
+/// so a build for x86-64 runs on processors without them (candle's products take over).
 pub(crate) fn supported() -> bool {
+    #[cfg(test)]
+    if tests::VNNI_HIDDEN.with(std::cell::Cell::get) {
+        return false;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -149,11 +154,6 @@ impl PackedMatrix {
     /// Outputs (the matrix's rows).
     pub(crate) fn rows(&self) -> usize {
         self.rows
-    }
-
-    /// Inputs (the matrix's columns).
-    pub(crate) fn columns(&self) -> usize {
-        self.columns
     }
 
     /// The lines of tile row `index` (16 outputs, every super-block).
@@ -656,18 +656,70 @@ mod kernels {
 }
 
 #[cfg(test)]
-mod tests {
-    use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+pub(crate) mod tests {
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    use candle_core::quantized::{GgmlDType, QMatMul, QTensor, ggml_file};
     use candle_core::{Device, Module, Tensor};
 
     use super::*;
 
-    /// A random `rows` × `columns` matrix quantized by candle to `dtype`, and `inputs` random
-    /// rows of activations.
-    fn case(dtype: GgmlDType, rows: usize, columns: usize, inputs: usize) -> (QTensor, Tensor) {
-        let weights = Tensor::randn(0f32, 1.0, (rows, columns), &Device::Cpu).unwrap();
-        let x = Tensor::randn(0f32, 1.0, (inputs, columns), &Device::Cpu).unwrap();
-        (QTensor::quantize(&weights, dtype).unwrap(), x)
+    thread_local! {
+        /// Set by [`without_vnni`]: [`supported`] answers `false` on this thread.
+        pub(crate) static VNNI_HIDDEN: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Runs `body` as on a processor without AVX-512 VNNI (on this thread: the detection the
+    /// loader, the quantization and the products consult).
+    pub(crate) fn without_vnni<R>(body: impl FnOnce() -> R) -> R {
+        VNNI_HIDDEN.with(|hidden| hidden.set(true));
+        let result = body();
+        VNNI_HIDDEN.with(|hidden| hidden.set(false));
+        result
+    }
+
+    /// An f16 of random sign and mantissa, exponent 2^-7..2^-1 (the size of real block scales,
+    /// never infinite or NaN).
+    fn random_f16(rng: &mut fastrand::Rng) -> [u8; 2] {
+        let sign = u16::from(rng.bool()) << 15;
+        let exponent = rng.u16(8..15) << 10;
+        (sign | exponent | rng.u16(0..1024)).to_le_bytes()
+    }
+
+    /// A `rows` × `columns` matrix of random `dtype` blocks: every bit of the values, scales and
+    /// minimums random, the f16 scales finite.
+    pub(crate) fn random_matrix(
+        dtype: GgmlDType,
+        rows: usize,
+        columns: usize,
+        seed: u64,
+    ) -> QTensor {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let blocks = rows * columns / QK;
+        let mut data = Vec::new();
+        for _ in 0..blocks {
+            let start = data.len();
+            match dtype {
+                GgmlDType::Q4K => {
+                    data.extend(random_f16(&mut rng));
+                    data.extend(random_f16(&mut rng));
+                    data.extend((0..Q4K_BLOCK - 4).map(|_| rng.u8(..)));
+                }
+                _ => {
+                    data.extend((0..Q6K_BLOCK - 2).map(|_| rng.u8(..)));
+                    data.extend(random_f16(&mut rng));
+                }
+            }
+            assert_eq!(data.len() - start, format(dtype).block_bytes());
+        }
+        ggml_file::qtensor_from_ggml(dtype, &data, vec![rows, columns], &Device::Cpu).unwrap()
+    }
+
+    /// `rows` × `columns` random activations in -2..2.
+    pub(crate) fn random_input(rows: usize, columns: usize, seed: u64) -> Vec<f32> {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        (0..rows * columns).map(|_| rng.f32() * 4.0 - 2.0).collect()
     }
 
     fn format(dtype: GgmlDType) -> Format {
@@ -677,22 +729,42 @@ mod tests {
         }
     }
 
-    /// The packed product of `x` by `matrix`, row-major.
-    fn packed_product(matrix: &QTensor, x: &Tensor) -> Vec<f32> {
+    /// `matrix` (Q4_K or Q6_K, a shape the tiles hold) packed.
+    pub(crate) fn pack(matrix: &QTensor) -> PackedMatrix {
         let (rows, columns) = matrix.shape().dims2().unwrap();
         let data = matrix.data().unwrap();
-        let packed = PackedMatrix::pack(format(matrix.dtype()), &data, rows, columns).unwrap();
-        let inputs = x.dim(0).unwrap();
-        let values = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let quantized = QuantizedRows::new(&values, inputs, columns).unwrap();
-        let mut output = vec![0f32; inputs * rows];
+        PackedMatrix::pack(format(matrix.dtype()), &data, rows, columns).unwrap()
+    }
+
+    /// The packed product of `values` (`inputs` rows) by `matrix`, row-major.
+    fn packed_product(matrix: &QTensor, values: &[f32], inputs: usize) -> Vec<f32> {
+        let packed = pack(matrix);
+        let quantized = QuantizedRows::new(values, inputs, packed.columns).unwrap();
+        let mut output = vec![f32::NAN; inputs * packed.rows()];
         multiply(&mut [(&packed, &mut output)], &quantized).unwrap();
         output
     }
 
+    /// candle's own product (`QMatMul`) of `values` (`inputs` rows) by `matrix`, row-major.
+    pub(crate) fn candle_product(matrix: &Arc<QTensor>, values: &[f32], inputs: usize) -> Vec<f32> {
+        let (_, columns) = matrix.shape().dims2().unwrap();
+        let x = Tensor::from_slice(values, (inputs, columns), &Device::Cpu).unwrap();
+        QMatMul::from_arc(Arc::clone(matrix))
+            .unwrap()
+            .forward(&x)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    }
+
     /// The largest difference between `got` and `want`, relative to the largest magnitude of
-    /// `want`.
-    fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+    /// `want`; infinite when a value is not finite or the lengths differ.
+    pub(crate) fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+        if got.len() != want.len() || !got.iter().chain(want).all(|value| value.is_finite()) {
+            return f32::INFINITY;
+        }
         let scale = want.iter().fold(0f32, |max, value| max.max(value.abs()));
         got.iter()
             .zip(want)
@@ -700,28 +772,41 @@ mod tests {
             / scale
     }
 
-    /// The packed products of 1 to 9 rows match candle's own (`QMatMul`, the same 8-bit
+    /// The matrices of Qwen2.5-Coder-1.5B (query and output, key and value, gate and up,
+    /// down), one tile, and a small shape of several tile rows and super-blocks.
+    const SHAPES: [(usize, usize); 6] = [
+        (1536, 1536),
+        (256, 1536),
+        (8960, 1536),
+        (1536, 8960),
+        (16, 256),
+        (48, 768),
+    ];
+
+    /// At the model's shapes, for random blocks (every bit pattern of values, scales and
+    /// minimums), the packed products of one row (decoding), of four (one pass) and of seven
+    /// (two passes, one partial) match candle's own products (`QMatMul`: the same 8-bit
     /// activations and integer sums, the f32 sums in another order) to float rounding.
     #[test]
-    fn products_match_candles_reference() {
+    fn products_match_candles_at_the_models_shapes() {
         if !supported() {
             eprintln!("skipped: the processor lacks AVX-512 VNNI");
             return;
         }
-        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
-            for inputs in [1, 2, 3, 4, 5, 9] {
-                let (matrix, x) = case(dtype, 48, 768, inputs);
-                let got = packed_product(&matrix, &x);
-                let want = QMatMul::from_qtensor(matrix)
-                    .unwrap()
-                    .forward(&x)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap();
-                let error = relative_error(&got, &want);
-                assert!(error < 1e-5, "{dtype:?}, {inputs} rows: error {error}");
+        for (index, (rows, columns)) in SHAPES.into_iter().enumerate() {
+            for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+                let seed = index as u64 * 2 + u64::from(dtype == GgmlDType::Q6K);
+                let matrix = Arc::new(random_matrix(dtype, rows, columns, seed));
+                for inputs in [1, 4, 7] {
+                    let values = random_input(inputs, columns, seed + 100);
+                    let got = packed_product(&matrix, &values, inputs);
+                    let want = candle_product(&matrix, &values, inputs);
+                    let error = relative_error(&got, &want);
+                    assert!(
+                        error < 2e-6,
+                        "{dtype:?} {rows}×{columns}, {inputs} rows: error {error}"
+                    );
+                }
             }
         }
     }
@@ -735,18 +820,18 @@ mod tests {
             return;
         }
         for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
-            let (rows, columns) = (32, 1024);
-            let (matrix, x) = case(dtype, rows, columns, 2);
-            let got = packed_product(&matrix, &x);
+            let (rows, columns, inputs) = (32, 1024, 2);
+            let matrix = random_matrix(dtype, rows, columns, 7);
+            let values = random_input(inputs, columns, 8);
+            let got = packed_product(&matrix, &values, inputs);
             let weights = matrix
                 .dequantize(&Device::Cpu)
                 .unwrap()
                 .to_vec2::<f32>()
                 .unwrap();
-            let values = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            let quantized = QuantizedRows::new(&values, 2, columns).unwrap();
+            let quantized = QuantizedRows::new(&values, inputs, columns).unwrap();
             let mut want = Vec::new();
-            for input in 0..2 {
+            for input in 0..inputs {
                 let blocks = quantized.row(input);
                 for row in &weights {
                     let sum: f64 = row
@@ -765,19 +850,98 @@ mod tests {
         }
     }
 
+    /// The activations are quantized as candle's Q8_K (`round(-127 / max × x)`, halves away
+    /// from zero, `max` the value of largest magnitude with its sign), the same with the
+    /// AVX-512 code and without it, zeros included.
+    #[test]
+    fn quantization_is_candles_with_and_without_avx512() {
+        let mut values = random_input(3, 256, 3);
+        values[..256].fill(0.0);
+        values[300] = -5.0;
+        values[301] = 5.0;
+        values[512] = -127.0;
+        values[600] = 0.5;
+        values[601] = 2.5;
+        values[602] = -0.5;
+        values[603] = -126.6;
+        let fast = QuantizedRows::new(&values, 3, 256).unwrap();
+        let portable = without_vnni(|| QuantizedRows::new(&values, 3, 256)).unwrap();
+        for (a, b) in fast.blocks.iter().zip(&portable.blocks) {
+            assert_eq!(a.qs, b.qs);
+            assert_eq!(a.sums16, b.sums16);
+            assert_eq!(a.min_pairs, b.min_pairs);
+            assert_eq!(a.d.to_bits(), b.d.to_bits());
+        }
+        let [zero, first, second] = &fast.blocks[..] else {
+            unreachable!()
+        };
+        assert!(zero.qs.iter().all(|q| *q == 0) && zero.d == 0.0 && zero.sums16 == [0; 16]);
+        // The maximum maps to -127, and of two equal magnitudes it is the first: -5.
+        assert_eq!((first.qs[300 - 256], first.qs[301 - 256]), (-127, 127));
+        assert_eq!(first.d, 1.0 / (-127.0f32 / -5.0));
+        assert_eq!(second.d, 1.0);
+        assert_eq!(second.qs[0], -127);
+        assert_eq!(&second.qs[600 - 512..604 - 512], &[1, 3, -1, -127]);
+        for block in &fast.blocks {
+            for (sum, chunk) in block.sums16.iter().zip(block.qs.chunks_exact(16)) {
+                assert_eq!(
+                    i32::from(*sum),
+                    chunk.iter().map(|q| i32::from(*q)).sum::<i32>()
+                );
+            }
+            for (pair, sums) in block.min_pairs.iter().zip(block.sums16.chunks_exact(4)) {
+                assert_eq!(*pair as i16, sums[0] + sums[1]);
+                assert_eq!((*pair >> 16) as i16, sums[2] + sums[3]);
+            }
+        }
+    }
+
+    /// Several matrices multiplied in one hand-out of work (the query, key and value
+    /// projections; gate and up) give exactly what each gives alone.
+    #[test]
+    fn one_hand_out_for_several_matrices_equals_separate_products() {
+        if !supported() {
+            eprintln!("skipped: the processor lacks AVX-512 VNNI");
+            return;
+        }
+        let query = pack(&random_matrix(GgmlDType::Q4K, 1536, 1536, 20));
+        let key = pack(&random_matrix(GgmlDType::Q4K, 256, 1536, 21));
+        let value = pack(&random_matrix(GgmlDType::Q6K, 256, 1536, 22));
+        for inputs in [1, 5] {
+            let values = random_input(inputs, 1536, 23);
+            let input = QuantizedRows::new(&values, inputs, 1536).unwrap();
+            let mut outputs: Vec<Vec<f32>> = [&query, &key, &value]
+                .iter()
+                .map(|matrix| vec![f32::NAN; inputs * matrix.rows()])
+                .collect();
+            let [q, k, v] = &mut outputs[..] else {
+                unreachable!()
+            };
+            multiply(&mut [(&query, q), (&key, k), (&value, v)], &input).unwrap();
+            for (matrix, fused) in [&query, &key, &value].into_iter().zip(&outputs) {
+                let mut alone = vec![f32::NAN; inputs * matrix.rows()];
+                multiply(&mut [(matrix, &mut alone)], &input).unwrap();
+                assert_eq!(&alone, fused);
+            }
+        }
+    }
+
     /// Shapes the tiles cannot hold are refused, not multiplied wrongly.
     #[test]
     fn refuses_shapes_that_do_not_fit() {
-        let (matrix, _) = case(GgmlDType::Q4K, 32, 512, 1);
+        let matrix = random_matrix(GgmlDType::Q4K, 32, 512, 1);
         let data = matrix.data().unwrap();
         assert!(PackedMatrix::pack(Format::Q4K, &data, 16, 512).is_none());
         assert!(PackedMatrix::pack(Format::Q4K, &data[..data.len() - 1], 32, 512).is_none());
+        let matrix = random_matrix(GgmlDType::Q4K, 40, 512, 1);
+        let data = matrix.data().unwrap();
+        assert!(PackedMatrix::pack(Format::Q4K, &data, 40, 512).is_none());
         assert!(QuantizedRows::new(&[0.0; 300], 1, 300).is_none());
         assert!(QuantizedRows::new(&[0.0; 512], 1, 256).is_none());
         if !supported() {
             return;
         }
-        let packed = PackedMatrix::pack(Format::Q4K, &data, 32, 512).unwrap();
+        let packed = pack(&random_matrix(GgmlDType::Q4K, 32, 512, 1));
         let input = QuantizedRows::new(&[0.5; 256], 1, 256).unwrap();
         let mut output = vec![0f32; 32];
         assert!(matches!(
@@ -787,5 +951,20 @@ mod tests {
         let input = QuantizedRows::new(&[0.0; 512], 1, 512).unwrap();
         multiply(&mut [(&packed, &mut output)], &input).unwrap();
         assert!(output.iter().all(|value| *value == 0.0));
+    }
+
+    /// Without AVX-512 VNNI the products refuse to run (the callers use candle's instead).
+    #[test]
+    fn products_refuse_to_run_without_vnni() {
+        let packed = pack(&random_matrix(GgmlDType::Q6K, 16, 256, 2));
+        let input = QuantizedRows::new(&[0.5; 256], 1, 256).unwrap();
+        let mut output = vec![0f32; 16];
+        without_vnni(|| {
+            assert!(!supported());
+            assert_eq!(
+                multiply(&mut [(&packed, &mut output)], &input),
+                Err(KernelError::Unsupported)
+            );
+        });
     }
 }

@@ -289,3 +289,30 @@ fn warm_matrix(tensor: &Arc<QTensor>, rows: &[usize]) -> candle_core::Result<()>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::packed::tests::{random_input, random_matrix, without_vnni};
+
+    /// The loader packs Q4_K and Q6_K matrices the tiles hold, on processors with AVX-512
+    /// VNNI only; anything else stays with candle.
+    #[test]
+    fn packs_only_what_the_kernels_run() {
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+            let matrix = random_matrix(dtype, 32, 512, 40);
+            let data = matrix.data().unwrap();
+            assert_eq!(
+                pack_matrix(&matrix, &data).is_some(),
+                packed::supported(),
+                "{dtype:?}"
+            );
+            assert!(without_vnni(|| pack_matrix(&matrix, &data)).is_none());
+            let odd = random_matrix(dtype, 40, 512, 41);
+            assert!(pack_matrix(&odd, &odd.data().unwrap()).is_none());
+        }
+        let values = Tensor::from_vec(random_input(32, 512, 42), (32, 512), &Device::Cpu).unwrap();
+        let q8 = QTensor::quantize(&values, GgmlDType::Q8_0).unwrap();
+        assert!(pack_matrix(&q8, &q8.data().unwrap()).is_none());
+    }
+}
