@@ -313,6 +313,19 @@ fn scope_of(resource_id: Option<&ResourceId>) -> &str {
     resource_id.map_or("", ResourceId::as_str)
 }
 
+/// The resource a key column value names: `None` for `""`, else the id (the inverse of
+/// [`RunKey::scope`]).
+///
+/// ```
+/// use askloop_core::{ResourceId, resource_of_scope};
+/// assert_eq!(resource_of_scope(""), None);
+/// assert_eq!(resource_of_scope("tenant-a"), Some(ResourceId::new("tenant-a")));
+/// ```
+pub fn resource_of_scope(scope: impl Into<String>) -> Option<ResourceId> {
+    let scope = scope.into();
+    (!scope.is_empty()).then(|| ResourceId::new(scope))
+}
+
 /// How an entry point is told which existing run to act on.
 ///
 /// - [`RunRef::Key`]: exactly this run (what a caller that knows the resource passes: a

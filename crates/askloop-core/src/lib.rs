@@ -100,7 +100,7 @@ pub use chunk::Chunk;
 pub use error::{AgentError, ResumeError, error_chain_text};
 pub use ids::{
     AgentId, IdKind, IdProblem, InvalidId, LeaseHolder, MAX_ID_BYTES, ResourceId, RunId, RunKey,
-    RunRef, ThreadId, ThreadKey, ToolCallId,
+    RunRef, ThreadId, ThreadKey, ToolCallId, resource_of_scope,
 };
 pub use message::{ArgsEdit, AuditAction, AuditRecord};
 pub use options::RunOptions;

@@ -2,7 +2,7 @@
 //! [`AnswerLink`](askloop_core::store::AnswerLink).
 
 use askloop_core::store::{AnswerLink, LinkId};
-use askloop_core::{Actor, ResourceId, RunId, RunKey, ToolCallId};
+use askloop_core::{Actor, RunId, RunKey, ToolCallId, resource_of_scope};
 
 /// The columns of a link's row, as both stores select them (times in ms; `scope` `''` for no
 /// resource).
@@ -34,7 +34,7 @@ pub(crate) fn encode_issuer(issuer: Option<&Actor>) -> Option<String> {
 /// The link of a row. An issuer column that is not an [`Actor`]'s JSON reads as unknown
 /// (the link then acts as `link:<id>`, never as someone it does not name).
 pub(crate) fn decode_link(row: LinkRow) -> AnswerLink {
-    let resource = (!row.scope.is_empty()).then(|| ResourceId::new(row.scope));
+    let resource = resource_of_scope(row.scope);
     let mut link = AnswerLink::new(
         LinkId(row.id),
         RunKey::new(resource, RunId::new(row.run_id)),

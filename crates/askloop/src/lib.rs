@@ -82,6 +82,7 @@ pub use serde_json;
 /// codec, the in-memory store and (features `sqlite`, `postgres`) the SQLite and PostgreSQL
 /// stores.
 pub mod store {
+    pub use askloop_core::resource_of_scope;
     pub use askloop_core::store::{
         AnswerLink, AnswerLinks, ChangeFeed, Delivery, DeliveryAttempt, DeliveryClaim,
         DeliveryFilter, DeliveryId, DeliveryNext, DeliveryStatus, FIRST_MESSAGE_CHARS, FanOut,

@@ -353,7 +353,7 @@ impl FromStr for RunCursor {
         Ok(Self {
             created_at_ms,
             run_id: RunId::new(run_id),
-            resource_id: (!scope.is_empty()).then(|| ResourceId::new(scope)),
+            resource_id: crate::resource_of_scope(scope),
         })
     }
 }

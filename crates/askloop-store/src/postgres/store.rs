@@ -32,7 +32,9 @@ use askloop_core::store::{
     FIRST_MESSAGE_CHARS, FanOut, Lease, ListedRun, Outbox, ResourceFilter, RunChanges, RunCounts,
     RunFilter, RunPage, RunState, StoredEvent, StoredRun, ThreadHistory, notifies,
 };
-use askloop_core::{LeaseHolder, RunId, RunKey, RunStatus, RunStore, StoreError, ThreadKey};
+use askloop_core::{
+    LeaseHolder, RunId, RunKey, RunStatus, RunStore, StoreError, ThreadKey, resource_of_scope,
+};
 
 use crate::outbox::encode_events;
 use crate::postgres::error::{backend, map_pg_error};
@@ -341,7 +343,7 @@ impl RunStore for PgStore {
         .map_err(backend)?;
         Ok(scopes
             .into_iter()
-            .map(|scope| RunKey::new((!scope.is_empty()).then(|| scope.into()), run_id.clone()))
+            .map(|scope| RunKey::new(resource_of_scope(scope), run_id.clone()))
             .collect())
     }
 
@@ -619,7 +621,7 @@ fn listed_run(row: &PgRow) -> Result<ListedRun, StoreError> {
         }
         Err(error) => ListedRun::Unreadable {
             run_id,
-            resource_id: (!scope.is_empty()).then(|| scope.into()),
+            resource_id: resource_of_scope(scope),
             created_at_ms,
             change_seq,
             error,
