@@ -541,7 +541,9 @@ mod tests {
 
     #[test]
     fn the_inbox_query_walks_the_status_index_without_sorting() {
+        // On a connection as the store tunes it (with the query planner stability guarantee).
         let mut connection = Connection::open_in_memory().unwrap();
+        tune(&connection, STATEMENT_CACHE).unwrap();
         super::super::schema::migrate(&mut connection).unwrap();
         for filter in [
             RunFilter::new().status(RunStatus::Suspended).limit(50),
@@ -610,5 +612,54 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn keys_of_run_lists_every_row_of_the_id_newest_first_even_unreadable_ones() {
+        // A bare run id resolves from the `runs_by_id` index alone: rows whose head is not a
+        // run (garbage text, or not text at all) still name their key, in the order a listing
+        // of the id gives.
+        let mut connection = Connection::open_in_memory().unwrap();
+        tune(&connection, STATEMENT_CACHE).unwrap();
+        super::super::schema::migrate(&mut connection).unwrap();
+        let insert = |scope: &str, id: &str, created: i64, head: SqlValue| {
+            connection
+                .execute(
+                    "INSERT INTO runs (scope, id, thread_id, agent_id, status, version, \
+                     created_at_ms, updated_at_ms, head, message_count) \
+                     VALUES (?1, ?2, 't', 'a', 'suspended', 1, ?3, ?3, ?4, 0)",
+                    rusqlite::params![scope, id, created, head],
+                )
+                .unwrap();
+        };
+        insert("u", "r", 10, SqlValue::Text("not json".into()));
+        insert("", "r", 30, SqlValue::Text("{".into()));
+        insert("w", "r", 20, SqlValue::Text("garbage".into()));
+        insert("v", "r", 30, SqlValue::Text("[]".into()));
+        insert("x", "other", 40, SqlValue::Text("{}".into()));
+        let keys = keys_of_run(&connection, &RunId::new("r")).unwrap();
+        let key = |scope: Option<&str>| RunKey::new(scope.map(Into::into), RunId::new("r"));
+        assert_eq!(
+            keys,
+            vec![key(Some("v")), key(None), key(Some("w")), key(Some("u"))]
+        );
+        let listed: Vec<RunKey> = list_runs(&connection, &RunFilter::new().run("r").limit(50))
+            .unwrap()
+            .runs
+            .iter()
+            .map(ListedRun::key)
+            .collect();
+        assert_eq!(keys, listed);
+        assert!(
+            keys_of_run(&connection, &RunId::new("missing"))
+                .unwrap()
+                .is_empty()
+        );
+        // A head that is not text at all: the key is still found.
+        insert("y", "blob", 50, SqlValue::Blob(vec![0, 0xff]));
+        assert_eq!(
+            keys_of_run(&connection, &RunId::new("blob")).unwrap(),
+            vec![RunKey::new(Some("y".into()), RunId::new("blob"))]
+        );
     }
 }
