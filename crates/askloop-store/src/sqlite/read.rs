@@ -214,7 +214,7 @@ pub(super) fn load_run(
         });
     };
     let version: i64 = first.get(0).map_err(map)?;
-    let head: String = first.get(1).map_err(map)?;
+    let head = head_text(first, 1).map_err(map)?;
     let holder: Option<String> = first.get(2).map_err(map)?;
     let expires_at_ms: Option<i64> = first.get(3).map_err(map)?;
     let message_count: i64 = first.get(4).map_err(map)?;
@@ -399,6 +399,23 @@ pub(super) fn list_runs(
     }
 }
 
+/// A row's `head` column as text for the codec. The column is declared `TEXT`, but SQLite
+/// stores what it is given: a head that is not text (a blob, a number: a damaged or hand-edited
+/// row) is read as its bytes or digits, so decoding it says the run is corrupt
+/// ([`StoreError::Corrupt`], an unreadable row in a listing) rather than failing the whole
+/// read, listing or sweep with a column type error.
+fn head_text(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<String> {
+    use rusqlite::types::ValueRef;
+    Ok(match row.get_ref(index)? {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+        ValueRef::Integer(number) => number.to_string(),
+        ValueRef::Real(number) => number.to_string(),
+        ValueRef::Null => String::new(),
+    })
+}
+
 /// The summary of a row whose head is not of the current format, decoded in full: the
 /// codec's error says whether it is newer or damaged.
 fn older_or_newer(
@@ -409,7 +426,9 @@ fn older_or_newer(
     let head: String = connection
         .prepare_cached("SELECT head FROM runs WHERE scope = ?1 AND id = ?2")
         .and_then(|mut select| {
-            select.query_row(params![run.scope(), run_id.as_str()], |row| row.get(0))
+            select.query_row(params![run.scope(), run_id.as_str()], |row| {
+                head_text(row, 0)
+            })
         })
         .map_err(|error| map_sqlite_error(run_id, error))?;
     codec::decode_run(run_id, &head, std::iter::empty::<&str>()).map(|state| state.summary())
@@ -541,7 +560,9 @@ mod tests {
 
     #[test]
     fn the_inbox_query_walks_the_status_index_without_sorting() {
+        // On a connection as the store tunes it (with the query planner stability guarantee).
         let mut connection = Connection::open_in_memory().unwrap();
+        tune(&connection, STATEMENT_CACHE).unwrap();
         super::super::schema::migrate(&mut connection).unwrap();
         for filter in [
             RunFilter::new().status(RunStatus::Suspended).limit(50),
@@ -610,5 +631,91 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn keys_of_run_lists_every_row_of_the_id_newest_first_even_unreadable_ones() {
+        // A bare run id resolves from the `runs_by_id` index alone: rows whose head is not a
+        // run (garbage text, or not text at all) still name their key, in the order a listing
+        // of the id gives.
+        let mut connection = Connection::open_in_memory().unwrap();
+        tune(&connection, STATEMENT_CACHE).unwrap();
+        super::super::schema::migrate(&mut connection).unwrap();
+        let insert = |scope: &str, id: &str, created: i64, head: SqlValue| {
+            connection
+                .execute(
+                    "INSERT INTO runs (scope, id, thread_id, agent_id, status, version, \
+                     created_at_ms, updated_at_ms, head, message_count) \
+                     VALUES (?1, ?2, 't', 'a', 'suspended', 1, ?3, ?3, ?4, 0)",
+                    rusqlite::params![scope, id, created, head],
+                )
+                .unwrap();
+        };
+        insert("u", "r", 10, SqlValue::Text("not json".into()));
+        insert("", "r", 30, SqlValue::Text("{".into()));
+        insert("w", "r", 20, SqlValue::Text("garbage".into()));
+        insert("v", "r", 30, SqlValue::Text("[]".into()));
+        insert("x", "other", 40, SqlValue::Text("{}".into()));
+        let keys = keys_of_run(&connection, &RunId::new("r")).unwrap();
+        let key = |scope: Option<&str>| RunKey::new(scope.map(Into::into), RunId::new("r"));
+        assert_eq!(
+            keys,
+            vec![key(Some("v")), key(None), key(Some("w")), key(Some("u"))]
+        );
+        let listed: Vec<RunKey> = list_runs(&connection, &RunFilter::new().run("r").limit(50))
+            .unwrap()
+            .runs
+            .iter()
+            .map(ListedRun::key)
+            .collect();
+        assert_eq!(keys, listed);
+        assert!(
+            keys_of_run(&connection, &RunId::new("missing"))
+                .unwrap()
+                .is_empty()
+        );
+        // A head that is not text at all: the key is still found.
+        insert("y", "blob", 50, SqlValue::Blob(vec![0, 0xff]));
+        assert_eq!(
+            keys_of_run(&connection, &RunId::new("blob")).unwrap(),
+            vec![RunKey::new(Some("y".into()), RunId::new("blob"))]
+        );
+    }
+
+    #[test]
+    fn a_head_that_is_not_text_is_a_corrupt_run_not_a_failed_listing() {
+        // A hand-edited or damaged row whose head is a blob or a number: its load says the run
+        // is corrupt, and a listing shows it as unreadable beside the others instead of failing.
+        let mut connection = Connection::open_in_memory().unwrap();
+        tune(&connection, STATEMENT_CACHE).unwrap();
+        super::super::schema::migrate(&mut connection).unwrap();
+        for (id, created, head) in [
+            ("blob", 10, SqlValue::Blob(vec![0, 0xff])),
+            ("number", 20, SqlValue::Integer(7)),
+            ("real", 30, SqlValue::Real(0.5)),
+        ] {
+            connection
+                .execute(
+                    "INSERT INTO runs (scope, id, thread_id, agent_id, status, version, \
+                     created_at_ms, updated_at_ms, head, message_count) \
+                     VALUES ('u', ?1, 't', 'a', 'suspended', 1, ?2, ?2, ?3, 0)",
+                    rusqlite::params![id, created, head],
+                )
+                .unwrap();
+            let key = RunKey::new(Some("u".into()), RunId::new(id));
+            let row = load_run(&connection, &key, 0).unwrap();
+            let decoded = codec::decode_run(&key.run_id, &row.head, std::iter::empty::<&str>());
+            assert!(
+                matches!(decoded, Err(StoreError::Corrupt { .. })),
+                "{id}: {decoded:?}"
+            );
+        }
+        let page = list_runs(&connection, &RunFilter::new().limit(50)).unwrap();
+        assert_eq!(page.runs.len(), 3);
+        assert!(
+            page.runs.iter().all(|run| run.summary().is_none()),
+            "{:?}",
+            page.runs
+        );
     }
 }
